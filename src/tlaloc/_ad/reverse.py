@@ -1,0 +1,142 @@
+"""Reverse mode: a DXIR → DXIR transform driven by the primitives' VJP rules.
+
+``vjp_graph(g)`` returns a graph that computes ``g``'s outputs (the forward
+sweep, node for node) and then, in reverse node order, the cotangent of every
+input from cotangents of the outputs (the backward sweep). There is no tape:
+the backward sweep reads the forward values it needs directly, and loops keep
+per-iteration residuals as stacks (see ``control_rules.py``).
+
+Cotangent conventions: ``None`` is a symbolic zero (nothing is computed for
+it); a primitive without a VJP rule raises ``NoRuleError`` naming it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .._core.builder import Builder, Value, current_builder
+from .._core.graph import Graph, Literal, Var
+from .._core.passes import dce
+from .._prims.broadcasting import zeros_like
+from .._prims.elementwise import add
+from ..errors import NoRuleError
+
+
+def _bar_hint(var) -> str:
+    base = var.hint or "v"
+    return base if base.endswith("_bar") and False else f"{base}_bar"
+
+
+def grad_loc(loc):
+    return None if loc is None else dataclasses.replace(loc, role="grad")
+
+
+def forward_sweep(graph: Graph, in_vals):
+    """Emit ``graph``'s forward nodes into the active builder.
+
+    Returns ``(out_vals, backward)`` where ``backward(out_bars) -> in_bars``
+    emits the backward sweep (call it once, later, in the same builder).
+    """
+    b = current_builder()
+    env = {v.id: x for v, x in zip(graph.inputs, in_vals)}
+
+    def read(a):
+        return a.value if isinstance(a, Literal) else env[a.id]
+
+    records = []
+    for node in graph.nodes:
+        ins = [read(a) for a in node.inputs]
+        with b.at(node.loc):
+            if node.prim.reverse_rule is not None:
+                outs, bwd = node.prim.reverse_rule(node, ins)
+            else:
+                if node.prim.inference_only:
+                    raise NoRuleError(f"`{node.prim.name}` is an inference-only primitive and cannot be "
+                                      f"differentiated (no VJP rule)" + (f" at {node.loc}" if node.loc else ""))
+                out = node.prim.bind(*ins, **dict(node.params))
+                outs = tuple(out) if node.prim.multiple_results else (out,)
+                bwd = None
+        for old, new in zip(node.outputs, outs):
+            if type(new) is Value and new.var.hint is None:
+                new.var.hint = old.hint
+            env[old.id] = new
+        records.append((node, ins, outs, bwd))
+    out_vals = [read(o) for o in graph.outputs]
+
+    def backward(out_bars):
+        ct: dict[int, object] = {}
+
+        def accumulate(var, g):
+            if g is None:
+                return
+            if var.id in ct:
+                g = add(ct[var.id], g)
+            if type(g) is Value and (g.var.hint is None or g.var.hint.startswith("v")):
+                g.var.hint = _bar_hint(var)
+            ct[var.id] = g
+
+        for o, g in zip(graph.outputs, out_bars):
+            if isinstance(o, Var):
+                accumulate(o, g)
+        for node, ins, outs, bwd in reversed(records):
+            gs = [ct.pop(o.id, None) for o in node.outputs]
+            if all(g is None for g in gs):
+                continue
+            if not any(type(x) is Value for x in ins) and bwd is None:
+                continue                        # a constant computation
+            with b.at(grad_loc(node.loc)):
+                if bwd is not None:
+                    in_bars = bwd(gs)
+                else:
+                    rule = node.prim.vjp
+                    if rule is None:
+                        raise NoRuleError(f"no VJP rule for `{node.prim.name}`"
+                                          + (f" (used at {node.loc})" if node.loc else ""))
+                    if node.prim.multiple_results:
+                        in_bars = rule(tuple(gs), *ins, out=tuple(outs), **dict(node.params))
+                    else:
+                        in_bars = rule(gs[0], *ins, out=outs[0], **dict(node.params))
+            for a, g in zip(node.inputs, in_bars):
+                if isinstance(a, Var):
+                    accumulate(a, g)
+        return [ct.get(v.id) for v in graph.inputs]
+
+    return out_vals, backward
+
+
+def vjp_graph(graph: Graph, ct_mask=None, wrt=None, with_primal: bool = True,
+              zeros_for_missing: bool = True, name: str | None = None):
+    """The VJP of ``graph`` as a new graph.
+
+    Inputs: ``graph``'s inputs, then one cotangent per output where ``ct_mask``.
+    Outputs: ``graph``'s outputs (if ``with_primal``), then one cotangent per input
+    where ``wrt`` (zeros where no cotangent reaches it, if ``zeros_for_missing``;
+    else the input is dropped and reported in the returned mask).
+
+    Returns ``(vjp graph, reached)``: ``reached[i]`` tells whether input ``i`` got
+    a (possibly) non-zero cotangent.
+    """
+    n_out = len(graph.outputs)
+    ct_mask = [True] * n_out if ct_mask is None else list(ct_mask)
+    wrt = [True] * len(graph.inputs) if wrt is None else list(wrt)
+    b = Builder(name=name or f"vjp_{graph.name}")
+    with b.active():
+        ins = [b.new_input(v.aval, v.hint) for v in graph.inputs]
+        outs, backward = forward_sweep(graph, ins)
+        bars = [b.new_input(o.aval, _bar_hint(o) if isinstance(o, Var) else "out_bar") if m else None
+                for o, m in zip(graph.outputs, ct_mask)]
+        in_bars = backward(bars)
+        reached = [g is not None for g in in_bars]
+        results = list(outs) if with_primal else []
+        for x, g, w in zip(ins, in_bars, wrt):
+            if not w:
+                continue
+            if g is None:
+                if zeros_for_missing:
+                    z = zeros_like(x)
+                    if type(z) is Value:
+                        z.var.hint = f"{x.var.hint}_bar"
+                    results.append(z)
+            else:
+                results.append(g)
+        g = b.finish(results)
+    return dce(g), reached

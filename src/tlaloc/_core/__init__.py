@@ -1,0 +1,1 @@
+"""DXIR: the SSA graph, its primitives, printer, verifier and interpreter."""

@@ -1,0 +1,216 @@
+"""Building DXIR: a ``Builder`` records nodes; a ``Value`` is a symbolic array
+that records every operation applied to it.
+
+Builders nest: a region (an ``if`` branch, a loop body) is built by a child
+builder. A child that meets a ``Value`` of an enclosing builder captures it as a
+new region input, so every finished region is a closed graph; ``captures`` lists
+the outer values in the order of those extra inputs.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Optional
+
+import numpy as np
+
+from ..errors import ShapeError, DTypeError, TlalocError
+from . import aval as _aval
+from .graph import Graph, Literal, Node, SourceLoc, Var
+
+_state = threading.local()
+
+
+def _stack() -> list:
+    if not hasattr(_state, "stack"):
+        _state.stack = []
+    return _state.stack
+
+
+def current_builder(value: "Value | None" = None) -> "Builder":
+    stack = _stack()
+    if not stack:
+        raise TlalocError(
+            "a symbolic value was used outside the function being lowered; "
+            "do not keep values from inside a transform")
+    return stack[-1]
+
+
+class Builder:
+    def __init__(self, parent: Optional["Builder"] = None, name: str = "f"):
+        self.parent = parent
+        self.name = name
+        self.inputs: list[Var] = []
+        self.nodes: list[Node] = []
+        self.captures: list["Value"] = []       # outer values, one per captured input
+        self.capture_vars: list[Var] = []       # our input var for each capture
+        self._captured: dict[int, Var] = {}    # outer var id -> our input var
+        self.loc: Optional[SourceLoc] = None
+
+    # -- values -------------------------------------------------------------
+    def new_input(self, aval=_aval.UNKNOWN, hint: Optional[str] = None) -> "Value":
+        v = Var(aval, hint)
+        self.inputs.append(v)
+        return Value(v, self)
+
+    def atom(self, x) -> "Var | Literal":
+        """The operand for ``x``: our own var, a captured outer var, or a literal."""
+        if type(x) is Value:
+            if x.builder is self:
+                return x.var
+            return self._capture(x)
+        if isinstance(x, Literal):
+            return x
+        if isinstance(x, (bool, int, float, np.generic)) or isinstance(x, np.ndarray):
+            return Literal(x, _aval.of(x))
+        if hasattr(x, "__array__") and not isinstance(x, (str, bytes)):
+            arr = np.asarray(x)
+            return Literal(arr, _aval.of(arr))
+        raise TypeError(f"cannot use {type(x).__name__} {x!r} as an array operand")
+
+    def _capture(self, x: "Value") -> Var:
+        key = x.var.id
+        if key in self._captured:
+            return self._captured[key]
+        b = self.parent
+        while b is not None and b is not x.builder:
+            b = b.parent
+        if b is None:
+            raise TlalocError(f"value {x.var!r} escaped the function that built it")
+        if self.parent is not x.builder:
+            outer = Value(self.parent._capture(x), self.parent)
+        else:
+            outer = x
+        inner = Var(x.var.aval, x.var.hint)
+        self._captured[key] = inner
+        self.captures.append(outer)
+        self.capture_vars.append(inner)
+        return inner
+
+    # -- nodes --------------------------------------------------------------
+    def add(self, prim, args, params):
+        ins = tuple(self.atom(a) for a in args)
+        try:
+            out_avals = prim.abstract_eval(*(a.aval for a in ins), **params)
+        except (ShapeError, DTypeError) as e:
+            if self.loc is not None and not getattr(e, "_located", False):
+                e.args = (f"{self.loc}: {e.args[0] if e.args else ''}",) + e.args[1:]
+                e._located = True
+            raise
+        hint = params.pop("_hint", None) if "_hint" in params else None
+        if prim.multiple_results:
+            outs = tuple(Var(a, hint) for a in out_avals)
+        else:
+            outs = (Var(out_avals, hint),)
+        self.nodes.append(Node(prim, ins, outs, params, self.loc))
+        vals = tuple(Value(o, self) for o in outs)
+        return vals if prim.multiple_results else vals[0]
+
+    def add_node(self, node: Node) -> None:
+        self.nodes.append(node)
+
+    def finish(self, outputs, name: Optional[str] = None) -> Graph:
+        """The closed graph: explicit inputs, then one input per captured outer value."""
+        outs = tuple(self.atom(o) for o in outputs)
+        return Graph(tuple(self.inputs) + tuple(self.capture_vars), tuple(self.nodes), outs,
+                     name or self.name)
+
+    @contextlib.contextmanager
+    def active(self):
+        _stack().append(self)
+        try:
+            yield self
+        finally:
+            _stack().pop()
+
+    @contextlib.contextmanager
+    def at(self, loc: Optional[SourceLoc]):
+        old, self.loc = self.loc, loc if loc is not None else self.loc
+        try:
+            yield
+        finally:
+            self.loc = old
+
+
+class Value:
+    """A symbolic array inside a function being lowered.
+
+    It supports the NumPy array protocol that user code uses (``+ - * / @ **``,
+    comparisons, ``x.T``, ``x.sum()``, ``x[i]`` ...), each recorded as a DXIR node.
+    """
+    __slots__ = ("var", "builder")
+    __array_priority__ = 1000
+    __array_ufunc__ = None   # make NumPy defer to our reflected operators
+
+    def __init__(self, var: Var, builder: Builder):
+        self.var = var
+        self.builder = builder
+
+    # -- metadata -------------------------------------------------------------
+    @property
+    def aval(self):
+        return self.var.aval
+
+    @property
+    def dtype(self):
+        return self.var.aval.dtype
+
+    @property
+    def ndim(self):
+        r = self.var.aval.rank
+        if r is None:
+            raise ShapeError("the rank of this value is unknown at definition time; "
+                             "annotate the argument (e.g. F32['n']) to use .ndim")
+        return r
+
+    @property
+    def shape(self):
+        from ..numpy import _shape_of
+        return _shape_of(self)
+
+    def __repr__(self) -> str:
+        return f"Value({self.var!r})"
+
+    def __bool__(self):
+        raise TlalocError(
+            "the truth value of an array is not known while the function is being "
+            "lowered; inside grad/jit/vmap write the condition as an `if` on the array "
+            "in the function body, or use tl.cond / tl.where")
+
+    def __iter__(self):
+        raise TlalocError("cannot iterate over an array of unknown length; "
+                          "use `for i in range(len(x))` and index with x[i]")
+
+    def __len__(self):
+        raise TlalocError("len() of a symbolic array; use x.shape[0]")
+
+    def __hash__(self):
+        return id(self)
+
+
+def _install_operators():
+    from .. import numpy as tnp
+    binops = {
+        "add": tnp.add, "sub": tnp.subtract, "mul": tnp.multiply, "truediv": tnp.divide,
+        "pow": tnp.power, "matmul": tnp.matmul, "floordiv": tnp.floor_divide, "mod": tnp.remainder,
+    }
+    for name, fn in binops.items():
+        setattr(Value, f"__{name}__", (lambda f: lambda a, b: f(a, b))(fn))
+        setattr(Value, f"__r{name}__", (lambda f: lambda a, b: f(b, a))(fn))
+    cmps = {"lt": tnp.less, "le": tnp.less_equal, "gt": tnp.greater, "ge": tnp.greater_equal,
+            "eq": tnp.equal, "ne": tnp.not_equal}
+    for name, fn in cmps.items():
+        setattr(Value, f"__{name}__", (lambda f: lambda a, b: f(a, b))(fn))
+    Value.__neg__ = lambda a: tnp.negative(a)
+    Value.__pos__ = lambda a: a
+    Value.__abs__ = lambda a: tnp.abs(a)
+    Value.__invert__ = lambda a: tnp.logical_not(a)
+    Value.__and__ = lambda a, b: tnp.logical_and(a, b)
+    Value.__or__ = lambda a, b: tnp.logical_or(a, b)
+    Value.__getitem__ = lambda a, idx: tnp._getitem(a, idx)
+    Value.T = property(lambda a: tnp.transpose(a))
+    Value.mT = property(lambda a: tnp.swapaxes(a, -1, -2))
+    for m in ("sum", "mean", "max", "min", "prod", "std", "argmax", "argmin",
+              "cumsum", "cumprod", "transpose", "reshape", "astype", "clip", "dot",
+              "squeeze", "ravel", "flatten", "swapaxes", "any", "all"):
+        setattr(Value, m, (lambda f: lambda self, *a, **k: f(self, *a, **k))(getattr(tnp, m)))

@@ -1,0 +1,105 @@
+"""Primitives are data: one ``Primitive`` object per operation, with one entry
+per concern.
+
+=============  ==============================================================
+entry          meaning
+=============  ==============================================================
+impl           NumPy implementation, ``impl(*arrays, **params)``
+shape_rule     ``shape_rule(*avals, **params) -> shape | tuple of shapes``
+dtype_rule     ``dtype_rule(*avals, **params) -> dtype | tuple of dtypes``
+hlo            the StableHLO op it lowers to (a name, e.g. ``stablehlo.sine``)
+lower          the StableHLO lowering function (added by the emitter's tables)
+vjp            ``vjp(g, *primals, out=..., **params) -> cotangent per input``
+jvp            ``jvp(tangents, *primals, out=..., **params) -> tangent(s)``
+batch          ``batch(args, dims, **params) -> (out, out_dim)``
+=============  ==============================================================
+
+A transform that meets a primitive without its rule raises ``NoRuleError``
+naming both.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from ..errors import NoRuleError
+
+REGISTRY: dict[str, "Primitive"] = {}
+
+
+class Primitive:
+    def __init__(self, name: str, *, impl: Callable, shape_rule: Callable,
+                 dtype_rule: Callable, hlo: Optional[str] = None,
+                 multiple_results: bool = False, render: Optional[str] = None,
+                 nondiff_argnums: tuple = (), inference_only: bool = False):
+        if name in REGISTRY:
+            raise ValueError(f"primitive {name!r} is declared twice")
+        self.name = name
+        self.impl = impl
+        self.shape_rule = shape_rule
+        self.dtype_rule = dtype_rule
+        self.hlo = hlo
+        self.multiple_results = multiple_results
+        # How the renderer spells a call: "tnp.sin" or "lax.sum_to". Keyword
+        # params are passed as keywords.
+        self.render = render or f"lax.{name}"
+        self.nondiff_argnums = nondiff_argnums
+        self.inference_only = inference_only
+        self.vjp: Optional[Callable] = None
+        self.jvp: Optional[Callable] = None
+        self.batch: Optional[Callable] = None
+        self.lower: Optional[Callable] = None
+        # Control flow and custom rules transform their regions themselves.
+        self.reverse_rule: Optional[Callable] = None
+        self.forward_rule: Optional[Callable] = None
+        self.batch_rule: Optional[Callable] = None
+        REGISTRY[name] = self
+
+    def __repr__(self) -> str:
+        return f"<primitive {self.name}>"
+
+    def bind(self, *args, **params):
+        """Apply the primitive: eagerly with NumPy, or as a DXIR node when any
+        argument is a symbolic ``Value`` (or a builder is active and asks)."""
+        from .builder import current_builder, Value
+        for a in args:
+            if type(a) is Value:
+                return current_builder(a).add(self, args, params)
+        return self.impl(*args, **params)
+
+    def abstract_eval(self, *avals, **params):
+        from .aval import AbstractValue
+        shapes = self.shape_rule(*avals, **params)
+        dtypes = self.dtype_rule(*avals, **params)
+        if self.multiple_results:
+            return tuple(AbstractValue(d, s) for s, d in zip(shapes, dtypes))
+        return AbstractValue(dtypes, shapes)
+
+    def rule(self, transform: str):
+        """The rule for ``transform`` ("vjp", "jvp", "batch"), or NoRuleError."""
+        r = getattr(self, transform)
+        if r is None:
+            label = {"vjp": "VJP", "jvp": "JVP", "batch": "batching", "lower": "StableHLO lowering"}[transform]
+            raise NoRuleError(f"no {label} rule for `{self.name}`")
+        return r
+
+
+def def_vjp(prim: Primitive):
+    """Decorator: register ``fn`` as ``prim``'s VJP rule."""
+    def register(fn):
+        prim.vjp = fn
+        return fn
+    return register
+
+
+def def_jvp(prim: Primitive):
+    def register(fn):
+        prim.jvp = fn
+        return fn
+    return register
+
+
+def def_batch(prim: Primitive):
+    def register(fn):
+        prim.batch = fn
+        return fn
+    return register

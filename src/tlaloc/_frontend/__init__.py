@@ -1,0 +1,1 @@
+"""Front ends: Python source (AST) → DXIR."""

@@ -1,0 +1,474 @@
+"""The AST front end: a Python function's source → a DXIR graph, at definition time.
+
+The function body is walked statement by statement with an environment that
+maps names to symbolic arrays (``Value``) or static Python objects. Static
+computation is folded; array computation records DXIR nodes. ``if``/``for``/
+``while`` on array values become ``cond``/``for_range``/``while_loop`` nodes;
+``return``/``break``/``continue`` become flags that guard the statements after
+them (see ``control.py``). Calls to other user functions are lowered inline.
+
+Anything outside the supported language raises ``FenceError`` with
+``file:line:col``, the construct, and what to write instead.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import dataclasses
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .. import _pytree
+from .._core.builder import Builder, Value
+from .._core.graph import Graph
+from ..errors import FenceError
+from .control import ControlLowerer
+from .expr import ExprLowerer, binop
+from .analysis import assigned_names
+from .source import FunctionSource, read_source
+from .values import (BROKE, CONT, RET, RETURNED, LocalFunction, Undefined, is_symbolic)
+
+_MAX_INLINE_DEPTH = 64
+
+
+@dataclasses.dataclass
+class Scope:
+    """Name resolution for one function: its globals, closure cells, enclosing env."""
+    globals: dict
+    closure: dict
+    outer_env: Optional[dict] = None
+    outer_scope: Optional["Scope"] = None
+
+
+@dataclasses.dataclass
+class Context:
+    """State shared by every function lowered into one graph."""
+    root: Builder
+    closure_inputs: list            # [(getter, Value, description)]
+    closure_keys: dict
+    stack: list                     # functions being inlined (recursion guard)
+
+
+class Lowerer(ExprLowerer, ControlLowerer):
+    def __init__(self, src: FunctionSource, scope: Scope, ctx: Context, builder: Builder, env: dict,
+                 in_loop: bool = False):
+        self.src, self.scope, self.ctx, self.b, self.env = src, scope, ctx, builder, env
+        self.in_loop = in_loop
+
+    # -- names ------------------------------------------------------------------
+    def lookup(self, name, node):
+        if name in self.env:
+            v = self.env[name]
+            if isinstance(v, Undefined):
+                raise self.src.error(node, f"`{name}` may be undefined here: it is assigned on only some "
+                                           f"paths ({v.where}); assign it before the branch or loop")
+            return v
+        scope = self.scope
+        while scope is not None:
+            if scope.outer_env is not None and name in scope.outer_env:
+                v = scope.outer_env[name]
+                if isinstance(v, Undefined):
+                    raise self.src.error(node, f"`{name}` may be undefined here")
+                return v
+            if name in scope.closure:
+                return self._external(scope.closure[name], ("closure", id(scope), name),
+                                      _cell_getter(scope, name), name)
+            if scope.outer_scope is None:
+                break
+            scope = scope.outer_scope
+        if name in self.scope_root().globals:
+            g = self.scope_root().globals
+            return self._external(g[name], ("global", id(g), name), lambda: g[name], name)
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
+        raise self.src.error(node, f"name `{name}` is not defined")
+
+    def scope_root(self) -> Scope:
+        s = self.scope
+        while s.outer_scope is not None:
+            s = s.outer_scope
+        return s
+
+    def _external(self, value, key, getter, name):
+        """A global or closure value: arrays become graph inputs read at call time;
+        everything else is a static constant."""
+        leaves, tree = _pytree.flatten(value) if isinstance(value, (list, tuple, dict)) else ([value], None)
+        if not any(isinstance(l, np.ndarray) for l in leaves):
+            return value
+        if key in self.ctx.closure_keys:
+            return self.ctx.closure_keys[key]
+        outs = []
+        for k, leaf in enumerate(leaves):
+            if isinstance(leaf, np.ndarray):
+                from .._core import aval as _aval
+                hint = name if tree is None else f"{name}_{k}"
+                v = self.ctx.root.new_input(_aval.of(leaf).with_(shape=None) if False else
+                                            _aval.AbstractValue(leaf.dtype, None), hint)
+                leaf_getter = getter if tree is None else (lambda g=getter, k=k: _pytree.leaves(g())[k])
+                self.ctx.closure_inputs.append((leaf_getter, v, name))
+                outs.append(v)
+            else:
+                outs.append(leaf)
+        result = outs[0] if tree is None else _pytree.unflatten(tree, outs)
+        self.ctx.closure_keys[key] = result
+        return result
+
+    # -- statements -------------------------------------------------------------------
+    def block(self, stmts):
+        """Lower ``stmts``; after a jump whose flag is symbolic, the rest is guarded."""
+        for i, st in enumerate(stmts):
+            if self.terminated():
+                return
+            guard = self.pending_guard()
+            if guard is not None:
+                rest = stmts[i:]
+                self.lower_guard(guard, lambda: self.block(rest), assigned_names(rest), st)
+                return
+            self.stmt(st)
+
+    def terminated(self) -> bool:
+        return any(self.env.get(f) is True for f in (RETURNED, BROKE, CONT))
+
+    def pending_guard(self):
+        """``not (returned or broke or continued)`` when any flag is symbolic, else None."""
+        from .. import numpy as tnp
+        flags = [self.env.get(f, False) for f in (RETURNED, BROKE, CONT)]
+        if not any(is_symbolic(f) for f in flags):
+            return None
+        acc = None
+        for f in flags:
+            if is_symbolic(f):
+                acc = f if acc is None else tnp.logical_or(acc, f)
+        return tnp.logical_not(acc)
+
+    def stmt(self, node):
+        method = getattr(self, f"stmt_{type(node).__name__}", None)
+        if method is None:
+            raise self.src.error(node, _refusal(node))
+        with self.b.at(self.src.loc(node)):
+            method(node)
+
+    def stmt_Expr(self, node):
+        if isinstance(node.value, ast.Constant):
+            return                      # docstring or bare constant
+        self.expr(node.value)
+
+    def stmt_Pass(self, node):
+        pass
+
+    def stmt_Assign(self, node):
+        value = self.expr(node.value)
+        for t in node.targets:
+            self.assign(t, value)
+
+    def stmt_AnnAssign(self, node):
+        if node.value is None:
+            return
+        value = self.expr(node.value)
+        self.check_annotation(node.annotation, value, node)
+        self.assign(node.target, value)
+
+    def check_annotation(self, annotation, value, node):
+        """Typed-tensor annotations on assignments (checked by the typing layer)."""
+
+    def annotate_arguments(self, fnode, env):
+        """Typed-tensor annotations on parameters (checked by the typing layer)."""
+
+    def stmt_AugAssign(self, node):
+        t = node.target
+        if isinstance(t, ast.Name):
+            cur = self.lookup(t.id, t)
+            self.env[t.id] = binop(type(node.op), cur, self.expr(node.value))
+        elif isinstance(t, ast.Subscript):
+            base = self.expr(t.value)
+            idx = self.index(t.slice)
+            v = self.expr(node.value)
+            if isinstance(node.op, ast.Add):
+                from .._prims.indexing import index_add
+                new = index_add(base, idx, v)      # repeated indices accumulate
+            else:
+                from .._prims.indexing import index_set
+                from .. import numpy as tnp
+                new = index_set(base, idx, binop(type(node.op), tnp._getitem(base, idx), v))
+            self._store_subscript_base(t.value, new)
+        else:
+            raise self.src.error(node, f"augmented assignment to {type(t).__name__} is not supported; "
+                                       f"assign to a name or a subscript")
+
+    def assign(self, target, value):
+        if isinstance(target, ast.Name):
+            if is_symbolic(value) and value.var.hint is None:
+                value.var.hint = target.id
+            self.env[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            items = self._unpack(value, len(target.elts), target)
+            for t, v in zip(target.elts, items):
+                self.assign(t, v)
+        elif isinstance(target, ast.Subscript):
+            from .._prims.indexing import index_set
+            base = self.expr(target.value)
+            new = index_set(base, self.index(target.slice), value)
+            self._store_subscript_base(target.value, new)
+        elif isinstance(target, ast.Starred):
+            raise self.src.error(target, "starred assignment targets are not supported; unpack explicitly")
+        else:
+            raise self.src.error(target, f"assignment to {type(target).__name__} is not supported inside a "
+                                         f"differentiated function (objects are immutable here); build a "
+                                         f"new value instead, e.g. dataclasses.replace")
+
+    def _store_subscript_base(self, base_node, new):
+        """``a[i] = v`` rebinds ``a`` (functional update); ``a[i][j] = v`` nests."""
+        if isinstance(base_node, ast.Name):
+            self.env[base_node.id] = new
+            if is_symbolic(new) and new.var.hint is None:
+                new.var.hint = base_node.id
+        elif isinstance(base_node, ast.Subscript):
+            from .._prims.indexing import index_set
+            outer = self.expr(base_node.value)
+            self._store_subscript_base(base_node.value, index_set(outer, self.index(base_node.slice), new))
+        else:
+            raise self.src.error(base_node, "subscript assignment needs a name on the left, e.g. `a[i] = v`")
+
+    def _unpack(self, value, n, node):
+        if is_symbolic(value):
+            shape = value.aval.shape
+            if shape is None or not shape or type(shape[0]) is not int:
+                from .structure import StructureNeeded
+                raise self.src.error(node, f"unpacking a value of unknown length into {n} names (if this "
+                                           f"argument is a tuple, its structure is read at the first call; "
+                                           f"for an array write x[0], x[1])", StructureNeeded)
+            if shape[0] != n:
+                raise self.src.error(node, f"cannot unpack an array of length {shape[0]} into {n} names")
+            from .. import numpy as tnp
+            return [tnp._getitem(value, k) for k in range(n)]
+        try:
+            items = list(value)
+        except TypeError:
+            raise self.src.error(node, f"cannot unpack {type(value).__name__}") from None
+        if len(items) != n:
+            raise self.src.error(node, f"cannot unpack {len(items)} values into {n} names")
+        return items
+
+    def stmt_Return(self, node):
+        value = None if node.value is None else self.expr(node.value)
+        self.env[RET] = value
+        self.env[RETURNED] = True
+        if self.in_loop:
+            self.env[BROKE] = True
+
+    def stmt_Break(self, node):
+        if not self.in_loop:
+            raise self.src.error(node, "`break` outside a loop")
+        self.env[BROKE] = True
+
+    def stmt_Continue(self, node):
+        if not self.in_loop:
+            raise self.src.error(node, "`continue` outside a loop")
+        self.env[CONT] = True
+
+    def stmt_FunctionDef(self, node):
+        if node.decorator_list:
+            raise self.src.error(node, "decorators on a nested function are not supported; "
+                                       "apply the transform to the outer function")
+        self.env[node.name] = LocalFunction(node, self.src, self.env, self.scope, node.name)
+
+    def stmt_Assert(self, node):
+        test = self.expr(node.test)
+        if is_symbolic(test):
+            raise self.src.error(node, "`assert` on an array value cannot be checked while lowering; "
+                                       "check it before calling the transformed function")
+        if not test:
+            raise self.src.error(node, "assertion failed while lowering")
+
+    def stmt_Raise(self, node):
+        raise self.src.error(node, "`raise` inside a differentiated function is not supported; "
+                                   "validate arguments before calling it")
+
+    # -- calls to user functions: lowered inline ------------------------------------------------
+    def inline_call(self, fn, args, kwargs, node):
+        if isinstance(fn, LocalFunction):
+            fnode, src, scope = fn.node, fn.src, Scope(fn.scope.globals, {}, fn.env, fn.scope)
+            key = id(fn.node)
+            defaults = self._defaults(fnode.args, fn)
+        else:
+            key = fn.__code__
+            src = read_source(fn)
+            fnode = src.node
+            scope = Scope(fn.__globals__, _closure_dict(fn))
+            defaults = _python_defaults(fn)
+        if key in self.ctx.stack:
+            raise self.src.error(node, f"recursive call to `{getattr(fnode, 'name', 'lambda')}` cannot be "
+                                       f"lowered; rewrite it as a loop")
+        if len(self.ctx.stack) > _MAX_INLINE_DEPTH:
+            raise self.src.error(node, "calls nested too deeply")
+        env = bind_arguments(src, fnode, args, kwargs, defaults, node_for_errors=node, caller=self.src)
+        self.ctx.stack.append(key)
+        try:
+            callee = Lowerer(src, scope, self.ctx, self.b, env)
+            return callee.run_body(fnode)
+        finally:
+            self.ctx.stack.pop()
+
+    def _defaults(self, args_node, fn):
+        return {a.arg: self.expr(d) for a, d in zip(args_node.args[len(args_node.args) - len(args_node.defaults):],
+                                                    args_node.defaults)}
+
+    def run_body(self, fnode):
+        """Lower a function body; returns its return value."""
+        if isinstance(fnode, ast.Lambda):
+            return self.expr(fnode.body)
+        self.env.setdefault(RETURNED, False)
+        self.block(fnode.body)
+        if self.env.get(RETURNED) is False:
+            return None
+        return self.env.get(RET)
+
+    def call_transformed(self, transformed, args, kwargs, node):
+        return transformed.lower_call(self, args, kwargs, node)
+
+
+def _closure_dict(fn) -> dict:
+    if not fn.__closure__:
+        return {}
+    out = {}
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:
+            pass
+    return out
+
+
+def _cell_getter(scope, name):
+    return lambda: scope.closure[name]
+
+
+def _python_defaults(fn) -> dict:
+    code = fn.__code__
+    names = code.co_varnames[:code.co_argcount]
+    defaults = fn.__defaults__ or ()
+    out = dict(zip(names[len(names) - len(defaults):], defaults))
+    out.update(fn.__kwdefaults__ or {})
+    return out
+
+
+def bind_arguments(src, fnode, args, kwargs, defaults, node_for_errors=None, caller=None):
+    a = fnode.args
+    if a.vararg or a.kwarg:
+        where = node_for_errors if caller is not None else fnode
+        err_src = caller if caller is not None else src
+        raise err_src.error(where, "functions with *args or **kwargs cannot be lowered; "
+                                   "name each parameter")
+    names = [p.arg for p in a.posonlyargs + a.args]
+    env = {}
+    if len(args) > len(names):
+        raise (caller or src).error(node_for_errors or fnode,
+                                    f"too many arguments: {len(args)} given, {len(names)} expected")
+    for n, v in zip(names, args):
+        env[n] = v
+    for k, v in kwargs.items():
+        if k in env:
+            raise (caller or src).error(node_for_errors or fnode, f"argument `{k}` given twice")
+        env[k] = v
+    for n in names + [p.arg for p in a.kwonlyargs]:
+        if n not in env:
+            if n in defaults:
+                env[n] = defaults[n]
+            else:
+                raise (caller or src).error(node_for_errors or fnode, f"missing argument `{n}`")
+    return env
+
+
+def _refusal(node) -> str:
+    hints = {
+        "With": "`with` blocks are not supported; move the context manager outside the function",
+        "Try": "`try`/`except` is not supported; validate inputs outside the differentiated function",
+        "Global": "`global` is not supported; pass the value as an argument",
+        "Nonlocal": "`nonlocal` is not supported; return the value instead",
+        "Delete": "`del` is not supported; just stop using the name",
+        "ClassDef": "defining a class inside a differentiated function is not supported; define it outside",
+        "Import": "`import` inside a differentiated function is not supported; import at module level",
+        "ImportFrom": "`import` inside a differentiated function is not supported; import at module level",
+        "AsyncFor": "`async for` is not supported",
+        "AsyncWith": "`async with` is not supported",
+        "Match": "`match` is not supported; use if/elif",
+        "TryStar": "`try`/`except*` is not supported",
+    }
+    name = type(node).__name__
+    return hints.get(name, f"the statement `{name}` is not supported in a differentiated function")
+
+
+# -- entry point -------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class LoweredFunction:
+    """A function lowered to DXIR.
+
+    ``graph`` inputs are the leaves of the arguments (in ``arg_trees`` order),
+    then one input per captured global/closure array (``closure_getters``).
+    ``out_tree`` rebuilds the return value from ``graph.outputs``.
+    """
+    graph: Graph
+    fn: Callable
+    arg_names: list
+    arg_trees: list                 # TreeDef per positional argument
+    closure_getters: list
+    out_tree: Any
+    src: FunctionSource
+
+
+def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunction:
+    """Lower ``fn``'s source to DXIR.
+
+    Args:
+      fn: a Python function.
+      arg_trees: per positional parameter, the pytree structure of the argument
+        (``None``: every parameter is one array).
+      arg_avals: optional list of AbstractValue per leaf (from annotations or examples).
+    """
+    src = read_source(fn)
+    fnode = src.node
+    a = fnode.args
+    if a.vararg or a.kwarg:
+        raise src.error(fnode, "functions with *args or **kwargs cannot be transformed; name each parameter")
+    params = [p.arg for p in a.posonlyargs + a.args]
+    root = Builder(name=name or fn.__name__)
+    ctx = Context(root, [], {}, [fn.__code__])
+    scope = Scope(fn.__globals__, _closure_dict(fn))
+    defaults = _python_defaults(fn)
+    if arg_trees is None:
+        arg_trees = [_pytree.TreeDef("leaf") for _ in params]
+    env = {}
+    leaf_index = 0
+    with root.active():
+        for pname, tree in zip(params, arg_trees):
+            if tree is None:          # a static argument (static_argnums): filled by the caller
+                continue
+            leaves = []
+            for k in range(tree.num_leaves):
+                aval = arg_avals[leaf_index] if arg_avals is not None else None
+                from .._core.aval import UNKNOWN
+                hint = pname if tree.kind == "leaf" else f"{pname}_{k}"
+                leaves.append(root.new_input(aval or UNKNOWN, hint))
+                leaf_index += 1
+            env[pname] = _pytree.unflatten(tree, leaves)
+        for pname in params[len(arg_trees):]:
+            if pname not in defaults:
+                raise src.error(fnode, f"parameter `{pname}` has no argument")
+            env[pname] = defaults[pname]
+        for p in a.kwonlyargs:
+            if p.arg not in (fn.__kwdefaults__ or {}):
+                raise src.error(fnode, f"keyword-only parameter `{p.arg}` needs a default")
+            env[p.arg] = fn.__kwdefaults__[p.arg]
+        low = Lowerer(src, scope, ctx, root, env)
+        low.annotate_arguments(fnode, env)
+        result = low.run_body(fnode)
+        out_leaves, out_tree = _pytree.flatten(result)
+        for leaf in out_leaves:
+            if not (is_symbolic(leaf) or isinstance(leaf, (int, float, bool, np.ndarray, np.generic))):
+                raise src.error(fnode, f"`{fn.__name__}` returns a {type(leaf).__name__}; a transformed "
+                                       f"function must return arrays (in tuples/lists/dicts)")
+    graph = root.finish(out_leaves, name or fn.__name__)
+    return LoweredFunction(graph, fn, params, list(arg_trees), [g for g, _, _ in ctx.closure_inputs],
+                           out_tree, src)

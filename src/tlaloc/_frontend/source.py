@@ -1,0 +1,76 @@
+"""Reading a function's source: its AST with line and column mapped back to
+the user's file."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+
+from .._core.graph import SourceLoc
+from ..errors import FenceError
+
+
+@dataclasses.dataclass
+class FunctionSource:
+    fn: object
+    node: ast.AST              # FunctionDef or Lambda
+    filename: str
+    line_offset: int           # add to ast lineno
+    col_offset: int            # add to ast col_offset
+    lines: list                # the file's lines (for comments)
+
+    def loc(self, node: ast.AST) -> SourceLoc:
+        lineno = getattr(node, "lineno", 1) + self.line_offset
+        col = getattr(node, "col_offset", 0) + self.col_offset + 1
+        text = self.lines[lineno - 1].strip() if 0 < lineno <= len(self.lines) else ""
+        return SourceLoc(self.filename, lineno, col, text)
+
+    def error(self, node: ast.AST, message: str, cls=FenceError) -> FenceError:
+        loc = self.loc(node)
+        return cls(message, loc.filename, loc.lineno, loc.col)
+
+
+def read_source(fn) -> FunctionSource:
+    """Parse ``fn``'s source. Raises FenceError when no source is available."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        raise FenceError(f"cannot read the source of {fn!r}: only Python functions can be transformed")
+    try:
+        lines, start = inspect.getsourcelines(fn)
+        filename = inspect.getsourcefile(fn) or code.co_filename
+    except (OSError, TypeError) as e:
+        raise FenceError(f"cannot read the source of `{fn.__name__}` ({e}); define it in a file, "
+                         f"not in an interactive prompt or exec()") from None
+    text = "".join(lines)
+    dedented = textwrap.dedent(text)
+    indent = len(lines[0]) - len(lines[0].lstrip()) if dedented != text else 0
+    try:
+        tree = ast.parse(dedented)
+    except SyntaxError:
+        raise FenceError(f"cannot parse the source of `{fn.__name__}` on its own (a lambda inside "
+                         f"a larger expression?); define it with `def`", filename, start, 1) from None
+    try:
+        with open(filename, encoding="utf-8") as fh:
+            file_lines = fh.read().splitlines()
+    except OSError:
+        file_lines = [l.rstrip("\n") for l in lines]
+        start = 1
+    node = _find(tree, fn, start)
+    return FunctionSource(fn, node, filename, start - 1, indent, file_lines)
+
+
+def _find(tree, fn, start):
+    name = fn.__name__
+    if name == "<lambda>":
+        lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
+        if len(lambdas) != 1:
+            raise FenceError(f"cannot tell which lambda on line {start} to transform; "
+                             f"give it a name with `def`")
+        return lambdas[0]
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name:
+            if isinstance(n, ast.AsyncFunctionDef):
+                raise FenceError(f"`async def {name}` cannot be differentiated; use a plain def")
+            return n
+    raise FenceError(f"cannot find the definition of `{name}` in its source")

@@ -1,0 +1,94 @@
+"""Shared shape and dtype rules for primitive declarations.
+
+Rules work on ``AbstractValue``s whose dtype or shape may be unknown (``None``);
+an unknown input gives an unknown output, never a guess.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as _dt
+from ..errors import ShapeError
+
+
+def broadcast_shapes(op: str, *shapes):
+    """NumPy broadcasting of shapes whose dims may be ints, names or ``None``."""
+    if any(s is None for s in shapes):
+        return None
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(rank):
+        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        out.append(_broadcast_dim(op, dims, shapes))
+    return tuple(out)
+
+
+def _broadcast_dim(op, dims, shapes):
+    known = {d for d in dims if type(d) is int and d != 1}
+    if len(known) > 1:
+        raise ShapeError(f"{op}: shapes {' and '.join(map(_fmt, shapes))} do not broadcast "
+                         f"(sizes {sorted(known)} meet on one axis); reshape one operand "
+                         f"or insert an axis of size 1")
+    if known:
+        return known.pop()
+    named = [d for d in dims if isinstance(d, str)]
+    if named:
+        return named[0]
+    if any(d is None for d in dims):
+        return None
+    return 1
+
+
+def _fmt(shape) -> str:
+    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + (",)" if len(shape) == 1 else ")")
+
+
+def same_shape(x, *rest, **params):
+    return x.shape
+
+
+def elementwise_shape(op: str):
+    def rule(*avals, **params):
+        return broadcast_shapes(op, *(a.shape for a in avals))
+    return rule
+
+
+def elementwise_dtype(op: str, impl, names=None):
+    """dtype rule: refuse a float32/float64 mix, then ask NumPy with 0-d arrays."""
+    def rule(*avals, **params):
+        labels = names or [f"operand {i}" for i in range(len(avals))]
+        _dt.check_float_mix(op, {labels[i] if i < len(labels) else f"operand {i}":
+                                 (None if a.weak else a.dtype) for i, a in enumerate(avals)})
+        if any(a.dtype is None and not a.weak for a in avals):
+            return None
+        if all(a.weak for a in avals):
+            return None
+        samples = [np.zeros((), a.dtype) if not a.weak else (0.0 if a.dtype is None else a.dtype.type(0))
+                   for a in avals]
+        with np.errstate(all="ignore"):
+            return np.asarray(impl(*samples, **params)).dtype
+    return rule
+
+
+def normalize_axes(axes, rank: int, op: str = "reduction"):
+    """``None`` -> all axes; ints may be negative. Returns a sorted tuple."""
+    if axes is None:
+        return tuple(range(rank))
+    if isinstance(axes, int):
+        axes = (axes,)
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            raise ShapeError(f"{op}: axis {a} is out of range for an array of rank {rank}; "
+                             f"use an axis in [{-rank}, {rank - 1}]")
+        out.append(a % rank)
+    return tuple(sorted(out))
+
+
+def reduced_shape(shape, axes, keepdims, op="reduction"):
+    if shape is None:
+        return None
+    ax = normalize_axes(axes, len(shape), op)
+    if keepdims:
+        return tuple(1 if i in ax else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in ax)

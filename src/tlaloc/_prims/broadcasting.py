@@ -1,0 +1,142 @@
+"""Shape-generic helpers that derivative rules use to undo broadcasting.
+
+Graphs built at definition time may not know ranks, so rules never compute
+shapes themselves: they emit these primitives, which read the shape of a
+``like`` operand at run time. With concrete shapes (``jit``) they lower to
+``reduce``/``reshape``/``broadcast_in_dim`` or vanish.
+
+* ``sum_to(x, like)``: sum ``x`` down to ``like``'s shape (the VJP of broadcasting).
+* ``broadcast_like(x, like)``: broadcast ``x`` up to ``like``'s shape.
+* ``reshape_like(x, like)``: reshape ``x`` to ``like``'s shape.
+* ``expand_reduced(g, like, axes, keepdims)``: re-insert the reduced axes.
+* ``cast_like(x, like)``: convert ``x`` to ``like``'s floating dtype.
+* ``zeros_like(x)``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._core.primitive import Primitive
+from ._rules import normalize_axes
+
+
+def _shape_of_like(x, like):
+    return like.shape
+
+
+def _dtype_of_x(x, like, **_):
+    return x.dtype
+
+
+def _sum_to_impl(x, like):
+    x = np.asarray(x)
+    shape = np.shape(like)
+    if x.shape == shape:
+        return x
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        i + lead for i, d in enumerate(shape) if d == 1 and x.shape[i + lead] != 1)
+    out = x.sum(axis=axes, keepdims=True) if axes else x
+    if lead:
+        out = out.reshape(out.shape[lead:])
+    return out.reshape(shape)
+
+
+def _broadcast_like_impl(x, like):
+    shape = np.shape(like)
+    x = np.asarray(x)
+    if x.shape == shape:
+        return x
+    return np.broadcast_to(x, shape)
+
+
+def _reshape_like_impl(x, like):
+    return np.reshape(x, np.shape(like))
+
+
+def _cast_like_impl(x, like):
+    dt = np.asarray(like).dtype
+    x = np.asarray(x)
+    if dt.kind != "f" or x.dtype == dt:
+        return x
+    return x.astype(dt)
+
+
+def _expand_reduced_impl(g, like, *, axes, keepdims):
+    g = np.asarray(g)
+    if keepdims:
+        return g
+    rank = np.ndim(like)
+    ax = normalize_axes(axes, rank)
+    shape = tuple(1 if i in ax else d for i, d in enumerate(np.shape(like)))
+    return g.reshape(shape)
+
+
+def _expand_reduced_shape(g, like, *, axes, keepdims):
+    if keepdims:
+        return g.shape
+    if like.shape is None:
+        return None
+    ax = normalize_axes(axes, len(like.shape))
+    return tuple(1 if i in ax else d for i, d in enumerate(like.shape))
+
+
+def _zeros_like_impl(x):
+    return np.zeros_like(x)
+
+
+sum_to_p = Primitive("sum_to", impl=_sum_to_impl, hlo="stablehlo.reduce", shape_rule=_shape_of_like,
+                     dtype_rule=_dtype_of_x, nondiff_argnums=(1,))
+broadcast_like_p = Primitive("broadcast_like", impl=_broadcast_like_impl, hlo="stablehlo.broadcast_in_dim",
+                             shape_rule=_shape_of_like, dtype_rule=_dtype_of_x, nondiff_argnums=(1,))
+reshape_like_p = Primitive("reshape_like", impl=_reshape_like_impl, hlo="stablehlo.reshape",
+                           shape_rule=_shape_of_like, dtype_rule=_dtype_of_x, nondiff_argnums=(1,))
+cast_like_p = Primitive("cast_like", impl=_cast_like_impl, hlo="stablehlo.convert",
+                        shape_rule=lambda x, like: x.shape,
+                        dtype_rule=lambda x, like: like.dtype if like.dtype is not None and like.dtype.kind == "f"
+                        else x.dtype, nondiff_argnums=(1,))
+expand_reduced_p = Primitive("expand_reduced", impl=_expand_reduced_impl, hlo="stablehlo.reshape",
+                             shape_rule=_expand_reduced_shape, dtype_rule=lambda g, like, **_: g.dtype,
+                             nondiff_argnums=(1,))
+zeros_like_p = Primitive("zeros_like", impl=_zeros_like_impl, hlo="stablehlo.constant",
+                         shape_rule=lambda x: x.shape, dtype_rule=lambda x: x.dtype, render="tnp.zeros_like")
+
+
+def sum_to(x, like):
+    """Sum ``x`` over broadcast axes so that it has ``like``'s shape."""
+    return sum_to_p.bind(x, like)
+
+
+def broadcast_like(x, like):
+    return broadcast_like_p.bind(x, like)
+
+
+def reshape_like(x, like):
+    return reshape_like_p.bind(x, like)
+
+
+def cast_like(x, like):
+    return cast_like_p.bind(x, like)
+
+
+def expand_reduced(g, like, axes, keepdims):
+    return expand_reduced_p.bind(g, like, axes=axes, keepdims=keepdims)
+
+
+def zeros_like(x):
+    return zeros_like_p.bind(x)
+
+
+sum_to_p.vjp = lambda g, x, like, out: (broadcast_like(g, x), None)
+sum_to_p.jvp = lambda t, x, like, out: None if t[0] is None else sum_to(t[0], like)
+broadcast_like_p.vjp = lambda g, x, like, out: (sum_to(g, x), None)
+broadcast_like_p.jvp = lambda t, x, like, out: None if t[0] is None else broadcast_like(t[0], like)
+reshape_like_p.vjp = lambda g, x, like, out: (reshape_like(g, x), None)
+reshape_like_p.jvp = lambda t, x, like, out: None if t[0] is None else reshape_like(t[0], like)
+cast_like_p.vjp = lambda g, x, like, out: (cast_like(g, x), None)
+cast_like_p.jvp = lambda t, x, like, out: None if t[0] is None else cast_like(t[0], like)
+expand_reduced_p.vjp = lambda g, x, like, out, axes, keepdims: (reshape_like(g, x), None)
+expand_reduced_p.jvp = lambda t, x, like, out, axes, keepdims: (
+    None if t[0] is None else expand_reduced(t[0], like, axes, keepdims))
+zeros_like_p.vjp = lambda g, x, out: (None,)
+zeros_like_p.jvp = lambda t, x, out: None

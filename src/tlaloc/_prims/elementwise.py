@@ -1,0 +1,331 @@
+"""Elementwise primitives and their derivative rules.
+
+Unary primitives declare one ``deriv(x, out)`` (dy/dx as an array expression);
+both the VJP (``g · deriv``) and the JVP (``ẋ · deriv``) come from it, through
+``safe_mul`` so that an exactly-zero cotangent or tangent contributes exactly
+zero even where the derivative is infinite (sqrt, log, pow at 0).
+
+Conventions (tested with analytic values in tests/test_conventions.py):
+  * ``abs'(0) = 0`` and ``sign'(x) = 0`` (as JAX);
+  * ``maximum``/``minimum`` at a tie give each operand half the cotangent (as JAX);
+  * ``clamp`` passes the cotangent on the closed interval ``lo <= x <= hi``
+    (as PyTorch; JAX's ``lax.clamp`` gives 0 at the bounds and ``jnp.clip`` 0.5);
+  * ``floor``/``ceil``/``round``/``sign`` have zero derivative;
+  * ``sqrt'(0)`` is ``+inf`` but a zero cotangent through it gives 0, not NaN.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._core.primitive import Primitive
+from ._rules import elementwise_dtype, elementwise_shape, same_shape
+from .broadcasting import sum_to
+
+
+def _declare(name, impl, hlo, nargs, render=None, names=None):
+    return Primitive(name, impl=impl, hlo=hlo, shape_rule=elementwise_shape(name),
+                     dtype_rule=elementwise_dtype(name, impl, names), render=render)
+
+
+# -- NaN-safe products (used by every derivative rule) -------------------------
+
+def _safe_mul_impl(a, b):
+    out = np.multiply(a, b)
+    if out.dtype.kind == "f" and np.isnan(out).any():
+        out = np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), out.dtype.type(0), out)
+    return out
+
+
+def _safe_div_impl(a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.divide(a, b)
+    if out.dtype.kind == "f" and np.isnan(out).any():
+        out = np.where(np.asarray(a) == 0, out.dtype.type(0), out)
+    return out
+
+
+safe_mul_p = _declare("safe_mul", _safe_mul_impl, "stablehlo.multiply", 2)
+safe_div_p = _declare("safe_div", _safe_div_impl, "stablehlo.divide", 2)
+
+
+def safe_mul(a, b):
+    """``a * b``, except that an exact zero in either factor gives exactly 0."""
+    return safe_mul_p.bind(a, b)
+
+
+def safe_div(a, b):
+    """``a / b``, except that ``a == 0`` gives exactly 0 (also where ``b == 0``)."""
+    return safe_div_p.bind(a, b)
+
+
+# -- unary -------------------------------------------------------------------
+
+UNARY: dict[str, Primitive] = {}
+
+
+def unary(name, impl, hlo, deriv=None, render=None, linear=False):
+    """Declare a unary elementwise primitive.
+
+    ``deriv(x, out)`` returns dy/dx; ``None`` means the derivative is zero
+    (piecewise-constant functions). ``linear`` marks y = c·x maps.
+    """
+    p = Primitive(name, impl=impl, hlo=hlo, shape_rule=same_shape,
+                  dtype_rule=elementwise_dtype(name, impl), render=render or f"tnp.{name}")
+    p.deriv = deriv
+    UNARY[name] = p
+
+    if deriv is None:
+        p.vjp = lambda g, x, out: (None,)
+        p.jvp = lambda t, x, out: None
+    else:
+        p.vjp = lambda g, x, out: (safe_mul(g, deriv(x, out)),)
+        p.jvp = lambda t, x, out: None if t[0] is None else safe_mul(t[0], deriv(x, out))
+    return p
+
+
+def _np1(fn):
+    def impl(x):
+        with np.errstate(all="ignore"):
+            return fn(x)
+    impl.__name__ = fn.__name__
+    return impl
+
+
+def _logistic(x):
+    x = np.asarray(x)
+    return np.where(x >= 0, 1 / (1 + np.exp(-np.abs(x))), np.exp(-np.abs(x)) / (1 + np.exp(-np.abs(x)))).astype(
+        x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+def _rsqrt(x):
+    return 1 / np.sqrt(x)
+
+
+def _round_half_even(x):
+    return np.round(x)
+
+
+neg_p = unary("negative", np.negative, "stablehlo.negate")
+exp_p = unary("exp", _np1(np.exp), "stablehlo.exponential", lambda x, y: y)
+log_p = unary("log", _np1(np.log), "stablehlo.log", lambda x, y: reciprocal(x))
+log1p_p = unary("log1p", _np1(np.log1p), "stablehlo.log_plus_one", lambda x, y: reciprocal(add(x, 1.0)))
+expm1_p = unary("expm1", _np1(np.expm1), "stablehlo.exponential_minus_one", lambda x, y: add(y, 1.0))
+sin_p = unary("sin", _np1(np.sin), "stablehlo.sine", lambda x, y: cos(x))
+cos_p = unary("cos", _np1(np.cos), "stablehlo.cosine", lambda x, y: negative(sin(x)))
+tan_p = unary("tan", _np1(np.tan), "stablehlo.tan", lambda x, y: add(1.0, multiply(y, y)))
+tanh_p = unary("tanh", _np1(np.tanh), "stablehlo.tanh", lambda x, y: subtract(1.0, multiply(y, y)))
+logistic_p = unary("logistic", _np1(_logistic), "stablehlo.logistic",
+                   lambda x, y: multiply(y, subtract(1.0, y)), render="lax.logistic")
+sqrt_p = unary("sqrt", _np1(np.sqrt), "stablehlo.sqrt", lambda x, y: divide(0.5, y))
+rsqrt_p = unary("rsqrt", _np1(_rsqrt), "stablehlo.rsqrt",
+                lambda x, y: multiply(-0.5, divide(y, x)), render="lax.rsqrt")
+abs_p = unary("abs", np.abs, "stablehlo.abs", lambda x, y: sign(x))
+sign_p = unary("sign", np.sign, "stablehlo.sign")
+floor_p = unary("floor", np.floor, "stablehlo.floor")
+ceil_p = unary("ceil", np.ceil, "stablehlo.ceil")
+round_p = unary("round", _round_half_even, "stablehlo.round_nearest_even")
+arcsin_p = unary("arcsin", _np1(np.arcsin), "chlo.asin",
+                 lambda x, y: rsqrt(subtract(1.0, multiply(x, x))))
+arccos_p = unary("arccos", _np1(np.arccos), "chlo.acos",
+                 lambda x, y: negative(rsqrt(subtract(1.0, multiply(x, x)))))
+arctan_p = unary("arctan", _np1(np.arctan), "chlo.atan",
+                 lambda x, y: reciprocal(add(1.0, multiply(x, x))))
+sinh_p = unary("sinh", _np1(np.sinh), "chlo.sinh", lambda x, y: cosh(x))
+cosh_p = unary("cosh", _np1(np.cosh), "chlo.cosh", lambda x, y: sinh(x))
+arcsinh_p = unary("arcsinh", _np1(np.arcsinh), "chlo.asinh",
+                  lambda x, y: rsqrt(add(multiply(x, x), 1.0)))
+arctanh_p = unary("arctanh", _np1(np.arctanh), "chlo.atanh",
+                  lambda x, y: reciprocal(subtract(1.0, multiply(x, x))))
+logical_not_p = unary("logical_not", np.logical_not, "stablehlo.not")
+isfinite_p = unary("isfinite", np.isfinite, "stablehlo.is_finite")
+neg_p.vjp = lambda g, x, out: (negative(g),)
+neg_p.jvp = lambda t, x, out: None if t[0] is None else negative(t[0])
+
+
+def _reciprocal_impl(x):
+    with np.errstate(divide="ignore"):
+        return np.reciprocal(x) if np.asarray(x).dtype.kind == "f" else np.divide(1.0, x)
+
+
+reciprocal_p = unary("reciprocal", _reciprocal_impl, "stablehlo.divide",
+                     lambda x, y: negative(multiply(y, y)))
+
+
+# -- binary ------------------------------------------------------------------
+
+def binary(name, impl, hlo, render=None):
+    return Primitive(name, impl=impl, hlo=hlo, shape_rule=elementwise_shape(name),
+                     dtype_rule=elementwise_dtype(name, impl, ["x", "y"]),
+                     render=render or f"tnp.{name}")
+
+
+def _np2(fn):
+    def impl(x, y):
+        with np.errstate(all="ignore"):
+            return fn(x, y)
+    impl.__name__ = fn.__name__
+    return impl
+
+
+add_p = binary("add", np.add, "stablehlo.add")
+sub_p = binary("subtract", np.subtract, "stablehlo.subtract")
+mul_p = binary("multiply", np.multiply, "stablehlo.multiply")
+div_p = binary("divide", _np2(np.divide), "stablehlo.divide")
+pow_p = binary("power", _np2(np.power), "stablehlo.power")
+max_p = binary("maximum", np.maximum, "stablehlo.maximum")
+min_p = binary("minimum", np.minimum, "stablehlo.minimum")
+atan2_p = binary("arctan2", np.arctan2, "stablehlo.atan2")
+rem_p = binary("remainder", _np2(np.remainder), "stablehlo.remainder")
+floordiv_p = binary("floor_divide", _np2(np.floor_divide), "stablehlo.divide")
+lt_p = binary("less", np.less, "stablehlo.compare LT")
+le_p = binary("less_equal", np.less_equal, "stablehlo.compare LE")
+gt_p = binary("greater", np.greater, "stablehlo.compare GT")
+ge_p = binary("greater_equal", np.greater_equal, "stablehlo.compare GE")
+eq_p = binary("equal", np.equal, "stablehlo.compare EQ")
+ne_p = binary("not_equal", np.not_equal, "stablehlo.compare NE")
+and_p = binary("logical_and", np.logical_and, "stablehlo.and")
+or_p = binary("logical_or", np.logical_or, "stablehlo.or")
+
+for _p in (lt_p, le_p, gt_p, ge_p, eq_p, ne_p, and_p, or_p, floordiv_p):
+    _p.vjp = lambda g, x, y, out: (None, None)
+    _p.jvp = lambda t, x, y, out: None
+
+
+def add(x, y): return add_p.bind(x, y)
+def subtract(x, y): return sub_p.bind(x, y)
+def multiply(x, y): return mul_p.bind(x, y)
+def divide(x, y): return div_p.bind(x, y)
+def negative(x): return neg_p.bind(x)
+def reciprocal(x): return reciprocal_p.bind(x)
+def sin(x): return sin_p.bind(x)
+def cos(x): return cos_p.bind(x)
+def sinh(x): return sinh_p.bind(x)
+def cosh(x): return cosh_p.bind(x)
+def sign(x): return sign_p.bind(x)
+def rsqrt(x): return rsqrt_p.bind(x)
+def log(x): return log_p.bind(x)
+def equal(x, y): return eq_p.bind(x, y)
+def maximum(x, y): return max_p.bind(x, y)
+
+
+def _tangent_sum(*terms):
+    terms = [t for t in terms if t is not None]
+    if not terms:
+        return None
+    out = terms[0]
+    for t in terms[1:]:
+        out = add(out, t)
+    return out
+
+
+def _def_binary(p, dx, dy):
+    """Binary rule from partials ``dx(x, y, out)``, ``dy(x, y, out)`` (None: zero)."""
+    def vjp(g, x, y, out):
+        gx = None if dx is None else sum_to(safe_mul(g, dx(x, y, out)), x)
+        gy = None if dy is None else sum_to(safe_mul(g, dy(x, y, out)), y)
+        return gx, gy
+
+    def jvp(t, x, y, out):
+        tx = None if (dx is None or t[0] is None) else safe_mul(t[0], dx(x, y, out))
+        ty = None if (dy is None or t[1] is None) else safe_mul(t[1], dy(x, y, out))
+        return _tangent_sum(tx, ty)
+    p.vjp, p.jvp = vjp, jvp
+
+
+add_p.vjp = lambda g, x, y, out: (sum_to(g, x), sum_to(g, y))
+add_p.jvp = lambda t, x, y, out: _tangent_sum(t[0], t[1])
+sub_p.vjp = lambda g, x, y, out: (sum_to(g, x), sum_to(negative(g), y))
+sub_p.jvp = lambda t, x, y, out: _tangent_sum(t[0], None if t[1] is None else negative(t[1]))
+_def_binary(mul_p, lambda x, y, o: y, lambda x, y, o: x)
+div_p.vjp = lambda g, x, y, out: (sum_to(safe_div(g, y), x),
+                                  sum_to(negative(safe_mul(g, divide(out, y))), y))
+div_p.jvp = lambda t, x, y, out: _tangent_sum(
+    None if t[0] is None else safe_div(t[0], y),
+    None if t[1] is None else negative(safe_mul(t[1], divide(out, y))))
+
+
+def _pow_dx(x, y, out):
+    # y · x^(y-1); the product is NaN-safe so that y == 0 gives 0 even at x == 0.
+    return safe_mul(y, power(x, subtract(y, 1.0)))
+
+
+def _pow_dy(x, y, out):
+    # x^y · log(x); 0 where x^y == 0 (JAX gives NaN at x == 0).
+    return safe_mul(out, log(x))
+
+
+def power(x, y): return pow_p.bind(x, y)
+
+
+_def_binary(pow_p, _pow_dx, _pow_dy)
+
+
+def _balanced(x, y, out):
+    """1 where x wins, 0.5 at a tie, 0 where y wins (JAX's convention)."""
+    from .selection import select
+    return select(equal(x, y), 0.5, select(equal(out, x), 1.0, 0.0))
+
+
+_def_binary(max_p, _balanced, lambda x, y, o: _balanced(y, x, o))
+_def_binary(min_p, _balanced, lambda x, y, o: _balanced(y, x, o))
+_def_binary(atan2_p, lambda x, y, o: divide(y, add(multiply(x, x), multiply(y, y))),
+            lambda x, y, o: negative(divide(x, add(multiply(x, x), multiply(y, y)))))
+_def_binary(rem_p, lambda x, y, o: 1.0,
+            lambda x, y, o: negative(subtract(divide(subtract(x, o), y), 0.0)))
+
+
+# -- integer_pow -----------------------------------------------------------------
+
+def _integer_pow_impl(x, *, y):
+    with np.errstate(all="ignore"):
+        return np.power(x, y) if y >= 0 else np.power(np.asarray(x, dtype=np.result_type(x, 1.0)), y)
+
+
+integer_pow_p = Primitive("integer_pow", impl=_integer_pow_impl, hlo="stablehlo.multiply*",
+                          shape_rule=same_shape,
+                          dtype_rule=lambda x, *, y: x.dtype if (y >= 0 or x.dtype is None
+                                                                  or x.dtype.kind == "f") else np.dtype(np.float64),
+                          render="lax.integer_pow")
+
+
+def integer_pow(x, y: int):
+    return integer_pow_p.bind(x, y=int(y))
+
+
+def _ipow_deriv(x, y):
+    if y == 0:
+        return None
+    if y == 1:
+        return 1.0
+    return multiply(float(y), integer_pow(x, y - 1))
+
+
+integer_pow_p.vjp = lambda g, x, out, y: (None if y == 0 else safe_mul(g, _ipow_deriv(x, y)),)
+integer_pow_p.jvp = lambda t, x, out, y: (None if (y == 0 or t[0] is None)
+                                          else safe_mul(t[0], _ipow_deriv(x, y)))
+
+
+# -- convert -------------------------------------------------------------------
+
+def _convert_impl(x, *, dtype):
+    return np.asarray(x).astype(dtype, copy=False)
+
+
+convert_p = Primitive("convert", impl=_convert_impl, hlo="stablehlo.convert", shape_rule=same_shape,
+                      dtype_rule=lambda x, *, dtype: np.dtype(dtype), render="lax.convert")
+
+
+def convert(x, dtype):
+    return convert_p.bind(x, dtype=np.dtype(dtype))
+
+
+def _convert_vjp(g, x, out, dtype):
+    from .broadcasting import cast_like
+    if not np.issubdtype(np.dtype(dtype), np.floating):
+        return (None,)
+    return (cast_like(g, x),)
+
+
+convert_p.vjp = _convert_vjp
+convert_p.jvp = lambda t, x, out, dtype: (None if t[0] is None or not np.issubdtype(np.dtype(dtype), np.floating)
+                                          else convert(t[0], dtype))

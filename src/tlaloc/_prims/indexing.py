@@ -1,0 +1,310 @@
+"""NumPy indexing as primitives: ``getitem``, ``index_set`` (``x[i] = v``) and
+``index_add`` (``x[i] += v``, repeated indices accumulate like ``np.add.at``),
+plus the StableHLO-style ``dynamic_slice``, ``dynamic_update_slice``, ``gather``
+(``take`` along an axis) and ``scatter_add``.
+
+An index is split into a static ``spec`` (a tuple kept in the node's params)
+and dynamic operands (arrays and symbolic scalars). Spec entries:
+
+* ``("i", k)``: a static integer;  ``("d", j)``: dynamic operand ``j``;
+* ``("s", start, stop, step)``: a slice whose bounds are ints, ``None`` or ``("d", j)``;
+* ``("n",)``: ``None`` (new axis);  ``("e",)``: ``...``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._core.primitive import Primitive
+from ..errors import ShapeError
+from .broadcasting import sum_to, zeros_like
+
+
+def split_index(idx):
+    """Python index -> (spec, dynamic operands)."""
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    spec, dyn = [], []
+
+    def bound(b):
+        if b is None or isinstance(b, (int, np.integer)) and not isinstance(b, bool):
+            return None if b is None else int(b)
+        dyn.append(b)
+        return ("d", len(dyn) - 1)
+
+    for item in idx:
+        if item is None:
+            spec.append(("n",))
+        elif item is Ellipsis:
+            spec.append(("e",))
+        elif isinstance(item, slice):
+            spec.append(("s", bound(item.start), bound(item.stop), bound(item.step)))
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
+            spec.append(("i", int(item)))
+        else:
+            if isinstance(item, (list, tuple)):
+                item = np.asarray(item)
+            dyn.append(item)
+            spec.append(("d", len(dyn) - 1))
+    return tuple(spec), dyn
+
+
+def build_index(spec, dyn):
+    """(spec, dynamic values) -> a NumPy index tuple."""
+    def bound(b):
+        if isinstance(b, tuple):
+            return int(dyn[b[1]])
+        return b
+
+    out = []
+    for e in spec:
+        tag = e[0]
+        if tag == "i":
+            out.append(e[1])
+        elif tag == "d":
+            v = dyn[e[1]]
+            out.append(int(v) if np.ndim(v) == 0 and np.asarray(v).dtype.kind in "iu" else v)
+        elif tag == "s":
+            out.append(slice(bound(e[1]), bound(e[2]), bound(e[3])))
+        elif tag == "n":
+            out.append(None)
+        else:
+            out.append(Ellipsis)
+    return tuple(out)
+
+
+def _getitem_impl(x, *dyn, spec):
+    try:
+        return np.asarray(x)[build_index(spec, dyn)]
+    except IndexError as e:
+        raise ShapeError(f"indexing: {e}") from None
+
+
+def _getitem_shape(x, *dyn, spec):
+    if x.shape is None or any(type(d) is not int for d in x.shape):
+        return None
+    if any(d.shape is None or any(type(s) is not int for s in d.shape) for d in dyn):
+        return None
+    if any(e[0] == "s" and any(isinstance(b, tuple) for b in e[1:]) for e in spec):
+        return None
+    sample = [np.zeros(d.shape, dtype=d.dtype if d.dtype is not None else np.int64) for d in dyn]
+    dummy = np.broadcast_to(np.empty((), np.int8), x.shape)
+    try:
+        return tuple(dummy[build_index(spec, sample)].shape)
+    except IndexError as e:
+        raise ShapeError(f"indexing an array of shape {x.shape}: {e}") from None
+
+
+getitem_p = Primitive("getitem", impl=_getitem_impl, hlo="stablehlo.gather",
+                      shape_rule=_getitem_shape, dtype_rule=lambda x, *d, spec: x.dtype)
+
+
+def getitem(x, idx):
+    spec, dyn = split_index(idx)
+    return getitem_p.bind(x, *dyn, spec=spec)
+
+
+def getitem_static(x, idx):
+    return getitem(x, idx)
+
+
+def _has_advanced(spec, dyn):
+    return any(e[0] == "d" and np.ndim(dyn[e[1]]) > 0 for e in spec)
+
+
+def _index_add_impl(x, v, *dyn, spec):
+    out = np.array(x, copy=True)
+    idx = build_index(spec, dyn)
+    if _has_advanced(spec, dyn):
+        np.add.at(out, idx, v)
+    else:
+        out[idx] += v
+    return out
+
+
+def _index_set_impl(x, v, *dyn, spec):
+    out = np.array(x, copy=True)
+    out[build_index(spec, dyn)] = v
+    return out
+
+
+def _update_dtype(name):
+    def rule(x, v, *dyn, spec):
+        from .. import dtypes as _dt
+        _dt.check_float_mix(name, {"x": x.dtype, "value": None if v.weak else v.dtype})
+        return x.dtype
+    return rule
+
+
+index_add_p = Primitive("index_add", impl=_index_add_impl, hlo="stablehlo.scatter add",
+                        shape_rule=lambda x, v, *d, spec: x.shape, dtype_rule=_update_dtype("x[...] += v"))
+index_set_p = Primitive("index_set", impl=_index_set_impl, hlo="stablehlo.scatter",
+                        shape_rule=lambda x, v, *d, spec: x.shape, dtype_rule=_update_dtype("x[...] = v"))
+
+
+def index_add(x, idx, v):
+    spec, dyn = split_index(idx)
+    return index_add_p.bind(x, v, *dyn, spec=spec)
+
+
+def index_set(x, idx, v):
+    spec, dyn = split_index(idx)
+    return index_set_p.bind(x, v, *dyn, spec=spec)
+
+
+def _getitem_vjp(g, x, *dyn_and_out, out, spec):
+    dyn = dyn_and_out
+    return (index_add_p.bind(zeros_like(x), g, *dyn, spec=spec),) + (None,) * len(dyn)
+
+
+def _getitem_jvp(t, x, *dyn, out, spec):
+    return None if t[0] is None else getitem_p.bind(t[0], *dyn, spec=spec)
+
+
+getitem_p.vjp, getitem_p.jvp = _getitem_vjp, _getitem_jvp
+
+
+def _index_add_vjp(g, x, v, *dyn, out, spec):
+    return (g, sum_to(getitem_p.bind(g, *dyn, spec=spec), v)) + (None,) * len(dyn)
+
+
+def _index_add_jvp(t, x, v, *dyn, out, spec):
+    if t[0] is None and t[1] is None:
+        return None
+    tx = t[0] if t[0] is not None else zeros_like(x)
+    return tx if t[1] is None else index_add_p.bind(tx, t[1], *dyn, spec=spec)
+
+
+index_add_p.vjp, index_add_p.jvp = _index_add_vjp, _index_add_jvp
+
+
+def _index_set_vjp(g, x, v, *dyn, out, spec):
+    # Overwritten positions pass no cotangent to x. With repeated indices the
+    # last write wins in NumPy; each duplicate then receives the cotangent.
+    return (index_set_p.bind(g, 0.0, *dyn, spec=spec),
+            sum_to(getitem_p.bind(g, *dyn, spec=spec), v)) + (None,) * len(dyn)
+
+
+def _index_set_jvp(t, x, v, *dyn, out, spec):
+    if t[0] is None and t[1] is None:
+        return None
+    tx = t[0] if t[0] is not None else zeros_like(x)
+    tv = t[1] if t[1] is not None else 0.0
+    return index_set_p.bind(tx, tv, *dyn, spec=spec)
+
+
+index_set_p.vjp, index_set_p.jvp = _index_set_vjp, _index_set_jvp
+
+
+# -- StableHLO-style slicing ------------------------------------------------------
+
+def _dynamic_slice_impl(x, *starts, sizes):
+    x = np.asarray(x)
+    idx = []
+    for s, size, dim in zip(starts, sizes, x.shape):
+        s = int(np.clip(int(s), 0, dim - size))      # StableHLO clamps start indices
+        idx.append(slice(s, s + size))
+    return x[tuple(idx)]
+
+
+dynamic_slice_p = Primitive("dynamic_slice", impl=_dynamic_slice_impl, hlo="stablehlo.dynamic_slice",
+                            shape_rule=lambda x, *s, sizes: tuple(sizes), dtype_rule=lambda x, *s, sizes: x.dtype)
+
+
+def dynamic_slice(x, starts, sizes):
+    """``x[s0:s0+k0, s1:s1+k1, ...]`` with starts clamped into range (StableHLO §dynamic_slice)."""
+    return dynamic_slice_p.bind(x, *starts, sizes=tuple(int(s) for s in sizes))
+
+
+def _dynamic_update_slice_impl(x, update, *starts):
+    x = np.array(x, copy=True)
+    update = np.asarray(update)
+    idx = []
+    for s, size, dim in zip(starts, update.shape, x.shape):
+        s = int(np.clip(int(s), 0, dim - size))
+        idx.append(slice(s, s + size))
+    x[tuple(idx)] = update
+    return x
+
+
+dynamic_update_slice_p = Primitive("dynamic_update_slice", impl=_dynamic_update_slice_impl,
+                                   hlo="stablehlo.dynamic_update_slice",
+                                   shape_rule=lambda x, u, *s: x.shape, dtype_rule=_update_dtype("dynamic_update_slice"))
+
+
+def dynamic_update_slice(x, update, starts):
+    return dynamic_update_slice_p.bind(x, update, *starts)
+
+
+def _dus_vjp(g, x, u, *starts, out):
+    from .broadcasting import reshape_like  # noqa: F401
+    g_u = dynamic_slice_like_p.bind(g, u, *starts)
+    return (dynamic_update_slice_p.bind(g, zeros_like(u), *starts), g_u) + (None,) * len(starts)
+
+
+def _dynamic_slice_like_impl(x, like, *starts):
+    return _dynamic_slice_impl(x, *starts, sizes=np.shape(like))
+
+
+dynamic_slice_like_p = Primitive("dynamic_slice_like", impl=_dynamic_slice_like_impl, hlo="stablehlo.dynamic_slice",
+                                 shape_rule=lambda x, like, *s: like.shape, dtype_rule=lambda x, like, *s: x.dtype)
+
+
+def _ds_vjp(g, x, *starts, out, sizes):
+    return (dynamic_update_slice_p.bind(zeros_like(x), g, *starts),) + (None,) * len(starts)
+
+
+dynamic_slice_p.vjp = _ds_vjp
+dynamic_slice_p.jvp = lambda t, x, *s, out, sizes: None if t[0] is None else dynamic_slice_p.bind(t[0], *s, sizes=sizes)
+dynamic_slice_like_p.vjp = lambda g, x, like, *s, out: (
+    (dynamic_update_slice_p.bind(zeros_like(x), g, *s), None) + (None,) * len(s))
+dynamic_slice_like_p.jvp = lambda t, x, like, *s, out: None if t[0] is None else dynamic_slice_like_p.bind(t[0], like, *s)
+dynamic_update_slice_p.vjp = _dus_vjp
+dynamic_update_slice_p.jvp = lambda t, x, u, *s, out: None if (t[0] is None and t[1] is None) else \
+    dynamic_update_slice_p.bind(t[0] if t[0] is not None else zeros_like(x),
+                                t[1] if t[1] is not None else zeros_like(u), *s)
+
+
+# -- gather / scatter_add along one axis -------------------------------------------
+
+def _gather_impl(x, indices, *, axis):
+    return np.take(x, indices, axis=axis)
+
+
+def _gather_shape(x, idx, *, axis):
+    if x.shape is None or idx.shape is None:
+        return None
+    a = axis % len(x.shape)
+    return tuple(x.shape[:a]) + tuple(idx.shape) + tuple(x.shape[a + 1:])
+
+
+gather_p = Primitive("gather", impl=_gather_impl, hlo="stablehlo.gather", shape_rule=_gather_shape,
+                     dtype_rule=lambda x, i, *, axis: x.dtype, render="tnp.take")
+
+
+def gather(x, indices, axis=0):
+    """``take(x, indices, axis)``: out-of-range indices raise (NumPy), never clamp silently."""
+    return gather_p.bind(x, indices, axis=int(axis))
+
+
+def _scatter_add_impl(x, indices, updates, *, axis):
+    out = np.array(x, copy=True)
+    idx = (slice(None),) * (axis % out.ndim) + (indices,)
+    np.add.at(out, idx, updates)
+    return out
+
+
+scatter_add_p = Primitive("scatter_add", impl=_scatter_add_impl, hlo="stablehlo.scatter add",
+                          shape_rule=lambda x, i, u, *, axis: x.shape,
+                          dtype_rule=lambda x, i, u, *, axis: x.dtype)
+
+
+def scatter_add(x, indices, updates, axis=0):
+    """``x`` with ``updates`` added at ``indices`` along ``axis``; repeated indices accumulate."""
+    return scatter_add_p.bind(x, indices, updates, axis=int(axis))
+
+
+gather_p.vjp = lambda g, x, i, out, axis: (scatter_add(zeros_like(x), i, g, axis), None)
+gather_p.jvp = lambda t, x, i, out, axis: None if t[0] is None else gather(t[0], i, axis)
+scatter_add_p.vjp = lambda g, x, i, u, out, axis: (g, None, gather(g, i, axis))
+scatter_add_p.jvp = lambda t, x, i, u, out, axis: None if (t[0] is None and t[2] is None) else scatter_add(
+    t[0] if t[0] is not None else zeros_like(x), i, t[2] if t[2] is not None else zeros_like(u), axis)

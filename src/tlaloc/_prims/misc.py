@@ -1,0 +1,66 @@
+"""Small primitives the NumPy surface needs: ``stop_gradient``, ``dim_size``,
+``reduced_count`` (how many elements a reduction combines), ``grad_seed``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._core.primitive import Primitive
+from ..errors import GradientError
+from ._rules import normalize_axes
+
+stop_gradient_p = Primitive("stop_gradient", impl=lambda x: x, hlo=None,
+                            shape_rule=lambda x: x.shape, dtype_rule=lambda x: x.dtype)
+stop_gradient_p.vjp = lambda g, x, out: (None,)
+stop_gradient_p.jvp = lambda t, x, out: None
+
+
+def stop_gradient(x):
+    """Identity whose derivative is zero in every transform."""
+    return stop_gradient_p.bind(x)
+
+
+dim_size_p = Primitive("dim_size", impl=lambda x, *, axis: np.int64(np.shape(x)[axis]), hlo=None,
+                       shape_rule=lambda x, *, axis: (), dtype_rule=lambda x, *, axis: np.dtype(np.int64))
+dim_size_p.vjp = lambda g, x, out, axis: (None,)
+dim_size_p.jvp = lambda t, x, out, axis: None
+
+
+def dim_size(x, axis):
+    return dim_size_p.bind(x, axis=int(axis))
+
+
+def _count_impl(x, *, axes):
+    shape = np.shape(x)
+    ax = normalize_axes(axes, len(shape))
+    n = int(np.prod([shape[a] for a in ax])) if ax else 1
+    dt = np.asarray(x).dtype
+    return np.asarray(n, dtype=dt if dt.kind == "f" else np.float64)
+
+
+reduced_count_p = Primitive("reduced_count", impl=_count_impl, hlo=None, shape_rule=lambda x, *, axes: (),
+                            dtype_rule=lambda x, *, axes: x.dtype if x.dtype is not None and x.dtype.kind == "f"
+                            else (None if x.dtype is None else np.dtype(np.float64)))
+reduced_count_p.vjp = lambda g, x, out, axes: (None,)
+reduced_count_p.jvp = lambda t, x, out, axes: None
+
+
+def reduced_count(x, axes):
+    return reduced_count_p.bind(x, axes=axes)
+
+
+def _grad_seed_impl(out):
+    out = np.asarray(out)
+    if out.shape != ():
+        raise GradientError(f"grad requires a scalar output, but the function returned an array of "
+                            f"shape {out.shape}; reduce it (e.g. .sum()) or use tl.vjp / tl.jacrev")
+    if out.dtype.kind != "f":
+        raise GradientError(f"grad requires a floating-point output, got {out.dtype}; "
+                            f"differentiate a float computation")
+    return np.ones((), out.dtype)
+
+
+grad_seed_p = Primitive("grad_seed", impl=_grad_seed_impl, hlo="stablehlo.constant",
+                        shape_rule=lambda x: (), dtype_rule=lambda x: x.dtype)
+grad_seed_p.vjp = lambda g, x, out: (None,)
+grad_seed_p.jvp = lambda t, x, out: None

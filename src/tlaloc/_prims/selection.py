@@ -1,0 +1,89 @@
+"""``select`` (``where``) and ``clamp`` (``clip``), with their rules.
+
+``select``'s VJP routes the cotangent to the chosen operand and an exact 0 to
+the other, so a branch not taken never contributes (no 0·inf = NaN).
+``clamp`` passes the cotangent where ``lo <= x <= hi`` (bounds included, as
+PyTorch); ``lo``/``hi`` get the cotangent where they are the result.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._core.primitive import Primitive
+from ._rules import broadcast_shapes, elementwise_dtype
+from .broadcasting import sum_to, zeros_like
+
+
+def _select_impl(pred, x, y):
+    return np.where(pred, x, y)
+
+
+def _select_dtype(pred, x, y):
+    return elementwise_dtype("where", lambda a, b: np.where(True, a, b), ["x", "y"])(x, y)
+
+
+select_p = Primitive("select", impl=_select_impl, hlo="stablehlo.select",
+                     shape_rule=lambda p, x, y: broadcast_shapes("where", p.shape, x.shape, y.shape),
+                     dtype_rule=_select_dtype, render="tnp.where", nondiff_argnums=(0,))
+
+
+def select(pred, x, y):
+    """``where(pred, x, y)`` with NumPy broadcasting."""
+    return select_p.bind(pred, x, y)
+
+
+def _select_vjp(g, pred, x, y, out):
+    z = zeros_like(g)
+    return None, sum_to(select(pred, g, z), x), sum_to(select(pred, z, g), y)
+
+
+def _select_jvp(t, pred, x, y, out):
+    if t[1] is None and t[2] is None:
+        return None
+    tx = t[1] if t[1] is not None else zeros_like(out)
+    ty = t[2] if t[2] is not None else zeros_like(out)
+    return select(pred, tx, ty)
+
+
+select_p.vjp, select_p.jvp = _select_vjp, _select_jvp
+
+
+def _clamp_impl(lo, x, hi):
+    return np.minimum(np.maximum(x, lo), hi)
+
+
+clamp_p = Primitive("clamp", impl=_clamp_impl, hlo="stablehlo.clamp",
+                    shape_rule=lambda lo, x, hi: broadcast_shapes("clip", lo.shape, x.shape, hi.shape),
+                    dtype_rule=lambda lo, x, hi: elementwise_dtype("clip", _clamp_impl, ["a_min", "x", "a_max"])(lo, x, hi),
+                    render="lax.clamp")
+
+
+def clamp(lo, x, hi):
+    return clamp_p.bind(lo, x, hi)
+
+
+def _clamp_masks(lo, x, hi):
+    from .elementwise import UNARY  # noqa: F401  (keeps import order explicit)
+    from .. import numpy as tnp
+    inside = tnp.logical_and(tnp.greater_equal(x, lo), tnp.less_equal(x, hi))
+    below = tnp.less(x, lo)
+    return inside, below, tnp.logical_and(tnp.logical_not(inside), tnp.logical_not(below))
+
+
+def _clamp_vjp(g, lo, x, hi, out):
+    inside, below, above = _clamp_masks(lo, x, hi)
+    z = zeros_like(g)
+    return (sum_to(select(below, g, z), lo), sum_to(select(inside, g, z), x),
+            sum_to(select(above, g, z), hi))
+
+
+def _clamp_jvp(t, lo, x, hi, out):
+    if all(ti is None for ti in t):
+        return None
+    inside, below, above = _clamp_masks(lo, x, hi)
+    z = zeros_like(out)
+    tl, tx, th = (ti if ti is not None else z for ti in t)
+    return select(inside, tx, select(below, tl, th))
+
+
+clamp_p.vjp, clamp_p.jvp = _clamp_vjp, _clamp_jvp

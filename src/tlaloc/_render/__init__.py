@@ -1,0 +1,1 @@
+"""Back ends that turn DXIR into text: Python source (and StableHLO)."""

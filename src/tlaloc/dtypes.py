@@ -1,0 +1,86 @@
+"""The dtypes tlaloc knows, and the one promotion rule it adds to NumPy's.
+
+Supported: float64, float32, bfloat16, float16 (the last two from ml_dtypes /
+NumPy), int8, int32, int64, uint32 (RNG keys) and bool.
+
+Promotion follows NumPy (NEP 50: Python scalars are weak and adopt the array's
+dtype) with one refusal: two *different* floating dtypes never mix implicitly.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .errors import DTypeError
+
+float64 = np.dtype(np.float64)
+float32 = np.dtype(np.float32)
+float16 = np.dtype(np.float16)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+int8 = np.dtype(np.int8)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
+uint8 = np.dtype(np.uint8)
+uint32 = np.dtype(np.uint32)
+uint64 = np.dtype(np.uint64)
+bool_ = np.dtype(np.bool_)
+
+FLOATS = (float64, float32, bfloat16, float16)
+SUPPORTED = FLOATS + (int8, int32, int64, uint8, uint32, uint64, bool_)
+
+_SHORT = {float64: "f64", float32: "f32", bfloat16: "bf16", float16: "f16",
+          int8: "i8", int32: "i32", int64: "i64", uint8: "u8", uint32: "u32",
+          uint64: "u64", bool_: "bool"}
+
+
+def short_name(dtype) -> str:
+    """``float32`` -> ``"f32"``; used by the DXIR printer and error messages."""
+    if dtype is None:
+        return "?"
+    return _SHORT.get(np.dtype(dtype), str(dtype))
+
+
+def is_float(dtype) -> bool:
+    """True for the floating dtypes (the ones that carry gradients)."""
+    return dtype is not None and np.dtype(dtype) in FLOATS
+
+
+def is_inexact(dtype) -> bool:
+    return dtype is not None and (np.dtype(dtype) in FLOATS
+                                  or np.issubdtype(np.dtype(dtype), np.complexfloating))
+
+
+def check_float_mix(op: str, operands: dict) -> None:
+    """Refuse two different floating dtypes among ``operands``.
+
+    Args:
+      op: the operation's name, for the message.
+      operands: ``{argument name: dtype or None}``; ``None`` (unknown, or a weak
+        Python scalar) never conflicts.
+
+    Raises:
+      DTypeError: naming both operands and their dtypes, with the fix.
+    """
+    seen = None
+    for name, dt in operands.items():
+        if dt is None or not is_float(dt):
+            continue
+        if seen is None:
+            seen = (name, np.dtype(dt))
+        elif np.dtype(dt) != seen[1]:
+            raise DTypeError(
+                f"{op}: {seen[0]} is {seen[1].name} but {name} is {np.dtype(dt).name}; "
+                f"float dtypes never mix implicitly. Convert one explicitly, "
+                f"e.g. `{name}.astype(np.{seen[1].name})`.")
+
+
+def result_dtype(*dtypes):
+    """NumPy's result dtype for non-weak operand dtypes (``None`` entries are skipped)."""
+    known = [np.dtype(d) for d in dtypes if d is not None]
+    if not known:
+        return None
+    return np.result_type(*known)
+
+
+__all__ = ["float64", "float32", "float16", "bfloat16", "int8", "int32", "int64",
+           "uint8", "uint32", "uint64", "bool_", "is_float", "check_float_mix", "short_name"]

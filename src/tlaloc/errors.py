@@ -1,0 +1,86 @@
+"""Every error a tlaloc user can meet, in one module.
+
+Each class is one failure a user can meet. Messages name the argument, what was
+expected and how to fix it; errors raised while a function is being lowered also
+carry the user's ``file:line:col``.
+"""
+from __future__ import annotations
+
+
+class TlalocError(Exception):
+    """Base class of every error tlaloc raises on purpose."""
+
+
+class ShapeError(TlalocError, ValueError):
+    """Operand shapes do not fit an operation.
+
+    Example: ``tnp.matmul(a, b)`` with ``a.shape == (2, 3)`` and ``b.shape == (4, 5)``
+    raises ``ShapeError: matmul: a has 3 columns but b has 4 rows; transpose b or
+    reshape it to (3, k)``.
+    """
+
+
+class DTypeError(TlalocError, TypeError):
+    """Operand dtypes do not fit an operation.
+
+    Float32 and float64 never mix implicitly: ``tnp.add(x32, y64)`` raises,
+    naming both operands, and says to convert one with ``.astype``.
+    """
+
+
+class GraphError(TlalocError):
+    """A DXIR graph is malformed; the message names the offending node."""
+
+
+class FenceError(TlalocError, SyntaxError):
+    """A Python construct outside the differentiable subset (the language fence).
+
+    Raised when ``grad``/``jit``/``vmap`` is applied, never at run time. The
+    message gives ``file:line:col``, names the construct and says what to write
+    instead.
+    """
+
+    def __init__(self, message: str, filename: str | None = None,
+                 lineno: int | None = None, col: int | None = None):
+        self.where = f"{filename}:{lineno}:{col}" if filename else None
+        text = f"{self.where}: {message}" if self.where else message
+        super().__init__(text)
+        # SyntaxError fields, so tracebacks point at the user's line.
+        self.filename, self.lineno, self.offset, self.msg = filename, lineno, col, text
+
+    def __str__(self) -> str:
+        return self.msg
+
+
+class TypeAnnotationError(FenceError):
+    """A typed-tensor annotation (``F32["batch", "hidden"]``) is violated.
+
+    Raised at definition time with ``file:line:col`` and both operand types, or at
+    call time naming the argument whose shape disagrees with its annotation.
+    """
+
+
+class NoRuleError(TlalocError, NotImplementedError):
+    """A transform met a primitive without a rule for it.
+
+    Example: ``no VJP rule for `argmax```. The message names the primitive and the
+    transform.
+    """
+
+
+class GradientError(TlalocError, TypeError):
+    """A gradient was requested where none is defined.
+
+    Examples: a gradient with respect to an integer or bool input, or ``grad`` of a
+    function whose output is not a scalar.
+    """
+
+
+class ArgumentError(TlalocError, ValueError):
+    """A public function got an argument it cannot use; the message names it."""
+
+
+__all__ = [
+    "TlalocError", "ShapeError", "DTypeError", "GraphError", "FenceError",
+    "TypeAnnotationError", "NoRuleError", "GradientError", "ArgumentError",
+]

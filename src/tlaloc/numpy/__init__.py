@@ -1,0 +1,426 @@
+"""``tlaloc.numpy``: the NumPy / Array-API names, built from tlaloc's primitives.
+
+Every function works eagerly on ``numpy.ndarray`` (returning ``numpy.ndarray``)
+and symbolically inside ``grad``/``jit``/``vmap`` (recording DXIR). NumPy
+semantics apply (broadcasting, NEP 50 weak Python scalars) with one refusal:
+float32 and float64 never mix implicitly (``DTypeError``).
+"""
+from __future__ import annotations
+
+import builtins as _builtins
+
+import numpy as _np
+
+from .. import _prims  # noqa: F401
+from .. import dtypes as _dt
+from .._prims import elementwise as _ew
+from .._prims import reductions as _red
+from .._prims import shape_ops as _sh
+from .._prims import indexing as _ix
+from .._prims import linalg as _la
+from .._prims import selection as _sel
+from .._prims import broadcasting as _bc
+from .._prims import misc as _misc
+from ..errors import ShapeError
+from . import lax  # noqa: F401
+
+float64, float32, float16, bfloat16 = _dt.float64, _dt.float32, _dt.float16, _dt.bfloat16
+int8, int32, int64, uint32, bool_ = _dt.int8, _dt.int32, _dt.int64, _dt.uint32, _dt.bool_
+pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
+ndarray = _np.ndarray
+
+
+def _is_symbolic(x) -> bool:
+    from .._core.builder import Value
+    return type(x) is Value
+
+
+# -- elementwise ---------------------------------------------------------------
+
+def _unary(p):
+    def fn(x):
+        return p.bind(x)
+    fn.__name__ = p.name
+    fn.__doc__ = f"Elementwise ``{p.name}`` (primitive ``{p.name}``, lowers to ``{p.hlo}``). Shape: same as x."
+    return fn
+
+
+for _n, _p in _ew.UNARY.items():
+    globals()[_n] = _unary(_p)
+absolute = globals()["abs"]
+arcsin, arccos, arctan = globals()["arcsin"], globals()["arccos"], globals()["arctan"]
+
+
+def _binary(p, name=None):
+    def fn(x, y):
+        return p.bind(x, y)
+    fn.__name__ = name or p.name
+    fn.__doc__ = f"Elementwise ``{p.name}`` with NumPy broadcasting (lowers to ``{p.hlo}``)."
+    return fn
+
+
+add, subtract, multiply, divide = (_binary(_ew.add_p), _binary(_ew.sub_p), _binary(_ew.mul_p),
+                                   _binary(_ew.div_p))
+true_divide = divide
+power, maximum, minimum, arctan2 = (_binary(_ew.pow_p), _binary(_ew.max_p), _binary(_ew.min_p),
+                                    _binary(_ew.atan2_p))
+remainder, floor_divide = _binary(_ew.rem_p), _binary(_ew.floordiv_p)
+mod = remainder
+less, less_equal, greater, greater_equal = (_binary(_ew.lt_p), _binary(_ew.le_p), _binary(_ew.gt_p),
+                                            _binary(_ew.ge_p))
+equal, not_equal = _binary(_ew.eq_p), _binary(_ew.ne_p)
+logical_and, logical_or = _binary(_ew.and_p), _binary(_ew.or_p)
+logistic = _unary(_ew.logistic_p)
+rsqrt = _unary(_ew.rsqrt_p)
+
+
+def square(x):
+    return _ew.integer_pow(x, 2)
+
+
+def logaddexp(x, y):
+    m = stop_gradient(maximum(x, y))
+    return add(m, log(add(exp(subtract(x, m)), exp(subtract(y, m)))))
+
+
+def sigmoid(x):
+    return logistic(x)
+
+
+def astype(x, dtype):
+    """``x`` converted to ``dtype`` (a no-op node when the dtype already matches)."""
+    return _ew.convert(x, dtype)
+
+
+def stop_gradient(x):
+    return _misc.stop_gradient(x)
+
+
+def where(condition, x, y):
+    """``x`` where ``condition`` else ``y``, with broadcasting. Its gradient sends
+    exactly zero to the unselected operand (no NaN from the branch not taken)."""
+    return _sel.select(condition, x, y)
+
+
+def clip(a, a_min=None, a_max=None):
+    """``a`` limited to ``[a_min, a_max]``; gradient 1 on the closed interval
+    (bounds included, as PyTorch), 0 outside."""
+    if a_min is None and a_max is None:
+        raise ValueError("clip: give a_min, a_max or both")
+    if a_min is None:
+        return minimum(a, a_max)
+    if a_max is None:
+        return maximum(a, a_min)
+    return _sel.clamp(a_min, a, a_max)
+
+
+# -- reductions ------------------------------------------------------------------
+
+def _axes(axis):
+    return _red._axes_param(axis)
+
+
+def sum(a, axis=None, keepdims=False, dtype=None):
+    out = _red.reduce_sum(a, _axes(axis), keepdims)
+    return out if dtype is None else astype(out, dtype)
+
+
+def prod(a, axis=None, keepdims=False):
+    return _red.reduce_prod(a, _axes(axis), keepdims)
+
+
+def max(a, axis=None, keepdims=False):
+    return _red.reduce_max(a, _axes(axis), keepdims)
+
+
+def min(a, axis=None, keepdims=False):
+    return _red.reduce_min(a, _axes(axis), keepdims)
+
+
+amax, amin = max, min
+
+
+def mean(a, axis=None, keepdims=False):
+    return divide(sum(a, axis, keepdims), _misc.reduced_count(a, _axes(axis)))
+
+
+def var(a, axis=None, keepdims=False, ddof=0):
+    m = mean(a, axis, keepdims=True)
+    d = subtract(a, m)
+    ss = sum(multiply(d, d), axis, keepdims)
+    n = _misc.reduced_count(a, _axes(axis))
+    return divide(ss, subtract(n, ddof) if ddof else n)
+
+
+def std(a, axis=None, keepdims=False, ddof=0):
+    return sqrt(var(a, axis, keepdims, ddof))
+
+
+def argmax(a, axis=None, keepdims=False):
+    return _red.argmax_p.bind(a, axis=None if axis is None else int(axis), keepdims=bool(keepdims))
+
+
+def argmin(a, axis=None, keepdims=False):
+    return _red.argmin_p.bind(a, axis=None if axis is None else int(axis), keepdims=bool(keepdims))
+
+
+def cumsum(a, axis=None):
+    if axis is None:
+        return _red.cumsum(ravel(a), 0)
+    return _red.cumsum(a, axis)
+
+
+def cumprod(a, axis=None):
+    if axis is None:
+        return _red.cumprod(ravel(a), 0)
+    return _red.cumprod(a, axis)
+
+
+def any(a, axis=None, keepdims=False):
+    return _red.reduce_any_p.bind(a, axes=_axes(axis), keepdims=bool(keepdims))
+
+
+def all(a, axis=None, keepdims=False):
+    return _red.reduce_all_p.bind(a, axes=_axes(axis), keepdims=bool(keepdims))
+
+
+def logsumexp(a, axis=None, keepdims=False):
+    """log Σ exp(a), stabilised by the (gradient-stopped) maximum."""
+    m = stop_gradient(max(a, axis, keepdims=True))
+    m = where(isfinite(m), m, 0.0)
+    out = add(log(sum(exp(subtract(a, m)), axis, keepdims=True)), m)
+    return out if keepdims else _bc.reshape_like(out, sum(a, axis, keepdims=False)) if axis is not None \
+        else _sh.reshape(out, ())
+
+
+def softmax(x, axis=-1):
+    """exp(x) / Σ exp(x) along ``axis``; shape of x."""
+    m = stop_gradient(max(x, axis, keepdims=True))
+    e_ = exp(subtract(x, m))
+    return divide(e_, sum(e_, axis, keepdims=True))
+
+
+def log_softmax(x, axis=-1):
+    """x - logsumexp(x) along ``axis``; shape of x."""
+    m = stop_gradient(max(x, axis, keepdims=True))
+    s = subtract(x, m)
+    return subtract(s, log(sum(exp(s), axis, keepdims=True)))
+
+
+# -- contractions ------------------------------------------------------------------
+
+def matmul(x1, x2):
+    """NumPy ``matmul``: (..., n, k) @ (..., k, m) -> (..., n, m); 1-D operands as NumPy."""
+    return _la.matmul(x1, x2)
+
+
+def dot(a, b):
+    """NumPy ``dot`` for 1-D and 2-D operands (matmul semantics)."""
+    return _la.matmul(a, b)
+
+
+def vdot(a, b):
+    return sum(multiply(ravel(a), ravel(b)))
+
+
+def inner(a, b):
+    return _la.einsum("...i,...i->...", a, b)
+
+
+def outer(a, b):
+    return multiply(expand_dims(ravel(a), 1), expand_dims(ravel(b), 0))
+
+
+def einsum(subscripts, *operands):
+    """Einstein summation with an explicit output (``'ij,jk->ik'``)."""
+    return _la.einsum(subscripts, *operands)
+
+
+def tensordot(a, b, axes=2):
+    """NumPy ``tensordot``; ranks must be known (eager arrays, or annotated arguments)."""
+    ra, rb = _rank(a, "tensordot"), _rank(b, "tensordot")
+    if isinstance(axes, int):
+        ax_a, ax_b = list(range(ra - axes, ra)), list(range(axes))
+    else:
+        ax_a, ax_b = ([axes[0]] if isinstance(axes[0], int) else list(axes[0]),
+                      [axes[1]] if isinstance(axes[1], int) else list(axes[1]))
+    ax_a, ax_b = [x % ra for x in ax_a], [x % rb for x in ax_b]
+    return _la.dot_general(a, b, (tuple(ax_a), tuple(ax_b)))
+
+
+def _rank(x, op):
+    if _is_symbolic(x):
+        r = x.aval.rank
+        if r is None:
+            raise ShapeError(f"{op}: the rank of an operand is unknown at definition time; "
+                             f"annotate the argument (e.g. F64['n', 'm'])")
+        return r
+    return _np.ndim(x)
+
+
+def trace(a, offset=0, axis1=0, axis2=1):
+    return sum(diagonal(a, offset, axis1, axis2), axis=-1)
+
+
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    """Diagonal of ``a`` over (axis1, axis2), moved last (NumPy semantics)."""
+    return _diagonal_p.bind(a, offset=int(offset), axis1=int(axis1), axis2=int(axis2))
+
+
+# -- shapes ----------------------------------------------------------------------
+
+def reshape(a, newshape, *more):
+    if more:
+        newshape = (newshape,) + more
+    if isinstance(newshape, (int, _np.integer)):
+        newshape = (int(newshape),)
+    if _builtins.any(_is_symbolic(d) for d in newshape):
+        raise ShapeError("reshape: sizes must be Python ints at definition time; "
+                         "use -1 for the one size to infer")
+    return _sh.reshape(a, tuple(int(d) for d in newshape))
+
+
+def ravel(a):
+    return _sh.reshape(a, (-1,))
+
+
+flatten = ravel
+
+
+def transpose(a, axes=None, *more):
+    if more:
+        axes = (axes,) + more
+    return _sh.transpose(a, axes)
+
+
+def swapaxes(a, axis1, axis2):
+    r = _rank(a, "swapaxes")
+    perm = list(range(r))
+    perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
+    return _sh.transpose(a, tuple(perm))
+
+
+def moveaxis(a, source, destination):
+    r = _rank(a, "moveaxis")
+    perm = [i for i in range(r) if i != source % r]
+    perm.insert(destination % r, source % r)
+    return _sh.transpose(a, tuple(perm))
+
+
+def expand_dims(a, axis):
+    return _sh.expand_dims(a, axis)
+
+
+def squeeze(a, axis=None):
+    return _sh.squeeze(a, axis)
+
+
+def broadcast_to(a, shape):
+    return _sh.broadcast_to(a, shape)
+
+
+def concatenate(arrays, axis=0):
+    return _sh.concatenate(list(arrays), axis)
+
+
+def stack(arrays, axis=0):
+    return _sh.concatenate([expand_dims(a, axis) for a in arrays], axis)
+
+
+def flip(a, axis=None):
+    return _sh.flip(a, axis)
+
+
+def pad(array, pad_width, mode="constant", constant_values=0):
+    if mode != "constant":
+        raise ValueError(f"pad: only mode='constant' is supported, got {mode!r}")
+    return _sh.pad(array, pad_width, constant_values)
+
+
+def take(a, indices, axis=None):
+    if axis is None:
+        return _ix.gather(ravel(a), indices, 0)
+    return _ix.gather(a, indices, axis)
+
+
+def tril(m, k=0):
+    from .._prims.decompositions import tril as _tril
+    return _tril(m, k)
+
+
+def triu(m, k=0):
+    from .._prims.decompositions import tril_mask_p
+    return where(tril_mask_p.bind(m, k=k - 1), 0.0, m)
+
+
+def _getitem(x, idx):
+    return _ix.getitem(x, idx)
+
+
+# -- creation ----------------------------------------------------------------------
+
+def asarray(a, dtype=None):
+    if _is_symbolic(a):
+        return a if dtype is None else astype(a, dtype)
+    return _np.asarray(a, dtype=dtype)
+
+
+array = asarray
+
+
+def zeros_like(a, dtype=None):
+    out = _bc.zeros_like(a)
+    return out if dtype is None else astype(out, dtype)
+
+
+def ones_like(a, dtype=None):
+    return add(zeros_like(a, dtype), 1.0)
+
+
+def full_like(a, fill_value, dtype=None):
+    return add(zeros_like(a, dtype), fill_value)
+
+
+zeros, ones, full, empty, eye, identity, arange, linspace = (
+    _np.zeros, _np.ones, _np.full, _np.zeros, _np.eye, _np.identity, _np.arange, _np.linspace)
+
+
+def _shape_of(x):
+    """``x.shape`` for a symbolic value: ints where known, symbolic sizes elsewhere."""
+    r = x.aval.rank
+    if r is None:
+        return _SymbolicShape(x)
+    return tuple(d if type(d) is int else _misc.dim_size(x, i) for i, d in enumerate(x.aval.shape))
+
+
+class _SymbolicShape:
+    """The shape of a value of unknown rank: ``shape[i]`` is a symbolic size."""
+
+    def __init__(self, x):
+        self._x = x
+
+    def __getitem__(self, i):
+        if not isinstance(i, int):
+            raise ShapeError("only integer indexing of a shape of unknown rank is supported")
+        return _misc.dim_size(self._x, i)
+
+    def __len__(self):
+        raise ShapeError("len(x.shape): the rank is unknown at definition time; use x.ndim on an "
+                         "annotated argument")
+
+
+def shape(a):
+    return _shape_of(a) if _is_symbolic(a) else _np.shape(a)
+
+
+def size(a):
+    return _misc.reduced_count(a, None) if _is_symbolic(a) else _np.size(a)
+
+
+def ndim(a):
+    return _rank(a, "ndim")
+
+
+from ._diagonal import _diagonal_p  # noqa: E402
+from . import linalg  # noqa: E402,F401
+from . import random  # noqa: E402,F401

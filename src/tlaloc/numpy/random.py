@@ -1,0 +1,1 @@
+"""Placeholder: ``tlaloc.random`` holds the RNG (threefry2x32)."""
