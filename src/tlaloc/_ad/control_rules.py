@@ -19,7 +19,7 @@ from .._core.graph import Graph, Literal, Var
 from .._core.passes import dce, inline, split
 from .._prims.broadcasting import zeros_like
 from .._prims.elementwise import add
-from .reverse import vjp_graph
+from .reverse import add_cotangents, vjp_graph
 
 
 def _is_value(x) -> bool:
@@ -64,8 +64,11 @@ def _loop_vjp_parts(body: Graph, n_lead: int, n_carry: int, n_consts: int, n_xs:
     """
     n_in = len(body.inputs)
     n_out = len(body.outputs)
-    G, reached = vjp_graph(body, wrt=[k >= n_lead for k in range(n_in)], with_primal=True,
-                           zeros_for_missing=True, name=body.name + "_vjp")
+    _, reached = vjp_graph(body, with_primal=False, zeros_for_missing=False)
+    # carries always get a cotangent slot (they flow between iterations); consts and
+    # xs only when a cotangent can reach them
+    wrt = [k >= n_lead and (k < n_lead + n_carry or reached[k]) for k in range(n_in)]
+    G, _ = vjp_graph(body, wrt=wrt, with_primal=True, zeros_for_missing=True, name=body.name + "_vjp")
     fwd, bwd, residuals = split(G, n_in, n_out)
     prim_in = G.inputs[:n_in]
     lead = {v.id for v in prim_in[:n_lead]}
@@ -84,26 +87,34 @@ def _loop_vjp_parts(body: Graph, n_lead: int, n_carry: int, n_consts: int, n_xs:
     # the forward body returns the stacked residuals as extra ys
     stacked = [r for r, k in zip(residuals, kinds) if k[0] == "stack"]
     fwd_body = dce(Graph(fwd.inputs, fwd.nodes, tuple(fwd.outputs[:n_out]) + tuple(stacked), body.name + "_fwd"))
-    return fwd_body, bwd, residuals, kinds
+    return fwd_body, bwd, residuals, kinds, wrt
 
 
-def _backward_body(bwd: Graph, residuals, kinds, n_lead_bwd: int, n_carry: int, n_consts: int,
-                   n_xs: int, n_ys: int, body_inputs, name: str):
+def _backward_body(bwd: Graph, residuals, kinds, wrt, n_lead: int, n_carry: int, n_consts: int,
+                   n_ys: int, body_inputs, name: str):
     """The body of the backward loop.
 
-    Inputs: ``(i, *carry_bar, *const_bar_acc, *consts, *xs_k, *res_k, *ys_bar_k)``.
-    Outputs: ``(*carry_bar_prev, *const_bar_acc', *x_bar_k)``.
+    Inputs: ``(i, *carry_bar, *const_bar_acc, *consts, *xs_k, *res_k, *ys_bar_k)`` where
+    ``const_bar_acc`` holds only the constants a cotangent reaches.
+    Outputs: ``(*carry_bar_prev, *const_bar_acc', *x_bar_k)`` (x_bar only for reached xs).
+    ``body_inputs`` are the forward body's inputs (``n_lead`` leading ones, then
+    carry, consts, xs); ``wrt`` marks which of them have a cotangent output in ``bwd``.
     """
+    carry_vars = body_inputs[n_lead:n_lead + n_carry]
+    const_vars = body_inputs[n_lead + n_carry:n_lead + n_carry + n_consts]
+    x_vars = body_inputs[n_lead + n_carry + n_consts:]
+    const_mask = wrt[n_lead + n_carry:n_lead + n_carry + n_consts]
     b = Builder(name=name)
     with b.active():
-        i = b.new_input(body_inputs[0].aval, "i") if n_lead_bwd else None
-        carry_bar = [b.new_input(v.aval, f"{v.hint}_bar") for v in body_inputs[n_lead_bwd:n_lead_bwd + n_carry]]
-        const_vars = body_inputs[n_lead_bwd + n_carry:n_lead_bwd + n_carry + n_consts]
-        const_acc = [b.new_input(v.aval, f"{v.hint}_bar") for v in const_vars]
+        from .._core.aval import AbstractValue
+        import numpy as np
+        i = b.new_input(AbstractValue(np.dtype(np.int64), ()), "i")
+        carry_bar = [b.new_input(v.aval, f"{v.hint}_bar") for v in carry_vars]
+        const_acc = [b.new_input(v.aval, f"{v.hint}_bar") for v, m in zip(const_vars, const_mask) if m]
         consts = [b.new_input(v.aval, v.hint) for v in const_vars]
-        xs = [b.new_input(v.aval, v.hint) for v in body_inputs[n_lead_bwd + n_carry + n_consts:]]
+        xs = [b.new_input(v.aval, v.hint) for v in x_vars]
         res = [b.new_input(r.aval, r.hint) for r, k in zip(residuals, kinds) if k[0] == "stack"]
-        ys_bar = [b.new_input(None or _unknown(), "y_bar") for _ in range(n_ys)]
+        ys_bar = [b.new_input(_unknown(), "y_bar") for _ in range(n_ys)]
         it = iter(res)
         res_args = []
         for r, (kind, k) in zip(residuals, kinds):
@@ -115,14 +126,26 @@ def _backward_body(bwd: Graph, residuals, kinds, n_lead_bwd: int, n_carry: int, 
                 res_args.append(xs[k])
             else:
                 res_args.append(next(it))
-        bars = inline(bwd, res_args + carry_bar + ys_bar)
-        # bwd outputs: cotangents of (carry, consts, xs) inputs of the body
-        new_carry = bars[:n_carry]
-        const_bars = bars[n_carry:n_carry + n_consts]
-        x_bars = bars[n_carry + n_consts:]
-        acc = [add(a, c) for a, c in zip(const_acc, const_bars)]
-        g = b.finish(list(new_carry) + acc + list(x_bars))
-    return g
+        bars = iter(inline(bwd, res_args + carry_bar + ys_bar))
+        new_carry = [next(bars) for _ in carry_vars]
+        const_bars = [next(bars) for m in const_mask if m]
+        x_bars = list(bars)
+        acc = [add_cotangents(a, c) for a, c in zip(const_acc, const_bars)]
+        g = b.finish(new_carry + acc + x_bars)
+    return dce(g)
+
+
+def _name_stacks(stacks, residuals, kinds):
+    stacked = [r for r, k in zip(residuals, kinds) if k[0] == "stack"]
+    for s, r in zip(stacks, stacked):
+        if _is_value(s):
+            s.var.hint = f"{r.hint or 'res'}_stack"
+
+
+def _name_bars(values, like):
+    for v, x in zip(values, like):
+        if _is_value(v) and _is_value(x) and x.var.hint:
+            v.var.hint = f"{x.var.hint}_bar"
 
 
 def _unknown():
@@ -143,27 +166,44 @@ def _for_reverse(node, ins):
     carry0 = ins[3:3 + n_carry]
     consts = ins[3 + n_carry:3 + n_carry + n_consts]
     xs = ins[3 + n_carry + n_consts:]
-    fwd_body, bwd, residuals, kinds = _loop_vjp_parts(body, 1, n_carry, n_consts, n_xs)
+    fwd_body, bwd, residuals, kinds, wrt = _loop_vjp_parts(body, 1, n_carry, n_consts, n_xs)
     outs = for_range_p.bind(start, stop, step, *ins[3:], body=fwd_body, n_carry=n_carry,
                             n_consts=n_consts, n_xs=n_xs, reverse=p["reverse"])
     primal_outs = tuple(outs[:n_carry + n_ys])
     stacks = list(outs[n_carry + n_ys:])
+    _name_stacks(stacks, residuals, kinds)
 
     def backward(gs):
-        carry_bar = _zeros_if_none(gs[:n_carry], primal_outs[:n_carry])
-        ys_bar = _zeros_if_none(gs[n_carry:], primal_outs[n_carry:])
-        bbody = _backward_body(bwd, residuals, kinds, 1, n_carry, n_consts, n_xs, n_ys, body.inputs,
-                               body.name + "_bwd")
-        const_acc = [zeros_like(c) for c in consts]
-        r = for_range_p.bind(start, stop, step, *carry_bar, *const_acc, *consts, *xs, *stacks, *ys_bar,
-                             body=bbody, n_carry=n_carry + n_consts, n_consts=n_consts,
-                             n_xs=n_xs + len(stacks) + n_ys, reverse=not p["reverse"])
-        carry0_bar = r[:n_carry]
-        const_bars = r[n_carry:n_carry + n_consts]
-        x_bars = r[n_carry + n_consts:]
-        return [None, None, None] + list(carry0_bar) + list(const_bars) + list(x_bars)
+        return _reverse_loop(bwd, residuals, kinds, wrt, 1, body.inputs, gs[:n_carry], gs[n_carry:],
+                             primal_outs[:n_carry], primal_outs[n_carry:], carry0, consts, xs, stacks,
+                             (start, stop, step), not p["reverse"], body.name, lead=3)
 
     return primal_outs, backward
+
+
+def _reverse_loop(bwd, residuals, kinds, wrt, n_lead, body_inputs, carry_gs, ys_gs, carry_final, ys_final,
+                  carry0, consts, xs, stacks, bounds, reverse, name, lead):
+    """Emit the backward loop; returns the cotangents of the loop node's inputs."""
+    n_carry, n_consts, n_ys = len(carry0), len(consts), len(ys_final)
+    const_mask = wrt[n_lead + n_carry:n_lead + n_carry + n_consts]
+    x_mask = wrt[n_lead + n_carry + n_consts:]
+    carry_bar = _zeros_if_none(carry_gs, carry_final)
+    ys_bar = _zeros_if_none(ys_gs, ys_final)
+    bbody = _backward_body(bwd, residuals, kinds, wrt, n_lead, n_carry, n_consts, n_ys, body_inputs,
+                           name + "_bwd")
+    const_acc = [zeros_like(c) for c, m in zip(consts, const_mask) if m]
+    n_acc = len(const_acc)
+    r = for_range_p.bind(*bounds, *carry_bar, *const_acc, *consts, *xs, *stacks, *ys_bar,
+                         body=bbody, n_carry=n_carry + n_acc, n_consts=n_consts,
+                         n_xs=len(xs) + len(stacks) + n_ys, reverse=reverse)
+    carry0_bar = list(r[:n_carry])
+    acc_it = iter(r[n_carry:n_carry + n_acc])
+    const_bars = [next(acc_it) if m else None for m in const_mask]
+    x_it = iter(r[n_carry + n_acc:])
+    x_bars = [next(x_it) if m else None for m in x_mask]
+    _name_bars(carry0_bar, carry0)
+    _name_bars(const_bars, consts)
+    return [None] * lead + carry0_bar + const_bars + x_bars
 
 
 for_range_p.reverse_rule = _for_reverse
@@ -176,28 +216,22 @@ def _while_reverse(node, ins):
     n_ys = len(body.outputs) - n_carry
     carry0 = ins[:n_carry]
     consts = ins[n_carry:]
-    fwd_body, bwd, residuals, kinds = _loop_vjp_parts(body, 0, n_carry, n_consts, 0)
+    fwd_body, bwd, residuals, kinds, wrt = _loop_vjp_parts(body, 0, n_carry, n_consts, 0)
     outs = while_loop_p.bind(*ins, cond=cond, body=fwd_body, n_carry=n_carry, n_consts=n_consts,
                              max_trips=p["max_trips"])
     trips = outs[n_carry]
     primal_outs = tuple(outs[:n_carry]) + (trips,) + tuple(outs[n_carry + 1:n_carry + 1 + n_ys])
     stacks = list(outs[n_carry + 1 + n_ys:])
+    _name_stacks(stacks, residuals, kinds)
 
     def backward(gs):
-        carry_bar = _zeros_if_none(gs[:n_carry], primal_outs[:n_carry])
-        ys_bar = _zeros_if_none(gs[n_carry + 1:], primal_outs[n_carry + 1:])
-        # the backward body gets a (dummy) leading index from for_range
+        # the backward loop is a for_range: give the body a leading (unused) index
         from .._core.aval import AbstractValue
         import numpy as np
         idx = Var(AbstractValue(np.dtype(np.int64), ()), "k")
-        inputs_with_index = (idx,) + tuple(body.inputs)
-        bbody0 = _backward_body(bwd, residuals, kinds, 1, n_carry, n_consts, 0, n_ys, inputs_with_index,
-                                body.name + "_bwd")
-        const_acc = [zeros_like(c) for c in consts]
-        r = for_range_p.bind(0, trips, 1, *carry_bar, *const_acc, *consts, *stacks, *ys_bar,
-                             body=bbody0, n_carry=n_carry + n_consts, n_consts=n_consts,
-                             n_xs=len(stacks) + n_ys, reverse=True)
-        return list(r[:n_carry]) + list(r[n_carry:n_carry + n_consts])
+        return _reverse_loop(bwd, residuals, kinds, [False] + list(wrt), 1, (idx,) + tuple(body.inputs),
+                             gs[:n_carry], gs[n_carry + 1:], primal_outs[:n_carry], primal_outs[n_carry + 1:],
+                             carry0, consts, [], stacks, (0, trips, 1), True, body.name, lead=0)
 
     return primal_outs, backward
 

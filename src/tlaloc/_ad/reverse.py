@@ -26,6 +26,25 @@ def _bar_hint(var) -> str:
     return base if base.endswith("_bar") and False else f"{base}_bar"
 
 
+def add_cotangents(a, c):
+    """``a + c`` for two cotangents of one value.
+
+    A cotangent that is a scatter into zeros (from an indexing rule) is
+    scattered into ``a`` directly: ``a + index_add(0, v, i) == index_add(a, v, i)``.
+    This keeps loops over ``x[i]`` from building a dense zero array per iteration.
+    """
+    from .._prims.indexing import index_add_p
+    from .._prims.broadcasting import zeros_like_p
+    b = current_builder()
+    for first, second in ((a, c), (c, a)):
+        node = b.producer(second)
+        if node is not None and node.prim is index_add_p:
+            base = b.producer(b.value(node.inputs[0])) if isinstance(node.inputs[0], Var) else None
+            if base is not None and base.prim is zeros_like_p:
+                return index_add_p.bind(first, *(b.value(x) for x in node.inputs[1:]), **dict(node.params))
+    return add(a, c)
+
+
 def grad_loc(loc):
     return None if loc is None else dataclasses.replace(loc, role="grad")
 
@@ -69,7 +88,7 @@ def forward_sweep(graph: Graph, in_vals):
             if g is None:
                 return
             if var.id in ct:
-                g = add(ct[var.id], g)
+                g = add_cotangents(ct[var.id], g)
             if type(g) is Value and (g.var.hint is None or g.var.hint.startswith("v")):
                 g.var.hint = _bar_hint(var)
             ct[var.id] = g

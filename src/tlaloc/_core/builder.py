@@ -46,6 +46,7 @@ class Builder:
         self.capture_vars: list[Var] = []       # our input var for each capture
         self._captured: dict[int, Var] = {}    # outer var id -> our input var
         self.loc: Optional[SourceLoc] = None
+        self.producers: dict[int, Node] = {}    # var id -> the node (of this builder) defining it
 
     # -- values -------------------------------------------------------------
     def new_input(self, aval=_aval.UNKNOWN, hint: Optional[str] = None) -> "Value":
@@ -102,12 +103,27 @@ class Builder:
             outs = tuple(Var(a, hint) for a in out_avals)
         else:
             outs = (Var(out_avals, hint),)
-        self.nodes.append(Node(prim, ins, outs, params, self.loc))
+        node = Node(prim, ins, outs, params, self.loc)
+        self.nodes.append(node)
+        for o in outs:
+            self.producers[o.id] = node
         vals = tuple(Value(o, self) for o in outs)
         return vals if prim.multiple_results else vals[0]
 
     def add_node(self, node: Node) -> None:
         self.nodes.append(node)
+        for o in node.outputs:
+            self.producers[o.id] = node
+
+    def producer(self, x) -> Optional[Node]:
+        """The node of this builder that defines ``x``, if any."""
+        if type(x) is Value and x.builder is self:
+            return self.producers.get(x.var.id)
+        return None
+
+    def value(self, atom):
+        """A node operand as something ``bind`` accepts."""
+        return atom.value if isinstance(atom, Literal) else Value(atom, self)
 
     def finish(self, outputs, name: Optional[str] = None) -> Graph:
         """The closed graph: explicit inputs, then one input per captured outer value."""

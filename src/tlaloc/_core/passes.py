@@ -75,7 +75,11 @@ def dce(graph: Graph) -> Graph:
     return Graph(graph.inputs, tuple(kept), graph.outputs, graph.name)
 
 
-def split(graph: Graph, n_fwd_inputs: int, n_fwd_outputs: int):
+def _is_grad_node(node) -> bool:
+    return node.loc is not None and node.loc.role == "grad"
+
+
+def split(graph: Graph, n_fwd_inputs: int, n_fwd_outputs: int, recompute_grad_nodes: bool = True):
     """Split a VJP graph into a forward and a backward part (partial evaluation).
 
     ``graph``'s first ``n_fwd_inputs`` inputs are primal, the rest cotangents;
@@ -86,9 +90,14 @@ def split(graph: Graph, n_fwd_inputs: int, n_fwd_outputs: int):
     """
     bar_in = {v.id for v in graph.inputs[n_fwd_inputs:]}
     late = set(bar_in)
+    primal_out = {o.id for o in graph.outputs[:n_fwd_outputs] if isinstance(o, Var)}
     fwd_nodes, bwd_nodes = [], []
     for node in graph.nodes:
-        if any(isinstance(a, Var) and a.id in late for a in node.inputs):
+        # nodes of the backward sweep run there (recomputed from primal residuals)
+        # unless a primal output needs them
+        grad_side = recompute_grad_nodes and _is_grad_node(node) and not any(
+            o.id in primal_out for o in node.outputs)
+        if grad_side or any(isinstance(a, Var) and a.id in late for a in node.inputs):
             bwd_nodes.append(node)
             late.update(o.id for o in node.outputs)
         else:

@@ -325,6 +325,9 @@ class ControlLowerer:
         for name, tree in zip(carried, trees):
             n = 1 if tree is None else tree.num_leaves
             vals = list(outs[k:k + n])
+            for v in vals:
+                if is_symbolic(v) and not name.startswith("."):
+                    v.var.hint = name
             result[name] = vals[0] if tree is None else _pytree.unflatten(tree, vals)
             k += n
         return result

@@ -297,6 +297,8 @@ def _ipow_deriv(x, y):
         return None
     if y == 1:
         return 1.0
+    if y == 2:
+        return multiply(2.0, x)
     return multiply(float(y), integer_pow(x, y - 1))
 
 

@@ -1,0 +1,473 @@
+"""Control-flow programs (if/elif/else, for, while, break, continue, return)
+for the reverse-mode table, each next to its JAX twin.
+
+JAX's eager ``jax.grad`` runs Python control flow on concrete values, so most
+twins are the same code over ``jax.numpy``; that makes the twin an independent
+derivative of the same program. Branch points are swept from both sides by the
+argument generators in ``cases.py``.
+"""
+import jax.numpy as jnp
+import numpy as np
+
+
+# -- if / elif / else on array values -----------------------------------------------
+
+def f_if_else(x):
+    if x.sum() > 0:
+        y = x * 2.0 + x ** 2
+    else:
+        y = -x ** 3
+    return (y * x).sum()
+
+
+def j_if_else(x):
+    if x.sum() > 0:
+        y = x * 2.0 + x ** 2
+    else:
+        y = -x ** 3
+    return (y * x).sum()
+
+
+def f_if_elif_else(x, w):
+    t = x @ w
+    if t > 1.0:
+        r = t * t
+    elif t > -1.0:
+        r = np.sin(t) * x[0]
+    else:
+        r = np.exp(t) + w[1]
+    return r
+
+
+def j_if_elif_else(x, w):
+    t = x @ w
+    if t > 1.0:
+        r = t * t
+    elif t > -1.0:
+        r = jnp.sin(t) * x[0]
+    else:
+        r = jnp.exp(t) + w[1]
+    return r
+
+
+def f_if_no_else(x):
+    y = x * 1.0
+    if x[0] > x[1]:
+        y = y * x[0]
+    return (y * y).sum()
+
+
+def j_if_no_else(x):
+    y = x * 1.0
+    if x[0] > x[1]:
+        y = y * x[0]
+    return (y * y).sum()
+
+
+def f_nested_if(x, y):
+    s = x.sum()
+    if s > 0:
+        if y.sum() > 0:
+            out = s * y.sum()
+        else:
+            out = s - (y * y).sum()
+    else:
+        if x[0] < y[0]:
+            out = (x * y).sum()
+        else:
+            out = s * s
+    return out
+
+
+def j_nested_if(x, y):
+    s = x.sum()
+    if s > 0:
+        if y.sum() > 0:
+            out = s * y.sum()
+        else:
+            out = s - (y * y).sum()
+    else:
+        if x[0] < y[0]:
+            out = (x * y).sum()
+        else:
+            out = s * s
+    return out
+
+
+def f_if_boolops(x):
+    # `and`, `or`, `not` and a chained comparison on array scalars
+    a = x[0]
+    if a > 0 and x[1] > 0:
+        r = a * x[1]
+    elif not (a > -0.5) or x[1] < -1.0:
+        r = a * a * a
+    elif -0.5 < a < 0.5:
+        r = np.exp(a)
+    else:
+        r = x.sum()
+    return r
+
+
+def j_if_boolops(x):
+    a = x[0]
+    if a > 0 and x[1] > 0:
+        r = a * x[1]
+    elif not (a > -0.5) or x[1] < -1.0:
+        r = a * a * a
+    elif -0.5 < a < 0.5:
+        r = jnp.exp(a)
+    else:
+        r = x.sum()
+    return r
+
+
+def f_if_ifexp(x):
+    # the conditional expression `a if c else b` on an array condition
+    y = x * x if x.sum() > 0 else x * 3.0
+    return y.sum()
+
+
+def j_if_ifexp(x):
+    y = x * x if x.sum() > 0 else x * 3.0
+    return y.sum()
+
+
+# -- for over range() with a data-dependent trip count -------------------------------
+
+def f_for_branch(x, w):
+    y = np.tanh(x @ w)          # (n,)
+    s = 0.0
+    for i in range(len(y)):
+        if y[i] > 0:
+            s = s + y[i] ** 2
+        else:
+            s = s - y[i]
+    return s
+
+
+def j_for_branch(x, w):
+    y = jnp.tanh(x @ w)
+    s = 0.0
+    for i in range(len(y)):
+        if y[i] > 0:
+            s = s + y[i] ** 2
+        else:
+            s = s - y[i]
+    return s
+
+
+def f_for_shape0_overwrite(x, a):
+    # y is overwritten every trip: y = y * x[i] (the adjoint needs every old y)
+    y = a
+    for i in range(x.shape[0]):
+        y = y * x[i] + np.sin(y)
+    return y.sum()
+
+
+def j_for_shape0_overwrite(x, a):
+    y = a
+    for i in range(x.shape[0]):
+        y = y * x[i] + jnp.sin(y)
+    return y.sum()
+
+
+def f_for_range_forms(x):
+    s = 0.0
+    for i in range(1, len(x)):
+        s = s + x[i] * x[i - 1]
+    for i in range(len(x) - 1, -1, -2):
+        s = s * 0.5 + x[i]
+    for i in range(0, len(x), 3):
+        s = s + np.cos(x[i]) * i
+    return s
+
+
+def j_for_range_forms(x):
+    s = 0.0
+    for i in range(1, len(x)):
+        s = s + x[i] * x[i - 1]
+    for i in range(len(x) - 1, -1, -2):
+        s = s * 0.5 + x[i]
+    for i in range(0, len(x), 3):
+        s = s + jnp.cos(x[i]) * i
+    return s
+
+
+def f_for_over_rows(m, v):
+    acc = v * 0.0
+    for row in m:
+        acc = np.tanh(acc + row * v)
+    return acc.sum()
+
+
+def j_for_over_rows(m, v):
+    acc = v * 0.0
+    for row in m:
+        acc = jnp.tanh(acc + row * v)
+    return acc.sum()
+
+
+def f_nested_loops(a, b):
+    # a: (n, k), b: (k,); a double loop that also reads the outer loop's carry
+    total = 0.0
+    for i in range(a.shape[0]):
+        row = 0.0
+        for j in range(a.shape[1]):
+            row = row + a[i, j] * b[j] + total * 0.1
+        total = total + np.tanh(row)
+    return total
+
+
+def j_nested_loops(a, b):
+    total = 0.0
+    for i in range(a.shape[0]):
+        row = 0.0
+        for j in range(a.shape[1]):
+            row = row + a[i, j] * b[j] + total * 0.1
+        total = total + jnp.tanh(row)
+    return total
+
+
+def f_loop_static_unrolled(x):
+    # a loop over a static Python sequence (unrolled by the front end)
+    s = x * 0.0
+    for c in (0.5, -1.0, 2.0):
+        s = s * x + c
+    for k in [1, 2]:
+        s = s + x ** k
+    return s.sum()
+
+
+def j_loop_static_unrolled(x):
+    s = x * 0.0
+    for c in (0.5, -1.0, 2.0):
+        s = s * x + c
+    for k in [1, 2]:
+        s = s + x ** k
+    return s.sum()
+
+
+# -- while with a value-dependent condition ----------------------------------------------
+
+def f_while_value(x):
+    # doubles until the value passes 10: the trip count depends on x
+    s = x[0] * x[1]
+    n = 0.0
+    while s < 10.0:
+        s = s * 2.0 + x[1] * s * 0.1
+        n = n + 1.0
+    return s + n
+
+
+def j_while_value(x):
+    s = x[0] * x[1]
+    n = 0.0
+    while s < 10.0:
+        s = s * 2.0 + x[1] * s * 0.1
+        n = n + 1.0
+    return s + n
+
+
+def f_while_counter_index(x):
+    # an integer counter indexes the argument inside a value-dependent while
+    s = 0.0
+    i = 0
+    while s < 3.0:
+        s = s + x[i % len(x)] ** 2
+        i += 1
+    return s
+
+
+def j_while_counter_index(x):
+    s = 0.0
+    i = 0
+    while s < 3.0:
+        s = s + x[i % len(x)] ** 2
+        i += 1
+    return s
+
+
+def f_while_nonlinear_carry(x):
+    # the carry enters its own update nonlinearly
+    s = x[0]
+    while s < 50.0:
+        s = s * s + x[1]
+    return s
+
+
+def j_while_nonlinear_carry(x):
+    s = x[0]
+    while s < 50.0:
+        s = s * s + x[1]
+    return s
+
+
+def f_while_break(x):
+    s = x[0]
+    k = 0
+    while k < 100:
+        s = s * 1.5 + x[1]
+        if s > 20.0:
+            break
+        k = k + 1
+    return s
+
+
+def j_while_break(x):
+    s = x[0]
+    k = 0
+    while k < 100:
+        s = s * 1.5 + x[1]
+        if s > 20.0:
+            break
+        k = k + 1
+    return s
+
+
+# -- break, continue, return anywhere ------------------------------------------------------
+
+def f_for_break(x):
+    s = 0.0
+    for i in range(len(x)):
+        if x[i] < 0:
+            break
+        s = s + x[i] ** 2
+    return s + x[0]
+
+
+def j_for_break(x):
+    s = 0.0
+    for i in range(len(x)):
+        if x[i] < 0:
+            break
+        s = s + x[i] ** 2
+    return s + x[0]
+
+
+def f_for_continue(x, w):
+    s = 0.0
+    for i in range(len(x)):
+        if x[i] * w[i] < 0:
+            continue
+        s = s + x[i] * w[i] * x[i]
+    return s
+
+
+def j_for_continue(x, w):
+    s = 0.0
+    for i in range(len(x)):
+        if x[i] * w[i] < 0:
+            continue
+        s = s + x[i] * w[i] * x[i]
+    return s
+
+
+def f_return_in_branch(x):
+    if x[0] > 0:
+        return x[0] * x.sum()
+    y = x * x
+    if y.sum() > 3.0:
+        return np.sqrt(y.sum())
+    return y.sum() * 0.5
+
+
+def j_return_in_branch(x):
+    if x[0] > 0:
+        return x[0] * x.sum()
+    y = x * x
+    if y.sum() > 3.0:
+        return jnp.sqrt(y.sum())
+    return y.sum() * 0.5
+
+
+def f_return_in_loop(x):
+    # returns from inside the loop at the first entry above 1, else falls through
+    for i in range(len(x)):
+        if x[i] > 1.0:
+            return x[i] * 3.0
+    return x.sum()
+
+
+def j_return_in_loop(x):
+    for i in range(len(x)):
+        if x[i] > 1.0:
+            return x[i] * 3.0
+    return x.sum()
+
+
+def f_return_in_loop_acc(x):
+    # returns an accumulated value from inside the loop
+    s = 0.0
+    for i in range(len(x)):
+        s = s + x[i] * x[i]
+        if s > 2.0:
+            return s * x[0]
+    return s
+
+
+def j_return_in_loop_acc(x):
+    s = 0.0
+    for i in range(len(x)):
+        s = s + x[i] * x[i]
+        if s > 2.0:
+            return s * x[0]
+    return s
+
+
+def f_return_in_while(x):
+    s = x[0]
+    while s < 100.0:
+        s = s * 3.0 + x[1]
+        if s < 0:
+            return s * x[1]
+    return s
+
+
+def j_return_in_while(x):
+    s = x[0]
+    while s < 100.0:
+        s = s * 3.0 + x[1]
+        if s < 0:
+            return s * x[1]
+    return s
+
+
+# -- logsumexp with loops, if and a running max ------------------------------------------------
+
+def f_logsumexp_loop(x):
+    m = x[0]
+    for i in range(1, len(x)):
+        if x[i] > m:
+            m = x[i]
+    s = 0.0
+    for i in range(len(x)):
+        s = s + np.exp(x[i] - m)
+    return m + np.log(s)
+
+
+def j_logsumexp_loop(x):
+    m = x[0]
+    for i in range(1, len(x)):
+        if x[i] > m:
+            m = x[i]
+    s = 0.0
+    for i in range(len(x)):
+        s = s + jnp.exp(x[i] - m)
+    return m + jnp.log(s)
+
+
+def f_running_max_only(x):
+    # the running max itself: its gradient is one-hot at the argmax (non-zero)
+    m = x[0]
+    for i in range(1, len(x)):
+        if x[i] > m:
+            m = x[i]
+    return m * m
+
+
+def j_running_max_only(x):
+    m = x[0]
+    for i in range(1, len(x)):
+        if x[i] > m:
+            m = x[i]
+    return m * m
