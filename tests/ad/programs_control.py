@@ -305,7 +305,7 @@ def j_while_nonlinear_carry(x):
 def f_while_break(x):
     s = x[0]
     k = 0
-    while k < 100:
+    while k < 25:
         s = s * 1.5 + x[1]
         if s > 20.0:
             break
@@ -316,7 +316,7 @@ def f_while_break(x):
 def j_while_break(x):
     s = x[0]
     k = 0
-    while k < 100:
+    while k < 25:
         s = s * 1.5 + x[1]
         if s > 20.0:
             break

@@ -47,24 +47,29 @@ class Transformed:
             self._eager_error = e        # pytree arguments: built at the first call
 
     # -- building -----------------------------------------------------------------
-    def primal_lowering(self, arg_trees) -> LoweredFunction:
+    def primal_lowering(self, arg_trees, arg_avals=None) -> LoweredFunction:
         inner = getattr(self.fn, "__tlaloc_transformed__", None)
         if inner is not None:
-            return inner.as_lowered(arg_trees)
-        return lower_function(self.fn, arg_trees=arg_trees)
+            return inner.as_lowered(arg_trees, arg_avals)
+        return lower_function(self.fn, arg_trees=arg_trees, arg_avals=arg_avals)
 
-    def as_lowered(self, arg_trees) -> LoweredFunction:
-        """This transform's own graph, as a LoweredFunction (for nesting)."""
-        entry = self._entry(arg_trees)
+    def as_lowered(self, arg_trees, arg_avals=None) -> LoweredFunction:
+        """This transform's own graph, as a LoweredFunction (for nesting).
+
+        ``arg_avals`` (one AbstractValue per argument leaf) specialises the
+        lowering to known shapes and dtypes (used by vmap and jit)."""
+        entry = self._entry(arg_trees, arg_avals)
         return entry["as_lowered"]
 
-    def _entry(self, arg_trees):
-        key = None if arg_trees is None else tuple(arg_trees)
+    def _entry(self, arg_trees, arg_avals=None):
+        key = (None if arg_trees is None else tuple(arg_trees),
+               None if arg_avals is None else tuple(arg_avals))
         if key in self._entries:
             return self._entries[key]
-        if arg_trees is not None and all(t == _LEAF for t in arg_trees) and None in self._entries:
-            return self._entries[None]
-        lowered = self.primal_lowering(None if arg_trees is None else list(arg_trees))
+        if (arg_avals is None and arg_trees is not None and all(t == _LEAF for t in arg_trees)
+                and (None, None) in self._entries):
+            return self._entries[(None, None)]
+        lowered = self.primal_lowering(None if arg_trees is None else list(arg_trees), arg_avals)
         functions, as_lowered = self.build(lowered)
         for g, *_ in functions:
             verify(g)
@@ -86,7 +91,8 @@ class Transformed:
             leaves, tree = _pytree.flatten(a)
             flat.extend(leaves)
             trees.append(tree)
-        entry = self._entry(trees if any(t != _LEAF for t in trees) or None not in self._entries else None)
+        entry = self._entry(trees if any(t != _LEAF for t in trees) or (None, None) not in self._entries
+                            else None)
         lowered = entry["lowered"]
         if len(args) != len(lowered.arg_trees):
             raise ArgumentError(f"{self.name}: takes {len(lowered.arg_trees)} positional arguments "
@@ -101,7 +107,7 @@ class Transformed:
         pass
 
     def source(self) -> str:
-        entry = self._entries.get(None) or next(iter(self._entries.values()), None)
+        entry = self._entries.get((None, None)) or next(iter(self._entries.values()), None)
         if entry is None:
             raise ArgumentError(f"{self.name} takes pytree arguments; call it once, then ask for its source "
                                 f"(the structure of the arguments is part of the derivative)")

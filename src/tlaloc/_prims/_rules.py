@@ -92,3 +92,44 @@ def reduced_shape(shape, axes, keepdims, op="reduction"):
     if keepdims:
         return tuple(1 if i in ax else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in ax)
+
+
+def check_concrete_mix(op: str, operands: dict) -> None:
+    """``check_float_mix`` for concrete operands ``{name: array or scalar}``.
+
+    NumPy arrays and NumPy scalars carry their dtype; Python scalars are weak
+    and never conflict.
+    """
+    floats = {getattr(a, "dtype", None) for a in operands.values()} & set(_dt.FLOATS)
+    if len(floats) > 1:
+        _dt.check_float_mix(op, {k: getattr(a, "dtype", None) for k, a in operands.items()})
+
+
+def refuse_float_mix(op: str, impl, names=None):
+    """``impl`` wrapped so that an eager call refuses a float32/float64 mix too.
+
+    The dtype rule refuses a mix when a graph is built; this does the same for
+    concrete operands, so eager code, the interpreter and graphs agree.
+    """
+    def checked(*args, **params):
+        if len(args) > 1:
+            labels = names or ()
+            check_concrete_mix(op, {labels[i] if i < len(labels) else f"operand {i}": a
+                                    for i, a in enumerate(args)})
+        return impl(*args, **params)
+    checked.__name__ = getattr(impl, "__name__", op)
+    checked.__wrapped__ = impl
+    return checked
+
+
+def accumulation_dtype(dtype):
+    """The dtype NumPy's ``sum``/``prod``/``cumsum``/``cumprod`` return for
+    ``dtype``: bool and narrow integers widen to 64 bits, floats keep theirs."""
+    if dtype is None:
+        return None
+    dtype = np.dtype(dtype)
+    if dtype.kind in "bi" and dtype.itemsize < 8:
+        return np.dtype(np.int64)
+    if dtype.kind == "u" and dtype.itemsize < 8:
+        return np.dtype(np.uint64)
+    return dtype

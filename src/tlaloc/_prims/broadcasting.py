@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes as _dt
 from .._core.primitive import Primitive
 from ._rules import normalize_axes
 
@@ -57,7 +58,7 @@ def _reshape_like_impl(x, like):
 def _cast_like_impl(x, like):
     dt = np.asarray(like).dtype
     x = np.asarray(x)
-    if dt.kind != "f" or x.dtype == dt:
+    if not _dt.is_float(dt) or x.dtype == dt:
         return x
     return x.astype(dt)
 
@@ -93,8 +94,8 @@ reshape_like_p = Primitive("reshape_like", impl=_reshape_like_impl, hlo="stableh
                            shape_rule=_shape_of_like, dtype_rule=_dtype_of_x, nondiff_argnums=(1,))
 cast_like_p = Primitive("cast_like", impl=_cast_like_impl, hlo="stablehlo.convert",
                         shape_rule=lambda x, like: x.shape,
-                        dtype_rule=lambda x, like: like.dtype if like.dtype is not None and like.dtype.kind == "f"
-                        else x.dtype, nondiff_argnums=(1,))
+                        dtype_rule=lambda x, like: like.dtype if _dt.is_float(like.dtype) else x.dtype,
+                        nondiff_argnums=(1,))
 expand_reduced_p = Primitive("expand_reduced", impl=_expand_reduced_impl, hlo="stablehlo.reshape",
                              shape_rule=_expand_reduced_shape, dtype_rule=lambda g, like, **_: g.dtype,
                              nondiff_argnums=(1,))

@@ -9,6 +9,7 @@ import numpy as np
 
 from .._core.primitive import Primitive
 from ..errors import ShapeError
+from ._rules import refuse_float_mix
 from .elementwise import add, multiply, negative, safe_mul, subtract
 from .linalg import _mm_dtype, _sum2, matmul
 from .selection import select
@@ -23,6 +24,11 @@ def _square(op):
                 raise ShapeError(f"{op}: a must be square (..., n, n), got {a.shape}")
         return a.shape
     return rule
+
+
+def _inexact(dtype):
+    """NumPy's linalg result dtype: integer and bool matrices give float64."""
+    return dtype if dtype is None or dtype.kind not in "biu" else np.dtype(np.float64)
 
 
 def mT(x):
@@ -66,15 +72,24 @@ diag_mask_p.jvp = lambda t, a, out: None
 # -- cholesky -------------------------------------------------------------------
 
 def _cholesky_impl(a):
+    a = np.asarray(a)
     try:
         return np.linalg.cholesky(a)
     except np.linalg.LinAlgError:
-        out = np.full(np.shape(a), np.nan, dtype=np.asarray(a).dtype)
-        return out
+        pass
+    # Some matrix of the batch is not SPD: NaN for that matrix only (as JAX).
+    flat = a.reshape((-1,) + a.shape[-2:])
+    out = np.empty(flat.shape, np.result_type(a.dtype, np.float32) if a.dtype.kind in "biu" else a.dtype)
+    for i, m in enumerate(flat):
+        try:
+            out[i] = np.linalg.cholesky(m)
+        except np.linalg.LinAlgError:
+            out[i] = np.nan
+    return out.reshape(a.shape)
 
 
 cholesky_p = Primitive("cholesky", impl=_cholesky_impl, hlo="stablehlo.cholesky", shape_rule=_square("cholesky"),
-                       dtype_rule=lambda a: a.dtype, render="lax.cholesky")
+                       dtype_rule=lambda a: _inexact(a.dtype), render="lax.cholesky")
 
 
 def cholesky(a):
@@ -121,7 +136,8 @@ def _tri_solve_impl(a, b, *, lower, transpose_a):
     return np.linalg.solve(np.where(mask, op, 0), b)
 
 
-triangular_solve_p = Primitive("triangular_solve", impl=_tri_solve_impl, hlo="stablehlo.triangular_solve",
+triangular_solve_p = Primitive("triangular_solve", impl=refuse_float_mix("triangular_solve", _tri_solve_impl, ["a", "b"]),
+                               hlo="stablehlo.triangular_solve",
                                shape_rule=lambda a, b, **_: b.shape, dtype_rule=_mm_dtype("triangular_solve"),
                                render="lax.triangular_solve")
 
@@ -164,7 +180,8 @@ def _solve_impl(a, b):
     return np.linalg.solve(a, b)
 
 
-solve_p = Primitive("solve", impl=_solve_impl, hlo="stablehlo.custom_call lu",
+solve_p = Primitive("solve", impl=refuse_float_mix("linalg.solve", _solve_impl, ["a", "b"]),
+                    hlo="stablehlo.custom_call lu",
                     shape_rule=lambda a, b: b.shape, dtype_rule=_mm_dtype("linalg.solve"), render="tnp.linalg.solve")
 
 
@@ -191,7 +208,7 @@ def _solve_jvp(t, a, b, out):
 solve_p.vjp, solve_p.jvp = _solve_vjp, _solve_jvp
 
 inv_p = Primitive("inv", impl=np.linalg.inv, hlo="stablehlo.custom_call lu", shape_rule=_square("linalg.inv"),
-                  dtype_rule=lambda a: a.dtype, render="tnp.linalg.inv")
+                  dtype_rule=lambda a: _inexact(a.dtype), render="tnp.linalg.inv")
 
 
 def inv(a):
@@ -209,7 +226,7 @@ def _slogdet_impl(a):
 
 slogdet_p = Primitive("slogdet", impl=_slogdet_impl, hlo="stablehlo.custom_call lu", multiple_results=True,
                       shape_rule=lambda a: (a.shape[:-2], a.shape[:-2]) if a.shape is not None else (None, None),
-                      dtype_rule=lambda a: (a.dtype, a.dtype), render="tnp.linalg.slogdet")
+                      dtype_rule=lambda a: (_inexact(a.dtype),) * 2, render="tnp.linalg.slogdet")
 
 
 def slogdet(a):

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes as _dt
 from .._core.primitive import Primitive
-from ._rules import elementwise_dtype, elementwise_shape, same_shape
+from ._rules import elementwise_dtype, elementwise_shape, refuse_float_mix, same_shape
 from .broadcasting import sum_to
 
 
 def _declare(name, impl, hlo, nargs, render=None, names=None):
-    return Primitive(name, impl=impl, hlo=hlo, shape_rule=elementwise_shape(name),
+    return Primitive(name, impl=refuse_float_mix(name, impl, names or ["x", "y"]), hlo=hlo, shape_rule=elementwise_shape(name),
                      dtype_rule=elementwise_dtype(name, impl, names), render=render)
 
 
@@ -31,7 +32,7 @@ def _declare(name, impl, hlo, nargs, render=None, names=None):
 
 def _safe_mul_impl(a, b):
     out = np.multiply(a, b)
-    if out.dtype.kind == "f" and np.isnan(out).any():
+    if _dt.is_float(out.dtype) and np.isnan(out).any():
         out = np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), out.dtype.type(0), out)
     return out
 
@@ -39,7 +40,7 @@ def _safe_mul_impl(a, b):
 def _safe_div_impl(a, b):
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.divide(a, b)
-    if out.dtype.kind == "f" and np.isnan(out).any():
+    if _dt.is_float(out.dtype) and np.isnan(out).any():
         out = np.where(np.asarray(a) == 0, out.dtype.type(0), out)
     return out
 
@@ -94,7 +95,7 @@ def _np1(fn):
 def _logistic(x):
     x = np.asarray(x)
     return np.where(x >= 0, 1 / (1 + np.exp(-np.abs(x))), np.exp(-np.abs(x)) / (1 + np.exp(-np.abs(x)))).astype(
-        x.dtype if x.dtype.kind == "f" else np.float64)
+        x.dtype if _dt.is_float(x.dtype) else np.float64)
 
 
 def _rsqrt(x):
@@ -103,6 +104,13 @@ def _rsqrt(x):
 
 def _round_half_even(x):
     return np.round(x)
+
+
+def _sign(x):
+    # StableHLO (and JAX) keep the sign of a zero: sign(-0.0) = -0.0; NumPy gives +0.0.
+    x = np.asarray(x)
+    out = np.sign(x)
+    return np.where(x == 0, x, out) if _dt.is_float(x.dtype) else out
 
 
 neg_p = unary("negative", np.negative, "stablehlo.negate")
@@ -120,7 +128,7 @@ sqrt_p = unary("sqrt", _np1(np.sqrt), "stablehlo.sqrt", lambda x, y: divide(0.5,
 rsqrt_p = unary("rsqrt", _np1(_rsqrt), "stablehlo.rsqrt",
                 lambda x, y: multiply(-0.5, divide(y, x)), render="lax.rsqrt")
 abs_p = unary("abs", np.abs, "stablehlo.abs", lambda x, y: sign(x))
-sign_p = unary("sign", np.sign, "stablehlo.sign")
+sign_p = unary("sign", _sign, "stablehlo.sign")
 floor_p = unary("floor", np.floor, "stablehlo.floor")
 ceil_p = unary("ceil", np.ceil, "stablehlo.ceil")
 round_p = unary("round", _round_half_even, "stablehlo.round_nearest_even")
@@ -144,7 +152,7 @@ neg_p.jvp = lambda t, x, out: None if t[0] is None else negative(t[0])
 
 def _reciprocal_impl(x):
     with np.errstate(divide="ignore"):
-        return np.reciprocal(x) if np.asarray(x).dtype.kind == "f" else np.divide(1.0, x)
+        return np.reciprocal(x) if _dt.is_float(np.asarray(x).dtype) else np.divide(1.0, x)
 
 
 reciprocal_p = unary("reciprocal", _reciprocal_impl, "stablehlo.divide",
@@ -154,7 +162,7 @@ reciprocal_p = unary("reciprocal", _reciprocal_impl, "stablehlo.divide",
 # -- binary ------------------------------------------------------------------
 
 def binary(name, impl, hlo, render=None):
-    return Primitive(name, impl=impl, hlo=hlo, shape_rule=elementwise_shape(name),
+    return Primitive(name, impl=refuse_float_mix(name, impl, ["x", "y"]), hlo=hlo, shape_rule=elementwise_shape(name),
                      dtype_rule=elementwise_dtype(name, impl, ["x", "y"]),
                      render=render or f"tnp.{name}")
 
@@ -277,14 +285,29 @@ _def_binary(rem_p, lambda x, y, o: 1.0,
 # -- integer_pow -----------------------------------------------------------------
 
 def _integer_pow_impl(x, *, y):
+    # Square-and-multiply, as JAX/XLA expand ``integer_pow`` into multiplies
+    # (then 1/acc for y < 0): bit-identical to the lowering, unlike ``np.power``
+    # (one correctly rounded ``pow``). Integer inputs with y < 0 give float64.
+    x = np.asarray(x)
+    if y < 0 and not _dt.is_inexact(x.dtype):
+        x = x.astype(np.float64)
+    if y == 0:
+        return np.ones_like(x)
+    n, acc = abs(y), None
     with np.errstate(all="ignore"):
-        return np.power(x, y) if y >= 0 else np.power(np.asarray(x, dtype=np.result_type(x, 1.0)), y)
+        while n > 0:
+            if n & 1:
+                acc = x if acc is None else np.multiply(acc, x)
+            n >>= 1
+            if n > 0:
+                x = np.multiply(x, x)
+        return np.divide(np.ones_like(acc), acc) if y < 0 else np.asarray(acc)
 
 
 integer_pow_p = Primitive("integer_pow", impl=_integer_pow_impl, hlo="stablehlo.multiply*",
                           shape_rule=same_shape,
                           dtype_rule=lambda x, *, y: x.dtype if (y >= 0 or x.dtype is None
-                                                                  or x.dtype.kind == "f") else np.dtype(np.float64),
+                                                                  or _dt.is_float(x.dtype)) else np.dtype(np.float64),
                           render="lax.integer_pow")
 
 
@@ -331,3 +354,27 @@ def _convert_vjp(g, x, out, dtype):
 convert_p.vjp = _convert_vjp
 convert_p.jvp = lambda t, x, out, dtype: (None if t[0] is None or not np.issubdtype(np.dtype(dtype), np.floating)
                                           else convert(t[0], dtype))
+
+
+# -- rules of the NaN-safe products (second and higher derivatives go through them) --
+
+def _safe_mul_vjp(g, a, b, out):
+    return sum_to(safe_mul(g, b), a), sum_to(safe_mul(g, a), b)
+
+
+def _safe_mul_jvp(t, a, b, out):
+    return _tangent_sum(None if t[0] is None else safe_mul(t[0], b),
+                        None if t[1] is None else safe_mul(a, t[1]))
+
+
+def _safe_div_vjp(g, a, b, out):
+    return sum_to(safe_div(g, b), a), sum_to(negative(safe_mul(g, safe_div(out, b))), b)
+
+
+def _safe_div_jvp(t, a, b, out):
+    return _tangent_sum(None if t[0] is None else safe_div(t[0], b),
+                        None if t[1] is None else negative(safe_mul(t[1], safe_div(out, b))))
+
+
+safe_mul_p.vjp, safe_mul_p.jvp = _safe_mul_vjp, _safe_mul_jvp
+safe_div_p.vjp, safe_div_p.jvp = _safe_div_vjp, _safe_div_jvp

@@ -1,7 +1,7 @@
 """NumPy indexing as primitives: ``getitem``, ``index_set`` (``x[i] = v``) and
 ``index_add`` (``x[i] += v``, repeated indices accumulate like ``np.add.at``),
 plus the StableHLO-style ``dynamic_slice``, ``dynamic_update_slice``, ``gather``
-(``take`` along an axis) and ``scatter_add``.
+(``take`` along an axis) and ``scatter_add``. The static ``slice`` is in ``slicing.py``.
 
 An index is split into a static ``spec`` (a tuple kept in the node's params)
 and dynamic operands (arrays and symbolic scalars). Spec entries:
@@ -16,6 +16,7 @@ import numpy as np
 
 from .._core.primitive import Primitive
 from ..errors import ShapeError
+from ._rules import check_concrete_mix, refuse_float_mix
 from .broadcasting import sum_to, zeros_like
 
 
@@ -135,9 +136,9 @@ def _update_dtype(name):
     return rule
 
 
-index_add_p = Primitive("index_add", impl=_index_add_impl, hlo="stablehlo.scatter add",
+index_add_p = Primitive("index_add", impl=refuse_float_mix("x[...] += v", _index_add_impl, ["x", "value"]), hlo="stablehlo.scatter add",
                         shape_rule=lambda x, v, *d, spec: x.shape, dtype_rule=_update_dtype("x[...] += v"))
-index_set_p = Primitive("index_set", impl=_index_set_impl, hlo="stablehlo.scatter",
+index_set_p = Primitive("index_set", impl=refuse_float_mix("x[...] = v", _index_set_impl, ["x", "value"]), hlo="stablehlo.scatter",
                         shape_rule=lambda x, v, *d, spec: x.shape, dtype_rule=_update_dtype("x[...] = v"))
 
 
@@ -197,8 +198,24 @@ index_set_p.vjp, index_set_p.jvp = _index_set_vjp, _index_set_jvp
 
 # -- StableHLO-style slicing ------------------------------------------------------
 
+def _check_window(op, shape, sizes, n_starts):
+    if len(sizes) != len(shape) or n_starts != len(shape):
+        raise ShapeError(f"{op}: an array of rank {len(shape)} needs {len(shape)} start indices and sizes, "
+                         f"got {n_starts} and {len(sizes)}")
+    for i, (size, dim) in enumerate(zip(sizes, shape)):
+        if type(size) is int and type(dim) is int and not 0 <= size <= dim:
+            raise ShapeError(f"{op}: a window of size {size} does not fit axis {i} of size {dim}")
+
+
+def _dynamic_slice_shape(x, *starts, sizes):
+    if x.shape is not None:
+        _check_window("dynamic_slice", x.shape, sizes, len(starts))
+    return tuple(sizes)
+
+
 def _dynamic_slice_impl(x, *starts, sizes):
     x = np.asarray(x)
+    _check_window("dynamic_slice", x.shape, tuple(sizes), len(starts))
     idx = []
     for s, size, dim in zip(starts, sizes, x.shape):
         s = int(np.clip(int(s), 0, dim - size))      # StableHLO clamps start indices
@@ -207,7 +224,7 @@ def _dynamic_slice_impl(x, *starts, sizes):
 
 
 dynamic_slice_p = Primitive("dynamic_slice", impl=_dynamic_slice_impl, hlo="stablehlo.dynamic_slice",
-                            shape_rule=lambda x, *s, sizes: tuple(sizes), dtype_rule=lambda x, *s, sizes: x.dtype)
+                            shape_rule=_dynamic_slice_shape, dtype_rule=lambda x, *s, sizes: x.dtype)
 
 
 def dynamic_slice(x, starts, sizes):
@@ -216,8 +233,12 @@ def dynamic_slice(x, starts, sizes):
 
 
 def _dynamic_update_slice_impl(x, update, *starts):
+    check_concrete_mix("dynamic_update_slice", {"x": x, "value": update})
     x = np.array(x, copy=True)
     update = np.asarray(update)
+    if update.ndim != x.ndim:
+        raise ShapeError(f"dynamic_update_slice: update of rank {update.ndim} into an array of rank {x.ndim}")
+    _check_window("dynamic_update_slice", x.shape, update.shape, len(starts))
     idx = []
     for s, size, dim in zip(starts, update.shape, x.shape):
         s = int(np.clip(int(s), 0, dim - size))
@@ -226,9 +247,18 @@ def _dynamic_update_slice_impl(x, update, *starts):
     return x
 
 
+def _dus_shape(x, u, *starts):
+    if x.shape is not None and u.shape is not None:
+        if len(u.shape) != len(x.shape):
+            raise ShapeError(f"dynamic_update_slice: update of rank {len(u.shape)} into an array of "
+                             f"rank {len(x.shape)}")
+        _check_window("dynamic_update_slice", x.shape, u.shape, len(starts))
+    return x.shape
+
+
 dynamic_update_slice_p = Primitive("dynamic_update_slice", impl=_dynamic_update_slice_impl,
                                    hlo="stablehlo.dynamic_update_slice",
-                                   shape_rule=lambda x, u, *s: x.shape, dtype_rule=_update_dtype("dynamic_update_slice"))
+                                   shape_rule=_dus_shape, dtype_rule=_update_dtype("dynamic_update_slice"))
 
 
 def dynamic_update_slice(x, update, starts):
@@ -293,9 +323,16 @@ def _scatter_add_impl(x, indices, updates, *, axis):
     return out
 
 
-scatter_add_p = Primitive("scatter_add", impl=_scatter_add_impl, hlo="stablehlo.scatter add",
-                          shape_rule=lambda x, i, u, *, axis: x.shape,
-                          dtype_rule=lambda x, i, u, *, axis: x.dtype)
+def _scatter_add_dtype(x, i, u, *, axis):
+    from .. import dtypes as _dt
+    _dt.check_float_mix("scatter_add", {"x": x.dtype, "updates": None if u.weak else u.dtype})
+    return x.dtype
+
+
+scatter_add_p = Primitive("scatter_add", impl=refuse_float_mix("scatter_add", _scatter_add_impl,
+                                                               ["x", "indices", "updates"]),
+                          hlo="stablehlo.scatter add", shape_rule=lambda x, i, u, *, axis: x.shape,
+                          dtype_rule=_scatter_add_dtype)
 
 
 def scatter_add(x, indices, updates, axis=0):

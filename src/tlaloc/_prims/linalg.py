@@ -19,7 +19,7 @@ import numpy as np
 from .._core.primitive import Primitive
 from .. import dtypes as _dt
 from ..errors import NoRuleError, ShapeError
-from ._rules import broadcast_shapes
+from ._rules import broadcast_shapes, refuse_float_mix
 from .broadcasting import _sum_to_impl, broadcast_like, sum_to
 from .elementwise import add, multiply, negative
 from .shape_ops import transpose
@@ -30,6 +30,20 @@ def _mm_dtype(op):
         _dt.check_float_mix(op, {"x1": x.dtype, "x2": y.dtype})
         return _dt.result_dtype(x.dtype, y.dtype)
     return rule
+
+
+def _contraction(op, fn, names=("x1", "x2")):
+    """NumPy contraction ``fn`` as a primitive impl: refuses a float32/float64
+    mix eagerly, and computes bfloat16 in float32 rounded once to bfloat16
+    (NumPy's einsum has no bfloat16 loop, and its matmul returns float32)."""
+    def impl(*args, **params):
+        if any(getattr(a, "dtype", None) == _dt.bfloat16 for a in args):
+            want = _dt.result_dtype(*(getattr(a, "dtype", None) for a in args))
+            args = [np.asarray(a, np.float32) if getattr(a, "dtype", None) == _dt.bfloat16 else a for a in args]
+            return np.asarray(fn(*args, **params)).astype(want)
+        return fn(*args, **params)
+    impl.__name__ = getattr(fn, "__name__", op)
+    return refuse_float_mix(op, impl, list(names))
 
 
 def _matmul_shape(x, y):
@@ -55,7 +69,8 @@ def _matmul_shape(x, y):
     return tuple(batch) + (xs[-2], ys[-1])
 
 
-matmul_p = Primitive("matmul", impl=np.matmul, hlo="stablehlo.dot_general", shape_rule=_matmul_shape,
+matmul_p = Primitive("matmul", impl=_contraction("matmul", np.matmul), hlo="stablehlo.dot_general",
+                     shape_rule=_matmul_shape,
                      dtype_rule=_mm_dtype("matmul"), render="tnp.matmul")
 
 
@@ -87,9 +102,11 @@ def _mm_rhs_impl(g, x, y):
     return _sum_to_impl(res, y)
 
 
-matmul_t_lhs_p = Primitive("matmul_t_lhs", impl=_mm_lhs_impl, hlo="stablehlo.dot_general",
+matmul_t_lhs_p = Primitive("matmul_t_lhs", impl=_contraction("matmul_t_lhs", _mm_lhs_impl, ("g", "y", "x")),
+                           hlo="stablehlo.dot_general",
                            shape_rule=lambda g, y, x: x.shape, dtype_rule=_mm_dtype("matmul_t_lhs"))
-matmul_t_rhs_p = Primitive("matmul_t_rhs", impl=_mm_rhs_impl, hlo="stablehlo.dot_general",
+matmul_t_rhs_p = Primitive("matmul_t_rhs", impl=_contraction("matmul_t_rhs", _mm_rhs_impl, ("g", "x", "y")),
+                           hlo="stablehlo.dot_general",
                            shape_rule=lambda g, x, y: y.shape, dtype_rule=_mm_dtype("matmul_t_rhs"))
 
 
@@ -154,7 +171,11 @@ def _einsum_shape(*xs, spec):
     return tuple(sizes[c] for c in out)
 
 
-einsum_p = Primitive("einsum", impl=lambda *xs, spec: np.einsum(spec, *xs, optimize=len(xs) > 2),
+def _einsum_impl(*xs, spec):
+    return np.einsum(spec, *xs, optimize=len(xs) > 2)
+
+
+einsum_p = Primitive("einsum", impl=_contraction("einsum", _einsum_impl, ()),
                      hlo="stablehlo.dot_general", shape_rule=_einsum_shape,
                      dtype_rule=lambda *xs, spec: (_dt.check_float_mix("einsum", {f"operand {i}": x.dtype for i, x in enumerate(xs)}),
                                                    _dt.result_dtype(*(x.dtype for x in xs)))[1],
@@ -230,7 +251,8 @@ def _dot_general_shape(x, y, *, contracting, batch):
             + tuple(d for i, d in enumerate(y.shape) if i not in rc and i not in rb))
 
 
-dot_general_p = Primitive("dot_general", impl=_dot_general_impl, hlo="stablehlo.dot_general",
+dot_general_p = Primitive("dot_general", impl=_contraction("dot_general", _dot_general_impl, ("lhs", "rhs")),
+                          hlo="stablehlo.dot_general",
                           shape_rule=_dot_general_shape, dtype_rule=_mm_dtype("dot_general"))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes as _dt
 from .._core.primitive import Primitive
 from ..errors import GradientError
 from ._rules import normalize_axes
@@ -35,11 +36,11 @@ def _count_impl(x, *, axes):
     ax = normalize_axes(axes, len(shape))
     n = int(np.prod([shape[a] for a in ax])) if ax else 1
     dt = np.asarray(x).dtype
-    return np.asarray(n, dtype=dt if dt.kind == "f" else np.float64)
+    return np.asarray(n, dtype=dt if _dt.is_float(dt) else np.float64)
 
 
 reduced_count_p = Primitive("reduced_count", impl=_count_impl, hlo=None, shape_rule=lambda x, *, axes: (),
-                            dtype_rule=lambda x, *, axes: x.dtype if x.dtype is not None and x.dtype.kind == "f"
+                            dtype_rule=lambda x, *, axes: x.dtype if _dt.is_float(x.dtype)
                             else (None if x.dtype is None else np.dtype(np.float64)))
 reduced_count_p.vjp = lambda g, x, out, axes: (None,)
 reduced_count_p.jvp = lambda t, x, out, axes: None
@@ -54,7 +55,7 @@ def _grad_seed_impl(out):
     if out.shape != ():
         raise GradientError(f"grad requires a scalar output, but the function returned an array of "
                             f"shape {out.shape}; reduce it (e.g. .sum()) or use tl.vjp / tl.jacrev")
-    if out.dtype.kind != "f":
+    if not _dt.is_float(out.dtype):
         raise GradientError(f"grad requires a floating-point output, got {out.dtype}; "
                             f"differentiate a float computation")
     return np.ones((), out.dtype)

@@ -1,7 +1,9 @@
 """Reductions: sum, max, min, prod, argmax, argmin, cumsum, cumprod, cummax.
 
 ``axes`` is ``None`` (all), an int or a tuple of ints (negative allowed);
-``keepdims`` as NumPy. Conventions: max/min split the cotangent equally among
+``keepdims`` as NumPy. Result dtypes follow NumPy too: sum, prod, cumsum and
+cumprod of bool and narrow integers accumulate in 64 bits (the StableHLO
+lowering converts first); max/min keep the input dtype. Conventions: max/min split the cotangent equally among
 tied maxima (as JAX); prod's gradient is exact when the input holds zeros
 (product of the others, as JAX).
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._core.primitive import Primitive
-from ._rules import reduced_shape
+from ._rules import accumulation_dtype, reduced_shape
 from .broadcasting import broadcast_like, expand_reduced
 from .elementwise import divide, equal, multiply, safe_mul
 from .selection import select
@@ -32,8 +34,7 @@ def reduction(name, np_fn, hlo, dtype_rule=None):
         return reduced_shape(x.shape, axes, keepdims, name)
 
     return Primitive(name, impl=impl, hlo=hlo, shape_rule=shape_rule,
-                     dtype_rule=dtype_rule or (lambda x, **_: x.dtype if x.dtype is None or x.dtype.kind != "b"
-                                               else np.dtype(np.int64)),
+                     dtype_rule=dtype_rule or (lambda x, **_: accumulation_dtype(x.dtype)),
                      render=f"lax.{name}")
 
 
@@ -195,9 +196,11 @@ def _cum(fn):
 
 
 cumsum_p = Primitive("cumsum", impl=_cum(np.cumsum), hlo="stablehlo.reduce_window add",
-                     shape_rule=lambda x, **_: x.shape, dtype_rule=lambda x, **_: x.dtype, render="lax.cumsum")
+                     shape_rule=lambda x, **_: x.shape, dtype_rule=lambda x, **_: accumulation_dtype(x.dtype),
+                     render="lax.cumsum")
 cumprod_p = Primitive("cumprod", impl=_cum(np.cumprod), hlo="stablehlo.reduce_window multiply",
-                      shape_rule=lambda x, **_: x.shape, dtype_rule=lambda x, **_: x.dtype, render="lax.cumprod")
+                      shape_rule=lambda x, **_: x.shape, dtype_rule=lambda x, **_: accumulation_dtype(x.dtype),
+                      render="lax.cumprod")
 cummax_p = Primitive("cummax", impl=_cum(np.maximum.accumulate), hlo="stablehlo.reduce_window max",
                      shape_rule=lambda x, **_: x.shape, dtype_rule=lambda x, **_: x.dtype, render="lax.cummax")
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from .._core.primitive import Primitive
-from ._rules import broadcast_shapes, elementwise_dtype
+from ._rules import broadcast_shapes, check_concrete_mix, elementwise_dtype, refuse_float_mix
 from .broadcasting import sum_to, zeros_like
 
 
 def _select_impl(pred, x, y):
+    check_concrete_mix("where", {"x": x, "y": y})
     return np.where(pred, x, y)
 
 
@@ -52,7 +53,7 @@ def _clamp_impl(lo, x, hi):
     return np.minimum(np.maximum(x, lo), hi)
 
 
-clamp_p = Primitive("clamp", impl=_clamp_impl, hlo="stablehlo.clamp",
+clamp_p = Primitive("clamp", impl=refuse_float_mix("clip", _clamp_impl, ["a_min", "x", "a_max"]), hlo="stablehlo.clamp",
                     shape_rule=lambda lo, x, hi: broadcast_shapes("clip", lo.shape, x.shape, hi.shape),
                     dtype_rule=lambda lo, x, hi: elementwise_dtype("clip", _clamp_impl, ["a_min", "x", "a_max"])(lo, x, hi),
                     render="lax.clamp")

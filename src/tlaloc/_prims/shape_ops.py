@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._core.aval import AbstractValue
 from .._core.primitive import Primitive
 from ..errors import ShapeError
-from ._rules import broadcast_shapes, normalize_axes
+from ._rules import broadcast_shapes, normalize_axes, refuse_float_mix
 from .broadcasting import reshape_like, sum_to, zeros_like
 from .reductions import reduce_sum
 
@@ -91,10 +92,19 @@ _linear(transpose_p, lambda g, x, out, axes: (transpose(g, _inverse_perm(axes)),
 
 # -- broadcasting ------------------------------------------------------------------
 
+def _broadcast_to_shape(x, *, shape):
+    shape = tuple(shape)
+    if x.shape is None:
+        return shape
+    out = broadcast_shapes("broadcast_to", x.shape, shape)
+    if len(x.shape) > len(shape) or any(type(o) is int and type(s) is int and o != s for o, s in zip(out, shape)):
+        raise ShapeError(f"broadcast_to: cannot broadcast an array of shape {tuple(x.shape)} to {shape}; "
+                         f"each axis must match or have size 1, and the target rank must not be smaller")
+    return shape
+
+
 broadcast_to_p = Primitive("broadcast_to", impl=lambda x, *, shape: np.broadcast_to(x, shape),
-                           hlo="stablehlo.broadcast_in_dim",
-                           shape_rule=lambda x, *, shape: broadcast_shapes("broadcast_to", x.shape, shape)
-                           if x.shape is not None else tuple(shape),
+                           hlo="stablehlo.broadcast_in_dim", shape_rule=_broadcast_to_shape,
                            dtype_rule=lambda x, **_: x.dtype, render="tnp.broadcast_to")
 
 
@@ -107,15 +117,31 @@ _linear(broadcast_to_p, lambda g, x, out, shape: (sum_to(g, x),))
 
 def _bid_impl(x, *, shape, broadcast_dimensions):
     x = np.asarray(x)
+    _bid_shape(AbstractValue(x.dtype, x.shape), shape=shape, broadcast_dimensions=broadcast_dimensions)
     expanded = [1] * len(shape)
     for i, d in enumerate(broadcast_dimensions):
         expanded[d] = x.shape[i]
     return np.broadcast_to(x.reshape(expanded), shape)
 
 
+def _bid_shape(x, *, shape, broadcast_dimensions):
+    dims = tuple(broadcast_dimensions)
+    if list(dims) != sorted(set(dims)) or any(not 0 <= d < len(shape) for d in dims):
+        raise ShapeError(f"broadcast_in_dim: broadcast_dimensions {dims} must be strictly increasing "
+                         f"axes of the result (rank {len(shape)}); transpose the operand first")
+    if x.shape is not None:
+        if len(x.shape) != len(dims):
+            raise ShapeError(f"broadcast_in_dim: operand of rank {len(x.shape)} needs {len(x.shape)} "
+                             f"broadcast_dimensions, got {dims}")
+        for i, d in enumerate(dims):
+            if type(x.shape[i]) is int and x.shape[i] not in (1, shape[d]):
+                raise ShapeError(f"broadcast_in_dim: operand axis {i} has size {x.shape[i]} but result "
+                                 f"axis {d} has size {shape[d]}; it must match or be 1")
+    return tuple(shape)
+
+
 broadcast_in_dim_p = Primitive("broadcast_in_dim", impl=_bid_impl, hlo="stablehlo.broadcast_in_dim",
-                               shape_rule=lambda x, *, shape, broadcast_dimensions: tuple(shape),
-                               dtype_rule=lambda x, **_: x.dtype)
+                               shape_rule=_bid_shape, dtype_rule=lambda x, **_: x.dtype)
 
 
 def broadcast_in_dim(x, shape, broadcast_dimensions):
@@ -200,7 +226,8 @@ def _concat_dtype(*xs, axis):
     return _dt.result_dtype(*(x.dtype for x in xs))
 
 
-concatenate_p = Primitive("concatenate", impl=lambda *xs, axis: np.concatenate(xs, axis),
+concatenate_p = Primitive("concatenate", impl=refuse_float_mix("concatenate",
+                                                               lambda *xs, axis: np.concatenate(xs, axis)),
                           hlo="stablehlo.concatenate", shape_rule=_concat_shape, dtype_rule=_concat_dtype)
 
 
@@ -313,3 +340,28 @@ iota_p.jvp = lambda t, out, **_: None
 
 def iota(shape, dtype=np.int32, dimension=0):
     return iota_p.bind(shape=tuple(shape), dtype=np.dtype(dtype), dimension=int(dimension))
+
+
+# -- swapaxes (rank-generic with negative axes) --------------------------------------
+
+def _swapaxes_shape(x, *, axis1, axis2):
+    if x.shape is None:
+        return None
+    s = list(x.shape)
+    r = len(s)
+    a, b = axis1 % r, axis2 % r
+    s[a], s[b] = s[b], s[a]
+    return tuple(s)
+
+
+swapaxes_p = Primitive("swapaxes", impl=lambda x, *, axis1, axis2: np.swapaxes(x, axis1, axis2),
+                       hlo="stablehlo.transpose", shape_rule=_swapaxes_shape,
+                       dtype_rule=lambda x, **_: x.dtype, render="tnp.swapaxes")
+
+
+def swapaxes(x, axis1, axis2):
+    """Swap two axes; negative axes work on arrays of unknown rank (e.g. -1, -2)."""
+    return swapaxes_p.bind(x, axis1=int(axis1), axis2=int(axis2))
+
+
+_linear(swapaxes_p, lambda g, x, out, axis1, axis2: (swapaxes(g, axis1, axis2),))

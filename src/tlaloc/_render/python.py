@@ -243,10 +243,11 @@ class Renderer:
                 self.emit(indent + 1, f"{self.n.name(v)} = {self.atom(a)}[{k}]")
         self.last_comment = None
         self.body(body, indent + 1)
-        self._assign(indent + 1, carry_names, [self.atom(o) for o in body.outputs[:n_carry]])
+        # stacked outputs are stored before the carries are rebound: a y may be a carry input
         if not simple:
             for y, o in zip(ys_names, body.outputs[n_carry:]):
                 self.emit(indent + 1, f"{y}[{k}] = {self.atom(o)}")
+        self._assign(indent + 1, carry_names, [self.atom(o) for o in body.outputs[:n_carry]])
         if simple and not body.nodes and not carry_names:
             self.emit(indent + 1, "pass")
         self.last_comment = None
@@ -281,9 +282,9 @@ class Renderer:
         if p["max_trips"] is not None:
             self.emit(indent + 1, f"lax.check_trips({trips}, {p['max_trips']!r})")
         self.body(body, indent + 1)
-        self._assign(indent + 1, carry_names, [self.atom(o) for o in body.outputs[:n_carry]])
         for y, o in zip(ys_names, body.outputs[n_carry:]):
             self.emit(indent + 1, f"{y}.append({self.atom(o)})")
+        self._assign(indent + 1, carry_names, [self.atom(o) for o in body.outputs[:n_carry]])
         self.emit(indent + 1, f"{trips} += 1")
         self.last_comment = None
 

@@ -294,10 +294,8 @@ def transpose(a, axes=None, *more):
 
 
 def swapaxes(a, axis1, axis2):
-    r = _rank(a, "swapaxes")
-    perm = list(range(r))
-    perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
-    return _sh.transpose(a, tuple(perm))
+    """Swap two axes (works on arrays of unknown rank with negative axes)."""
+    return _sh.swapaxes(a, axis1, axis2)
 
 
 def moveaxis(a, source, destination):

@@ -31,7 +31,6 @@ def dclosure_and_call_dx_k(x, k_1):
         # golden_functions.py:39: total = total + scale(poly(x), i + 1.0).sum()
         v5 = lax.reduce_sum(v4, axes=None, keepdims=False)
         total_1 = lax.add(total, v5)
-        total = total_1
         total_stack[k_2] = total
         res_stack[k_2] = v5
         res_stack_1[k_2] = v4
@@ -39,6 +38,7 @@ def dclosure_and_call_dx_k(x, k_1):
         res_stack_3[k_2] = v2
         res_stack_4[k_2] = v0
         res_stack_5[k_2] = v1
+        total = total_1
     total_bar = lax.grad_seed(total)
     # grad of: for i in range(3):
     v6 = lax.zeros_like(x)

@@ -22,10 +22,10 @@ def dhistogram_update_dx(x, idx):
         v2 = lax.getitem(x, j, spec=(('d', 0),))
         v3 = lax.integer_pow(v2, y=2)
         acc_1 = lax.index_add(acc, v3, v1, spec=(('d', 0),))
-        acc = acc_1
         res_stack[k_1] = v1
         res_stack_1[k_1] = v3
         res_stack_2[k_1] = v2
+        acc = acc_1
     # golden_functions.py:47: return (acc * np.arange(1.0, 5.0)).sum()
     v4 = lax.multiply(acc, np.asarray([1.0, 2.0, 3.0, 4.0], dtype=tnp.float64))
     v5 = lax.reduce_sum(v4, axes=None, keepdims=False)

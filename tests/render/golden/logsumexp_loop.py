@@ -27,9 +27,9 @@ def dlogsumexp_loop_dx(x):
             m_2 = m_3
         else:
             m_2 = m_1
-        m_1 = m_2
         res_stack[k_1] = v2
         m_stack[k_1] = m_1
+        m_1 = m_2
     # golden_functions.py:18: for i in range(len(x)):
     v3 = lax.dim_size(x, axis=0)
     s = 0.0
@@ -44,10 +44,10 @@ def dlogsumexp_loop_dx(x):
         v5 = lax.subtract(v4, m_1)
         v6 = lax.exp(v5)
         s_1 = lax.add(s, v6)
-        s = s_1
         s_stack[k_2] = s
         res_stack_1[k_2] = v6
         res_stack_2[k_2] = v4
+        s = s_1
     # golden_functions.py:20: return m + np.log(s)
     v7 = lax.log(s)
     v8 = lax.add(m_1, v7)

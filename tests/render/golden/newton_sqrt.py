@@ -26,10 +26,10 @@ def dnewton_sqrt_da(a):
         v5 = lax.divide(a, x)
         v6 = lax.add(x, v5)
         x_1 = lax.multiply(0.5, v6)
-        x = x_1
         res_stack.append(v6)
         x_stack.append(x)
         res_stack_1.append(v5)
+        x = x_1
         v0 += 1
     x_bar = lax.grad_seed(x)
     # grad of: while np.abs(x * x - a) > 1e-12:

@@ -1,0 +1,233 @@
+"""The machinery behind the table: run tlaloc, run the oracles, compare.
+
+Kept apart from the test files so the negative controls exercise exactly the
+comparison the real tests use.
+"""
+from __future__ import annotations
+
+import copy
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import tlaloc as tl
+
+jax.config.update("jax_enable_x64", True)
+
+RTOL, ATOL = 1e-10, 1e-12          # tlaloc vs JAX (float64)
+FD_RTOL, FD_ATOL = 1e-6, 1e-7      # tlaloc vs central differences
+FD_STEP = 1e-5
+
+_TRANSFORMS: dict = {}
+
+
+# -- tlaloc -------------------------------------------------------------------------------
+
+def transform(case):
+    """The tlaloc-transformed function of a grad-like case (built once, cached)."""
+    if case.name not in _TRANSFORMS:
+        aux = case.mode.endswith("_aux")
+        make = tl.value_and_grad if case.mode.startswith("value_and_grad") else tl.grad
+        _TRANSFORMS[case.name] = make(case.fn, argnums=case.argnums, has_aux=aux)
+    return _TRANSFORMS[case.name]
+
+
+def cotangent_for(case, args, rng):
+    """A random cotangent with the structure of the (main) output of ``case.fn``."""
+    out = run_plain(case, args)
+    if case.mode == "vjp_aux":
+        out = out[0]
+    return jax.tree_util.tree_map(lambda o: rng.standard_normal(np.shape(o)), out)
+
+
+def run_tlaloc(case, args, ct=None):
+    """The derivative by tlaloc, in the structure JAX's matching API returns."""
+    if case.mode == "vjp":
+        out, vjp_fn = tl.vjp(case.fn, *args)
+        return out, vjp_fn(ct)
+    if case.mode == "vjp_aux":
+        out, vjp_fn, aux = tl.vjp(case.fn, *args, has_aux=True)
+        return out, vjp_fn(ct), aux
+    return transform(case)(*args)
+
+
+# -- oracles --------------------------------------------------------------------------------
+
+def run_jax(case, args, ct=None, twin=None):
+    """The same derivative by JAX, from the case's twin (or ``twin``)."""
+    f = twin or case.twin
+    jargs = jax.tree_util.tree_map(jnp.asarray, args)
+    aux = case.mode.endswith("_aux")
+    if case.mode in ("grad", "grad_aux"):
+        out = jax.grad(f, argnums=case.argnums, has_aux=aux)(*jargs)
+    elif case.mode in ("value_and_grad", "value_and_grad_aux"):
+        out = jax.value_and_grad(f, argnums=case.argnums, has_aux=aux)(*jargs)
+    elif case.mode == "vjp":
+        val, fn = jax.vjp(f, *jargs)
+        out = (val, fn(jax.tree_util.tree_map(jnp.asarray, ct)))
+    else:
+        val, fn, aux_val = jax.vjp(f, *jargs, has_aux=True)
+        out = (val, fn(jax.tree_util.tree_map(jnp.asarray, ct)), aux_val)
+    return jax.tree_util.tree_map(np.asarray, out)
+
+
+def run_plain(case, args):
+    """``case.fn`` run by NumPy itself, on copies (the programs may write into arrays)."""
+    return case.fn(*copy.deepcopy(args))
+
+
+def _scalar_objective(case, ct):
+    """The scalar whose gradient the case computes: the value, or <ct, out> for vjp."""
+    def obj(args):
+        out = run_plain(case, args)
+        if case.mode in ("grad_aux", "value_and_grad_aux", "vjp_aux"):
+            out = out[0]
+        if case.mode.startswith("vjp"):
+            pairs = zip(jax.tree_util.tree_leaves(ct), jax.tree_util.tree_leaves(out))
+            return float(sum(np.sum(c * o) for c, o in pairs))
+        return float(out)
+    return obj
+
+
+def _wrt(case, n_args):
+    if case.mode.startswith("vjp"):
+        return tuple(range(n_args)), False
+    a = case.argnums
+    if isinstance(a, int):
+        return (a % n_args,), True
+    return tuple(k % n_args for k in a), False
+
+
+def central_differences(case, args, ct=None):
+    """Gradient (tuple/leaf per ``argnums``; all arguments for vjp) by central differences."""
+    obj = _scalar_objective(case, ct)
+    wrt, single = _wrt(case, len(args))
+    grads = []
+    for a in wrt:
+        leaves, tree = jax.tree_util.tree_flatten(args[a])
+        g_leaves = []
+        for k, leaf in enumerate(leaves):
+            leaf = np.asarray(leaf)
+            g = np.zeros(leaf.shape)
+            for idx in np.ndindex(leaf.shape):
+                h = FD_STEP * max(1.0, abs(float(leaf[idx])))
+                vals = []
+                for sign in (1.0, -1.0):
+                    moved = leaf.copy()
+                    moved[idx] += sign * h
+                    new_leaves = list(leaves)
+                    new_leaves[k] = moved
+                    new_args = list(args)
+                    new_args[a] = jax.tree_util.tree_unflatten(tree, new_leaves)
+                    vals.append(obj(tuple(new_args)))
+                g[idx] = (vals[0] - vals[1]) / (2 * h)
+            g_leaves.append(g)
+        grads.append(jax.tree_util.tree_unflatten(tree, g_leaves))
+    return grads[0] if single else tuple(grads)
+
+
+def gradient_part(case, result):
+    """The gradient inside an API result (drops values and aux)."""
+    if case.mode in ("value_and_grad", "value_and_grad_aux"):
+        return result[1]
+    if case.mode == "grad_aux":
+        return result[0]
+    if case.mode.startswith("vjp"):
+        return result[1]
+    return result
+
+
+# -- comparison -------------------------------------------------------------------------------
+
+def _is_float_leaf(x):
+    return np.asarray(x).dtype.kind == "f"
+
+
+def assert_tree_close(actual, expected, rtol=RTOL, atol=ATOL, what="result"):
+    """Same pytree structure (containers and their types), same shapes, values close.
+
+    NaN never matches anything (no NaN masking), and every float leaf of both
+    sides must be finite.
+    """
+    a_leaves, a_tree = jax.tree_util.tree_flatten(actual)
+    e_leaves, e_tree = jax.tree_util.tree_flatten(expected)
+    assert a_tree == e_tree, f"{what}: structure {a_tree} != expected {e_tree}"
+    for k, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+        a, e = np.asarray(a), np.asarray(e)
+        assert a.shape == e.shape, f"{what}: leaf {k} has shape {a.shape}, expected {e.shape}"
+        if _is_float_leaf(e):
+            assert a.dtype == np.float64, f"{what}: leaf {k} has dtype {a.dtype}, expected float64"
+            assert np.isfinite(a).all(), f"{what}: leaf {k} is not finite: {a}"
+            assert np.isfinite(e).all(), f"{what}: expected leaf {k} is not finite: {e}"
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, equal_nan=False,
+                                   err_msg=f"{what}: leaf {k}")
+
+
+def check_case_against_jax(case, twin=None):
+    """tlaloc vs JAX on every argument tuple of ``case`` (raises AssertionError)."""
+    rng = np.random.default_rng(0)
+    for i, args in enumerate(case.args_list()):
+        before = copy.deepcopy(args)
+        ct = cotangent_for(case, args, rng) if case.mode.startswith("vjp") else None
+        got = run_tlaloc(case, args, ct)
+        want = run_jax(case, args, ct, twin=twin)
+        assert_tree_close(got, want, what=f"{case.name}[point {i}]")
+        assert_tree_close(args, before, rtol=0, atol=0, what=f"{case.name}[point {i}] arguments after the call")
+
+
+def check_case_against_fd(case):
+    """tlaloc vs central differences of the NumPy program itself."""
+    rng = np.random.default_rng(0)
+    for i, args in enumerate(case.args_list()):
+        ct = cotangent_for(case, args, rng) if case.mode.startswith("vjp") else None
+        got = gradient_part(case, run_tlaloc(case, args, ct))
+        want = central_differences(case, args, ct)
+        if case.mode.startswith("vjp"):
+            got = tuple(g for g, a in zip(got, args) if _is_float_leaf(jax.tree_util.tree_leaves(a)[0]))
+            want = tuple(w for w, a in zip(want, args) if _is_float_leaf(jax.tree_util.tree_leaves(a)[0]))
+        assert_tree_close(got, want, rtol=FD_RTOL, atol=FD_ATOL, what=f"{case.name}[point {i}] vs FD")
+
+
+# -- the rendered module on its own ---------------------------------------------------------------
+
+def run_rendered(g, args, extra=()):
+    """Exec ``tl.source(g)`` in a fresh namespace and call its entry function on the leaves."""
+    namespace = {"__name__": f"roundtrip_{g.__name__}"}
+    exec(compile(tl.source(g), f"<roundtrip {g.__name__}>", "exec"), namespace)
+    entry = namespace[g.__name__]
+    leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(args)]
+    return list(entry(*leaves, *extra))
+
+
+def rendered_layout(case, api_result):
+    """API result leaves in the rendered function's output order (None: not visible to the API).
+
+    The rendered function returns the value leaves (value, then aux) when the
+    transform has a value or aux, then the gradient leaves.
+    """
+    leaves = jax.tree_util.tree_leaves
+    if case.mode == "grad_aux":
+        grads, aux = api_result
+        return [None] + leaves(aux) + leaves(grads)
+    return leaves(api_result)
+
+
+def same_bits(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def check_case_source_roundtrip(case):
+    g = transform(case)
+    for i, args in enumerate(case.args_list()):
+        api = g(*args)                       # also builds pytree-argument entries
+        rendered = run_rendered(g, copy.deepcopy(args), case.extra)
+        expected = rendered_layout(case, api)
+        assert len(rendered) == len(expected), \
+            f"{case.name}[point {i}]: rendered module returned {len(rendered)} leaves, API {len(expected)}"
+        for k, (r, e) in enumerate(zip(rendered, expected)):
+            if e is None:
+                continue
+            assert same_bits(r, e), (f"{case.name}[point {i}] leaf {k}: rendered module gives "
+                                     f"{np.asarray(r)!r}, the API {np.asarray(e)!r}")
