@@ -138,7 +138,7 @@ CASES: list[Case] = [
     # subscripts
     Case("subscript_read", B.f_subscript_read, B.j_subscript_read, lambda r: [(randn(r, 5, 4),)]),
     Case("gather_repeated", B.f_gather_repeated, B.j_gather_repeated,
-         lambda r: [(randn(r, 4), np.array([0, 2, 2, 3, 0, 0]))]),
+         lambda r: [(randn(r, 4), np.array([0, 2, 2, 3, 0, 0]), randn(r, 6))], argnums=(0, 2)),
     Case("shape_ops", B.f_shape_ops, B.j_shape_ops, lambda r: [(randn(r, 3, 4),)]),
     Case("scalar_arg", B.f_scalar_arg, B.j_scalar_arg, lambda r: [(scalar(0.3), randn(r, 4))], argnums=(0, 1)),
 
@@ -212,7 +212,8 @@ CASES: list[Case] = [
     Case("setitem_slices", S.f_setitem_slices, S.j_setitem_slices, lambda r: [(randn(r, 4, 3), randn(r, 3))],
          argnums=(0, 1)),
     Case("write_argument", S.f_write_argument, S.j_write_argument, lambda r: [(randn(r, 4),)]),
-    Case("setitem_in_branch", S.f_setitem_in_branch, S.j_setitem_in_branch, lambda r: [(away(r, 6),)]),
+    Case("setitem_in_branch", S.f_setitem_in_branch, S.j_setitem_in_branch, lambda r: [(away(r, 6), randn(r, 6))],
+         argnums=(0, 1)),
     Case("alias_write", S.f_alias_write, S.j_alias_write, lambda r: [(randn(r, 3),)]),
 
     # pytree arguments, argnums, has_aux, value_and_grad, vjp

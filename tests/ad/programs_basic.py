@@ -189,15 +189,15 @@ def j_subscript_read(x):
             + (x[1] * x[2]).sum() + x[..., 0].sum() + x[None, 1, :].sum() + x[-2:, -1].prod())
 
 
-def f_gather_repeated(x, idx):
-    # idx: int array with repeated entries -> the gradient accumulates
+def f_gather_repeated(x, idx, w):
+    # idx: int array with repeated entries -> the gradient accumulates; w: (len(idx),)
     g = x[idx]
-    return (g * g * np.arange(len(idx))).sum()
+    return (g * g * w).sum()
 
 
-def j_gather_repeated(x, idx):
+def j_gather_repeated(x, idx, w):
     g = x[idx]
-    return (g * g * jnp.arange(len(idx))).sum()
+    return (g * g * w).sum()
 
 
 def f_shape_ops(x):

@@ -88,24 +88,24 @@ def j_write_argument(x):
     return (x * x).sum()
 
 
-def f_setitem_in_branch(x):
+def f_setitem_in_branch(x, w):
     a = np.zeros_like(x)
     for i in range(len(x)):
         if x[i] > 0:
             a[i] = x[i] ** 2
         else:
             a[len(x) - 1 - i] += x[i]
-    return (a * np.arange(len(x))).sum() + a.sum() ** 2
+    return (a * w).sum() + a.sum() ** 2
 
 
-def j_setitem_in_branch(x):
+def j_setitem_in_branch(x, w):
     a = jnp.zeros_like(x)
     for i in range(len(x)):
         if x[i] > 0:
             a = a.at[i].set(x[i] ** 2)
         else:
             a = a.at[len(x) - 1 - i].add(x[i])
-    return (a * jnp.arange(len(x))).sum() + a.sum() ** 2
+    return (a * w).sum() + a.sum() ** 2
 
 
 def f_alias_write(a):

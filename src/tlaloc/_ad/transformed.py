@@ -51,6 +51,9 @@ class Transformed:
         inner = getattr(self.fn, "__tlaloc_transformed__", None)
         if inner is not None:
             return inner.as_lowered(arg_trees, arg_avals)
+        custom = getattr(self.fn, "__tlaloc_lower__", None)
+        if custom is not None:            # e.g. a tl.custom_vjp function
+            return custom(arg_trees, arg_avals)
         return lower_function(self.fn, arg_trees=arg_trees, arg_avals=arg_avals)
 
     def as_lowered(self, arg_trees, arg_avals=None) -> LoweredFunction:
@@ -97,10 +100,15 @@ class Transformed:
         if len(args) != len(lowered.arg_trees):
             raise ArgumentError(f"{self.name}: takes {len(lowered.arg_trees)} positional arguments "
                                 f"({', '.join(lowered.arg_names[:len(lowered.arg_trees)])}), got {len(args)}")
+        from .._frontend import typing_hooks
+        if typing_hooks.check_call is not None:
+            typing_hooks.check_call(self.fn, args)
         closure = [g() for g in lowered.closure_getters]
         flat = [_as_array(x) for x in flat]
         self.check_args(args, trees, flat, lowered)
         outs = entry["fn"](*flat, *closure)
+        if os.environ.get("TLALOC_CHECK_RENDER"):
+            _check_against_interpreter(entry, flat + closure, outs)
         return self.finish(args, trees, list(outs), entry)
 
     def check_args(self, args, trees, flat, lowered):
@@ -129,6 +137,19 @@ class Transformed:
             closure.append(lowerer._external(g(), ("transformed", id(self), id(g)), g, "closure"))
         outs = inline(lowered.graph, flat + closure)
         return _pytree.unflatten(lowered.out_tree, outs)
+
+
+def _check_against_interpreter(entry, args, outs):
+    """Debug check (TLALOC_CHECK_RENDER=1): the rendered code and the reference
+    interpreter must return the same bits for the same graph."""
+    from .._core.interpreter import eval_graph
+    graph = entry["graphs"][0][0]
+    ref = eval_graph(graph, *args)
+    for k, (a, b) in enumerate(zip(outs, ref)):
+        if isinstance(a, list) or isinstance(b, list):
+            continue
+        if np.asarray(a).tobytes() != np.asarray(b).tobytes() or np.asarray(a).dtype != np.asarray(b).dtype:
+            raise AssertionError(f"{graph.name}: output {k} of the rendered code differs from the interpreter")
 
 
 def _as_array(x):

@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import ShapeError, DTypeError, TlalocError
+from ..errors import ShapeError, DTypeError, TlalocError, TypeAnnotationError
 from . import aval as _aval
 from .graph import Graph, Literal, Node, SourceLoc, Var
 
@@ -62,6 +62,8 @@ class Builder:
             return self._capture(x)
         if isinstance(x, Literal):
             return x
+        if x is None:                    # UNDEF: a value no path assigned (see _core/control.py)
+            return Literal(None, _aval.UNKNOWN)
         if isinstance(x, (bool, int, float, np.generic)) or isinstance(x, np.ndarray):
             return Literal(x, _aval.of(x))
         if hasattr(x, "__array__") and not isinstance(x, (str, bytes)):
@@ -93,6 +95,12 @@ class Builder:
         ins = tuple(self.atom(a) for a in args)
         try:
             out_avals = prim.abstract_eval(*(a.aval for a in ins), **params)
+            if _names_hook() is not None and any(a.aval.names is not None for a in ins):
+                out_avals = _names_hook()(prim, [a.aval for a in ins], out_avals, params)
+        except TypeAnnotationError as e:
+            if e.where is None and self.loc is not None:
+                raise TypeAnnotationError(e.msg, self.loc.filename, self.loc.lineno, self.loc.col) from None
+            raise
         except (ShapeError, DTypeError) as e:
             if self.loc is not None and not getattr(e, "_located", False):
                 e.args = (f"{self.loc}: {e.args[0] if e.args else ''}",) + e.args[1:]
@@ -146,6 +154,11 @@ class Builder:
             yield
         finally:
             self.loc = old
+
+
+def _names_hook():
+    from .._frontend import typing_hooks
+    return typing_hooks.propagate_names
 
 
 class Value:
@@ -228,5 +241,5 @@ def _install_operators():
     Value.mT = property(lambda a: tnp.swapaxes(a, -1, -2))
     for m in ("sum", "mean", "max", "min", "prod", "std", "argmax", "argmin",
               "cumsum", "cumprod", "transpose", "reshape", "astype", "clip", "dot",
-              "squeeze", "ravel", "flatten", "swapaxes", "any", "all"):
+              "squeeze", "ravel", "flatten", "swapaxes", "any", "all", "copy"):
         setattr(Value, m, (lambda f: lambda self, *a, **k: f(self, *a, **k))(getattr(tnp, m)))

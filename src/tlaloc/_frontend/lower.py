@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import _pytree
 from .._core.builder import Builder, Value
-from .._core.graph import Graph
+from .._core.graph import Graph, Var
 from ..errors import FenceError
 from .control import ControlLowerer
 from .expr import ExprLowerer, binop
@@ -218,8 +218,18 @@ class Lowerer(ExprLowerer, ControlLowerer):
                                          f"new value instead, e.g. dataclasses.replace")
 
     def _store_subscript_base(self, base_node, new):
-        """``a[i] = v`` rebinds ``a`` (functional update); ``a[i][j] = v`` nests."""
+        """``a[i] = v`` rebinds ``a`` (functional update); ``a[i][j] = v`` nests.
+
+        NumPy semantics are kept for aliases: every other name bound to the same
+        array is rebound too. Writing into a *view* of another live array
+        (``row = A[0]; row[1] = v``) is refused rather than silently diverging."""
         if isinstance(base_node, ast.Name):
+            old = self.env.get(base_node.id)
+            if is_symbolic(old):
+                self._refuse_view_write(base_node, old)
+                for name, val in list(self.env.items()):
+                    if val is old and name != base_node.id:
+                        self.env[name] = new
             self.env[base_node.id] = new
             if is_symbolic(new) and new.var.hint is None:
                 new.var.hint = base_node.id
@@ -229,6 +239,24 @@ class Lowerer(ExprLowerer, ControlLowerer):
             self._store_subscript_base(base_node.value, index_set(outer, self.index(base_node.slice), new))
         else:
             raise self.src.error(base_node, "subscript assignment needs a name on the left, e.g. `a[i] = v`")
+
+    _VIEW_PRIMS = ("getitem", "reshape", "transpose", "swapaxes", "expand_dims", "squeeze", "broadcast_to")
+
+    def _refuse_view_write(self, node, value):
+        producer = self.b.producer(value)
+        if producer is None or producer.prim.name not in self._VIEW_PRIMS:
+            return
+        if producer.prim.name == "getitem" and any(
+                e[0] == "d" and not (isinstance(producer.inputs[1 + e[1]], Var)
+                                     and producer.inputs[1 + e[1]].aval.shape == ())
+                for e in producer.params["spec"]):
+            return                       # advanced indexing copies in NumPy
+        src = producer.inputs[0]
+        for name, val in self.env.items():
+            if is_symbolic(val) and val.var is src:
+                raise self.src.error(node, f"`{node.id}` is a view of `{name}` (NumPy would write through to "
+                                           f"`{name}`); write into `{name}` directly, or copy first with "
+                                           f"`{node.id} = {node.id}.copy()`")
 
     def _unpack(self, value, n, node):
         if is_symbolic(value):
@@ -439,6 +467,10 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
     defaults = _python_defaults(fn)
     if arg_trees is None:
         arg_trees = [_pytree.TreeDef("leaf") for _ in params]
+    if arg_avals is None and all(t is not None and t.kind == "leaf" for t in arg_trees):
+        from . import typing_hooks
+        if typing_hooks.avals_from_annotations is not None:
+            arg_avals = typing_hooks.avals_from_annotations(fn, params[:len(arg_trees)])
     env = {}
     leaf_index = 0
     with root.active():

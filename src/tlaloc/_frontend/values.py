@@ -27,21 +27,28 @@ class Undefined:
         return f"Undefined({self.name})"
 
 
-@dataclasses.dataclass
 class LocalFunction:
-    """A nested ``def`` or ``lambda``; calls are inlined in the caller's graph."""
-    node: Any             # ast.FunctionDef | ast.Lambda
-    src: Any              # FunctionSource of the enclosing function
-    env: dict             # the enclosing scope (read at call time: Python's late binding)
-    scope: Any            # the enclosing Scope (for globals/closure)
-    name: str
+    """A nested ``def`` or ``lambda``; calls are inlined in the caller's graph.
+
+    (A plain class, not a dataclass: it must stay a pytree leaf.)
+    """
+
+    def __init__(self, node, src, env, scope, name):
+        self.node = node      # ast.FunctionDef | ast.Lambda
+        self.src = src        # FunctionSource of the enclosing function
+        self.env = env        # the enclosing scope (read at call time: Python's late binding)
+        self.scope = scope    # the enclosing Scope (for globals/closure)
+        self.name = name
+
+    def __repr__(self):
+        return f"<local function {self.name}>"
 
 
-@dataclasses.dataclass
 class SymbolicRange:
-    start: Any
-    stop: Any
-    step: Any
+    """``range(start, stop, step)`` where a bound is symbolic (a pytree leaf)."""
+
+    def __init__(self, start, stop, step):
+        self.start, self.stop, self.step = start, stop, step
 
 
 def is_symbolic(x) -> bool:

@@ -65,3 +65,33 @@ grad_seed_p = Primitive("grad_seed", impl=_grad_seed_impl, hlo="stablehlo.consta
                         shape_rule=lambda x: (), dtype_rule=lambda x: x.dtype)
 grad_seed_p.vjp = lambda g, x, out: (None,)
 grad_seed_p.jvp = lambda t, x, out: None
+
+
+# -- creation with sizes known only at run time --------------------------------------------
+
+def _arange_impl(start, stop, step, *, dtype):
+    return np.arange(start, stop, step, dtype=dtype)
+
+
+arange_p = Primitive("arange", impl=_arange_impl, hlo="stablehlo.iota",
+                     shape_rule=lambda start, stop, step, *, dtype: (None,),
+                     dtype_rule=lambda start, stop, step, *, dtype: None if dtype is None else np.dtype(dtype))
+arange_p.vjp = lambda g, start, stop, step, out, dtype: (None, None, None)
+arange_p.jvp = lambda t, start, stop, step, out, dtype: None
+
+
+def _full_impl(*dims, fill_value, dtype):
+    return np.full(tuple(int(d) for d in dims), fill_value, dtype=dtype)
+
+
+full_p = Primitive("full", impl=_full_impl, hlo="stablehlo.broadcast_in_dim",
+                   shape_rule=lambda *dims, fill_value, dtype: tuple(None for _ in dims),
+                   dtype_rule=lambda *dims, fill_value, dtype: np.dtype(dtype))
+full_p.vjp = lambda g, *dims, out, fill_value, dtype: (None,) * len(dims)
+full_p.jvp = lambda t, *dims, out, fill_value, dtype: None
+
+
+copy_p = Primitive("copy", impl=lambda x: np.array(x, copy=True), hlo=None,
+                   shape_rule=lambda x: x.shape, dtype_rule=lambda x: x.dtype)
+copy_p.vjp = lambda g, x, out: (g,)
+copy_p.jvp = lambda t, x, out: t[0]

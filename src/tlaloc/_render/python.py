@@ -168,6 +168,8 @@ class Renderer:
                 self.render_for(node, indent)
             elif node.prim is while_loop_p:
                 self.render_while(node, indent)
+            elif getattr(node.prim, "inline_region", None):
+                self.render_inline(node, indent)
             else:
                 self.render_call(node, indent)
 
@@ -179,6 +181,14 @@ class Renderer:
         if node.prim.multiple_results and len(outs) == 1:
             lhs += ","
         self.emit(indent, f"{lhs} = lax.{node.prim.name}({', '.join(args)})")
+
+    def render_inline(self, node, indent):
+        """A node whose meaning is a region (e.g. a custom-rule call): its body, inline."""
+        region = node.params[node.prim.inline_region]
+        self._bind_region_inputs(region, node.inputs)
+        self.emit(indent, f"# {node.prim.name}: {region.name}")
+        self.body(region, indent)
+        self._assign(indent, [self.n.name(o) for o in node.outputs], [self.atom(o) for o in region.outputs])
 
     def _bind_region_inputs(self, region: Graph, operands):
         for v, a in zip(region.inputs, operands):

@@ -357,6 +357,11 @@ def _getitem(x, idx):
 
 # -- creation ----------------------------------------------------------------------
 
+def copy(a):
+    """A copy of ``a`` (a new value: later writes into it do not touch ``a``)."""
+    return _misc.copy_p.bind(a)
+
+
 def asarray(a, dtype=None):
     if _is_symbolic(a):
         return a if dtype is None else astype(a, dtype)
@@ -379,8 +384,36 @@ def full_like(a, fill_value, dtype=None):
     return add(zeros_like(a, dtype), fill_value)
 
 
-zeros, ones, full, empty, eye, identity, arange, linspace = (
-    _np.zeros, _np.ones, _np.full, _np.zeros, _np.eye, _np.identity, _np.arange, _np.linspace)
+eye, identity, linspace = _np.eye, _np.identity, _np.linspace
+
+
+def arange(start, stop=None, step=1, dtype=None):
+    """NumPy ``arange``; bounds may be symbolic sizes (e.g. ``len(x)``) inside transforms."""
+    if stop is None:
+        start, stop = 0, start
+    if _builtins.any(_is_symbolic(v) for v in (start, stop, step)):
+        return _misc.arange_p.bind(start, stop, step, dtype=None if dtype is None else _np.dtype(dtype))
+    return _np.arange(start, stop, step, dtype=dtype)
+
+
+def full(shape, fill_value, dtype=None):
+    """NumPy ``full``; sizes may be symbolic inside transforms."""
+    dims = (shape,) if not isinstance(shape, (tuple, list)) else tuple(shape)
+    if _builtins.any(_is_symbolic(d) for d in dims):
+        dt = _np.dtype(dtype) if dtype is not None else _np.asarray(fill_value).dtype
+        return _misc.full_p.bind(*dims, fill_value=fill_value, dtype=dt)
+    return _np.full(shape, fill_value, dtype=dtype)
+
+
+def zeros(shape, dtype=float):
+    return full(shape, 0, dtype=_np.dtype(dtype))
+
+
+def ones(shape, dtype=float):
+    return full(shape, 1, dtype=_np.dtype(dtype))
+
+
+empty = zeros
 
 
 def _shape_of(x):
@@ -420,5 +453,6 @@ def ndim(a):
 
 
 from ._diagonal import _diagonal_p  # noqa: E402
+from ._composite import (log2, log10, exp2, hypot, sinc, isnan, isinf, logical_xor, trunc,  # noqa: E402,F401
+                         rad2deg, deg2rad, degrees, radians, split)
 from . import linalg  # noqa: E402,F401
-from . import random  # noqa: E402,F401

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as _np
 
 from .._prims import decompositions as _dec
-from ..errors import ShapeError
+from ..errors import ArgumentError, ShapeError
 from . import sqrt, sum, multiply, abs as _abs, max as _max, exp, log, diagonal
 
 
@@ -41,9 +41,29 @@ def det(a):
 
 
 def norm(x, ord=None, axis=None, keepdims=False):
-    """Vector 2-norm (or Frobenius) over ``axis``; its gradient at 0 is 0, not NaN."""
+    """The 2-norm of vectors, or the Frobenius norm of matrices (``ord=None``/``'fro'``).
+
+    Args:
+      x: array; ``axis`` None (all elements), an int (vector norms) or a pair
+        (matrix norms).
+      ord: None, 2 (vector norms only) or 'fro' (matrix norms only).
+    Returns:
+      ``sqrt(sum(x**2))`` over ``axis``; its gradient at 0 is 0, not NaN.
+    Raises:
+      ArgumentError: ``ord=2`` on a matrix (NumPy's spectral norm, not
+        supported), or ``ord`` other than None/2/'fro'.
+    """
     if ord not in (None, 2, "fro"):
         raise ShapeError(f"norm: only ord=None/2/'fro' is supported, got {ord!r}")
+    if ord == 2 and not isinstance(axis, (int, _np.integer)):
+        matrix = axis is not None and len(tuple(axis)) == 2
+        if axis is None:
+            from . import _rank
+            matrix = _rank(x, "norm(ord=2)") == 2
+        if matrix:
+            raise ArgumentError("norm: ord=2 of a matrix is its spectral norm (largest singular value), "
+                                "which tlaloc does not compute; use ord='fro' for the Frobenius norm or "
+                                "pass an int axis for vector norms")
     return sqrt(sum(multiply(x, x), axis=axis, keepdims=keepdims))
 
 

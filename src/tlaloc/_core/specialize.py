@@ -1,0 +1,306 @@
+"""Specialisation: a DXIR graph rebuilt at concrete shapes and dtypes.
+
+Graphs built at definition time know neither ranks nor dtypes (avals with
+``shape=None``). A compiled back end needs both, so ``specialize(graph,
+in_avals)`` re-binds every node through a fresh ``Builder`` with the argument
+avals (``f64[3,4]``), recursing into regions, and on the way
+
+* folds what concrete shapes decide: ``dim_size``, ``reduced_count`` become
+  constants; ``sum_to``/``broadcast_like``/``reshape_like``/``expand_reduced``/
+  ``cast_like`` become ``reduce_sum``/``broadcast_to``/``reshape``/``convert``
+  or vanish; ``matmul``, its adjoints and ``einsum`` become ``dot_general``
+  with ``transpose``/``reshape``/``reduce_sum``; ``safe_mul``/``safe_div``
+  become ``select(... == 0, 0, a * b)``; ``getitem`` operands that became
+  constants move into the static index spec (see ``specialize_rules``);
+* evaluates nodes whose operands are all constants (small results only);
+* inlines the branch a constant ``cond`` predicate picks, gives a ``for_range``
+  with constant bounds a static trip count (the ``ys`` stacks get it as their
+  leading dim), iterates loop carries to a fixed point of their avals, and
+  replaces ``UNDEF`` (a value a path never assigns) with zeros of the type the
+  other side gives it (see ``specialize_control``).
+
+The result is a graph of the same primitives (so the interpreter still runs
+it: ``eval_graph(specialize(g, avals), *args) == eval_graph(g, *args)``) in
+which every var has a dtype and integer dims. Static inputs (``Static(v)`` in
+``in_avals``) are bound as constants and are not inputs of the result.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DTypeError, GraphError, TlalocError
+from .aval import AbstractValue
+from .aval import of as _aval_of
+from .builder import Builder, Value, current_builder
+from .control import UNDEF
+from .graph import Graph, Literal, Var
+from .passes import dce
+from .primitive import REGISTRY
+from .verifier import verify
+
+#: Constant folding keeps results up to this many elements; larger ones stay
+#: nodes (a literal that big would be written into the program text).
+FOLD_LIMIT = 4096
+
+#: ``name -> rule(*ins, **params)``: a rule returns the node's result(s)
+#: (built with ``emit``), or ``NotImplemented`` to bind the node unchanged.
+RULES: dict = {}
+
+
+class Static:
+    """An input bound to a constant while specialising (``static_argnums``)."""
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Static({self.value!r})"
+
+
+def specialize(graph: Graph, in_avals, name: str | None = None) -> Graph:
+    """``graph`` rebuilt with concrete input avals.
+
+    Args:
+      graph: a DXIR graph (inputs may have unknown avals).
+      in_avals: one entry per input: a concrete ``AbstractValue``, or
+        ``Static(value)`` to bind the input to a constant.
+    Returns:
+      A verified graph whose inputs are the non-static inputs, in order, and
+      whose every var is concrete (dtype and int dims).
+    Raises:
+      ShapeError / DTypeError: the avals do not fit the program (with the
+        user's file:line:col where known).
+      NoRuleError: a construct compiled code cannot express (named).
+    """
+    from . import specialize_rules, specialize_control, specialize_linalg  # noqa: F401 (fill RULES)
+    if len(in_avals) != len(graph.inputs):
+        raise TypeError(f"specialize {graph.name}: {len(graph.inputs)} inputs, {len(in_avals)} avals")
+    b = Builder(name=name or graph.name)
+    with b.active():
+        ins = []
+        for v, a in zip(graph.inputs, in_avals):
+            if isinstance(a, Static):
+                ins.append(a.value)
+            else:
+                if not a.is_concrete:
+                    raise TlalocError(f"specialize: input `{v.hint}` needs a concrete aval, got {a}")
+                ins.append(b.new_input(a.with_(weak=False), v.hint))
+        outs = run(graph, ins)
+        for o, v in zip(outs, graph.outputs):
+            if o is UNDEF:
+                raise TlalocError(f"{graph.name}: output `{getattr(v, 'hint', None) or '?'}` is not "
+                                  f"defined on every path")
+        g = b.finish(outs)
+    g = dce(g)
+    check_concrete(g)
+    return verify(g)
+
+
+def check_concrete(graph: Graph, where: str = "") -> None:
+    """Raise ``GraphError`` naming the first var without a dtype or int dims."""
+    for v in graph.inputs:
+        _need_concrete(v, f"{where or graph.name}: input")
+    for node in graph.nodes:
+        for o in node.outputs:
+            _need_concrete(o, f"{where or graph.name}: result of `{node.prim.name}`"
+                              + (f" ({node.loc})" if node.loc else ""))
+        for region in node.regions():
+            check_concrete(region, f"{where or graph.name}.{region.name}")
+
+
+def _need_concrete(v: Var, label: str) -> None:
+    if not v.aval.is_concrete:
+        raise GraphError(f"{label} `{v.hint or 'v'}` has aval {v.aval} after specialisation; "
+                         f"compiled code needs a dtype and a size for every axis")
+
+
+# -- running a graph through the rules --------------------------------------------------
+
+def run(graph: Graph, args) -> list:
+    """Emit ``graph``'s nodes, specialised, into the active builder; returns its outputs.
+
+    ``args`` are ``Value``s of the active builder or constants. Outputs are
+    values, constants, or ``UNDEF``.
+    """
+    env = {v.id: a for v, a in zip(graph.inputs, args)}
+
+    def read(a):
+        if isinstance(a, Literal):
+            return UNDEF if a.value is None else a.value
+        return env[a.id]
+
+    b = current_builder()
+    for node in graph.nodes:
+        ins = [read(a) for a in node.inputs]
+        with b.at(node.loc):
+            outs = apply(node.prim, ins, dict(node.params))
+        for old, new in zip(node.outputs, outs):
+            if type(new) is Value and new.var.hint is None:
+                new.var.hint = old.hint
+            env[old.id] = new
+    return [read(o) for o in graph.outputs]
+
+
+def apply(prim, ins, params) -> tuple:
+    """Specialise one application of ``prim``; always returns a tuple of results."""
+    rule = RULES.get(prim.name)
+    if rule is not None and (prim.name in _CONTROL or any(type(x) is Value for x in ins)):
+        out = rule(*ins, **params)
+        if out is not NotImplemented:
+            return tuple(out) if prim.multiple_results else (out,)
+    out = bind(prim, ins, params)
+    return tuple(out) if prim.multiple_results else (out,)
+
+
+_CONTROL = {"cond", "for_range", "while_loop"}
+
+
+def emit(name: str, *args, **params):
+    """Apply the primitive ``name`` (through the rules) inside a rule."""
+    prim = REGISTRY[name]
+    out = apply(prim, list(args), params)
+    return out if prim.multiple_results else out[0]
+
+
+def bind(prim, ins, params):
+    """Add ``prim`` as a node (or fold it when every operand is a constant)."""
+    for x in ins:
+        if x is UNDEF:
+            raise TlalocError(f"`{prim.name}` reads a value that is not assigned on this path; "
+                              f"assign it on every path before using it")
+    b = current_builder()
+    if not any(type(x) is Value for x in ins) and prim.name not in _CONTROL:
+        out = prim.impl(*ins, **params)
+        outs = out if prim.multiple_results else (out,)
+        if all(np.size(o) <= FOLD_LIMIT for o in outs):
+            return out
+    out = b.add(prim, list(ins), dict(params))
+    outs = out if prim.multiple_results else (out,)
+    if any(o.aval.dtype is None for o in outs):
+        _resolve_dtypes(prim, ins, params, outs)
+    return out
+
+
+def add_node(prim, ins, params):
+    """Add ``prim`` as a node even when its operands are constants."""
+    out = current_builder().add(prim, list(ins), dict(params))
+    outs = out if prim.multiple_results else (out,)
+    if any(o.aval.dtype is None for o in outs):
+        _resolve_dtypes(prim, ins, params, outs)
+    return out
+
+
+def _resolve_dtypes(prim, ins, params, outs) -> None:
+    """Give a result whose dtype rule saw only Python scalars (``where(p, 1.0, 0.0)``)
+    the dtype NumPy gives, by running the implementation on 0-d samples."""
+    if any(type(x) is Value and x.aval.dtype is None for x in ins):
+        return      # a weak loop variable still being typed: its loop settles it
+    samples = []
+    for x in ins:
+        if type(x) is Value:
+            samples.append(np.zeros((), x.aval.dtype))
+        elif np.ndim(x) == 0:
+            samples.append(x)
+        else:
+            samples.append(np.asarray(x).reshape(-1)[:1].reshape(()))
+    try:
+        with np.errstate(all="ignore"):
+            got = prim.impl(*samples, **params)
+    except Exception:
+        raise DTypeError(f"`{prim.name}`: cannot tell the result dtype from Python-scalar operands; "
+                         f"give one operand a dtype (e.g. np.float64(1.0))") from None
+    got = got if prim.multiple_results else (got,)
+    for o, s in zip(outs, got):
+        if o.aval.dtype is None:
+            o.var.aval = o.aval.with_(dtype=np.asarray(s).dtype, weak=False)
+
+
+# -- helpers for rules ------------------------------------------------------------------
+
+def aval(x) -> AbstractValue | None:
+    """The aval of a value or constant (``None`` for ``UNDEF``)."""
+    if x is UNDEF:
+        return None
+    if type(x) is Value:
+        return x.aval
+    return _aval_of(x)
+
+
+def shape(x) -> tuple:
+    s = np.shape(x) if type(x) is not Value else x.aval.shape
+    if s is None or any(type(d) is not int for d in s):
+        raise _NotConcrete()
+    return tuple(s)
+
+
+def dtype(x):
+    if type(x) is Value:
+        return x.aval.dtype
+    return np.asarray(x).dtype
+
+
+def is_static(x) -> bool:
+    return type(x) is not Value and x is not UNDEF
+
+
+class _NotConcrete(Exception):
+    """A rule met an operand of unknown shape (while iterating a loop's avals)."""
+
+
+def concrete_rule(fn):
+    """Decorator: the rule falls back to binding the node when a shape is unknown."""
+    def rule(*ins, **params):
+        try:
+            return fn(*ins, **params)
+        except _NotConcrete:
+            return NotImplemented
+    rule.__name__ = fn.__name__
+    rule.__doc__ = fn.__doc__
+    return rule
+
+
+def register(*names):
+    def deco(fn):
+        for n in names:
+            RULES[n] = fn
+        return fn
+    return deco
+
+
+def zeros(av: AbstractValue):
+    """Zeros of aval ``av`` in the active builder (a scalar constant, broadcast)."""
+    z = np.zeros((), av.dtype)
+    if not av.shape:
+        return z
+    return add_node(REGISTRY["broadcast_to"], [z], {"shape": tuple(av.shape)})
+
+
+def coerce(x, av: AbstractValue, what: str = "value"):
+    """``x`` as a value of exactly aval ``av`` (dtype converted, scalar broadcast).
+
+    ``UNDEF`` becomes zeros. Only a scalar may be broadcast; any other shape
+    difference raises ``ShapeError``-like ``TlalocError`` naming ``what``.
+    """
+    from ..errors import ShapeError
+    if x is UNDEF:
+        return zeros(av)
+    if is_static(x):
+        arr = np.asarray(x)
+        if arr.dtype != av.dtype:
+            with np.errstate(all="ignore"):
+                arr = arr.astype(av.dtype)
+        if arr.shape == tuple(av.shape):
+            return arr
+        if arr.ndim == 0:
+            return add_node(REGISTRY["broadcast_to"], [arr], {"shape": tuple(av.shape)})
+        raise ShapeError(f"{what}: a constant of shape {arr.shape} where shape {tuple(av.shape)} is needed")
+    out = x
+    if x.aval.dtype != av.dtype:
+        out = add_node(REGISTRY["convert"], [out], {"dtype": np.dtype(av.dtype)})
+    if tuple(x.aval.shape) != tuple(av.shape):
+        if x.aval.shape != ():
+            raise ShapeError(f"{what} has shape {tuple(x.aval.shape)} here but {tuple(av.shape)} elsewhere; "
+                             f"compiled code needs one shape per value")
+        out = add_node(REGISTRY["broadcast_to"], [out], {"shape": tuple(av.shape)})
+    return out

@@ -1,0 +1,243 @@
+"""Specialisation rules for primitives that concrete shapes decide.
+
+Each rule takes the node's operands (values or constants) and params and
+returns its result(s) built with ``emit``, or ``NotImplemented`` to keep the
+node as it is. Rules run only when some operand is a value (nodes of
+constants are folded instead).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as _dt
+from ..errors import GradientError
+from .specialize import concrete_rule, dtype, emit, is_static, register
+from .specialize import shape as shape_of
+
+
+def _norm_axes(axes, rank):
+    if axes is None:
+        return tuple(range(rank))
+    if isinstance(axes, (int, np.integer)):
+        axes = (axes,)
+    return tuple(sorted(int(a) % rank for a in axes)) if rank else ()
+
+
+# -- shape queries become constants -------------------------------------------------------
+
+@register("dim_size")
+@concrete_rule
+def _dim_size(x, *, axis):
+    return np.int64(shape_of(x)[axis])
+
+
+@register("reduced_count")
+@concrete_rule
+def _reduced_count(x, *, axes):
+    s = shape_of(x)
+    n = int(np.prod([s[a] for a in _norm_axes(axes, len(s))])) if s else 1
+    dt = dtype(x)
+    return np.asarray(n, dtype=dt if _dt.is_float(dt) else np.float64)
+
+
+@register("stop_gradient")
+def _stop_gradient(x):
+    return x
+
+
+# -- the broadcasting helpers of derivative rules -------------------------------------------
+
+@register("sum_to")
+@concrete_rule
+def _sum_to(x, like):
+    xs, ls = shape_of(x), shape_of(like)
+    if xs == ls:
+        return x
+    lead = len(xs) - len(ls)
+    axes = tuple(range(lead)) + tuple(i + lead for i, d in enumerate(ls) if d == 1 and xs[i + lead] != 1)
+    out = emit("reduce_sum", x, axes=axes, keepdims=False) if axes else x
+    if shape_of(out) != ls:
+        out = emit("reshape", out, shape=ls)
+    return out
+
+
+@register("broadcast_like")
+@concrete_rule
+def _broadcast_like(x, like):
+    if shape_of(x) == shape_of(like):
+        return x
+    return emit("broadcast_to", x, shape=shape_of(like))
+
+
+@register("reshape_like")
+@concrete_rule
+def _reshape_like(x, like):
+    if shape_of(x) == shape_of(like):
+        return x
+    return emit("reshape", x, shape=shape_of(like))
+
+
+@register("expand_reduced")
+@concrete_rule
+def _expand_reduced(g, like, *, axes, keepdims):
+    if keepdims:
+        return g
+    ls = shape_of(like)
+    ax = _norm_axes(axes, len(ls))
+    target = tuple(1 if i in ax else d for i, d in enumerate(ls))
+    return g if shape_of(g) == target else emit("reshape", g, shape=target)
+
+
+@register("cast_like")
+def _cast_like(x, like):
+    dt = dtype(like)
+    if dt is None or dtype(x) is None:
+        return NotImplemented
+    if not _dt.is_float(dt) or dtype(x) == dt:
+        return x
+    return emit("convert", x, dtype=np.dtype(dt))
+
+
+# -- identities -----------------------------------------------------------------------
+
+@register("convert")
+def _convert(x, *, dtype):
+    return x if not is_static(x) and x.aval.dtype == np.dtype(dtype) else NotImplemented
+
+
+@register("broadcast_to")
+@concrete_rule
+def _broadcast_to(x, *, shape):
+    return x if shape_of(x) == tuple(shape) else NotImplemented
+
+
+@register("reshape")
+@concrete_rule
+def _reshape(x, *, shape):
+    return x if shape_of(x) == tuple(shape) else NotImplemented
+
+
+@register("transpose")
+@concrete_rule
+def _transpose(x, *, axes):
+    r = len(shape_of(x))
+    if axes is None:
+        return x if r <= 1 else NotImplemented
+    return x if tuple(a % r for a in axes) == tuple(range(r)) else NotImplemented
+
+
+@register("swapaxes")
+@concrete_rule
+def _swapaxes(x, *, axis1, axis2):
+    r = len(shape_of(x))
+    perm = list(range(r))
+    a, b = axis1 % r, axis2 % r
+    perm[a], perm[b] = perm[b], perm[a]
+    return emit("transpose", x, axes=tuple(perm))
+
+
+# -- NaN-safe products ------------------------------------------------------------------
+
+def _finite_nonzero(c) -> bool:
+    a = np.asarray(c)
+    return bool(np.all(np.isfinite(a)) and np.all(a != 0)) if a.dtype.kind in "fc" else bool(np.all(a != 0))
+
+
+@register("safe_mul")
+def _safe_mul(a, b):
+    """``a * b`` where an exact zero in either factor gives 0 (never 0 * inf = NaN)."""
+    if dtype(a) is None or dtype(b) is None:
+        return NotImplemented
+    prod = emit("multiply", a, b)
+    if not _dt.is_inexact(dtype(prod)):
+        return prod
+    static = [x for x in (a, b) if is_static(x)]
+    if static and all(_finite_nonzero(c) for c in static):
+        return prod          # c * 0 = 0 and c * inf = inf: no NaN to mask
+    zero = emit("logical_or", emit("equal", a, 0), emit("equal", b, 0))
+    return emit("select", zero, emit("zeros_like", prod), prod)
+
+
+@register("safe_div")
+def _safe_div(a, b):
+    """``a / b`` where ``a == 0`` gives 0 (also where ``b == 0``)."""
+    if dtype(a) is None or dtype(b) is None:
+        return NotImplemented
+    quot = emit("divide", a, b)
+    if not _dt.is_inexact(dtype(quot)):
+        return quot
+    if is_static(a) and _finite_nonzero(a):
+        return quot
+    return emit("select", emit("equal", a, 0), emit("zeros_like", quot), quot)
+
+
+# -- grad_seed checks what the interpreter checks at run time ---------------------------------
+
+@register("grad_seed")
+def _grad_seed(out):
+    av = out.aval
+    if av.shape is not None and av.shape != ():
+        raise GradientError(f"grad requires a scalar output, but the function returns an array of "
+                            f"shape {tuple(av.shape)}; reduce it (e.g. .sum()) or use tl.vjp / tl.jacrev")
+    if av.dtype is not None and not _dt.is_float(av.dtype):
+        raise GradientError(f"grad requires a floating-point output, got {av.dtype}; "
+                            f"differentiate a float computation")
+    return NotImplemented
+
+
+# -- indexing: operands that became constants move into the static spec -------------------
+
+def _fold_spec(spec, dyn):
+    """Constant scalar integer operands of ``spec`` become static entries.
+
+    Returns ``(spec, dyn)`` with the remaining dynamic operands renumbered.
+    """
+    keep, new_index = [], {}
+
+    def static_int(j):
+        v = dyn[j]
+        return (is_static(v) and np.ndim(v) == 0 and np.asarray(v).dtype.kind in "iu"
+                and not isinstance(v, (bool, np.bool_)))
+
+    def ref(j):
+        if j not in new_index:
+            new_index[j] = len(keep)
+            keep.append(dyn[j])
+        return ("d", new_index[j])
+
+    def bound(b):
+        if isinstance(b, tuple):
+            return int(dyn[b[1]]) if static_int(b[1]) else ref(b[1])
+        return b
+
+    out = []
+    for e in spec:
+        if e[0] == "d":
+            out.append(("i", int(dyn[e[1]])) if static_int(e[1]) else ref(e[1]))
+        elif e[0] == "s":
+            out.append(("s", bound(e[1]), bound(e[2]), bound(e[3])))
+        else:
+            out.append(e)
+    return tuple(out), keep
+
+
+@register("getitem")
+def _getitem(x, *dyn, spec):
+    new_spec, keep = _fold_spec(spec, list(dyn))
+    if new_spec == spec:
+        return NotImplemented
+    return emit("getitem", x, *keep, spec=new_spec)
+
+
+def _index_add(x, v, *dyn, spec):
+    new_spec, keep = _fold_spec(spec, list(dyn))
+    return NotImplemented if new_spec == spec else emit("index_add", x, v, *keep, spec=new_spec)
+
+
+def _index_set(x, v, *dyn, spec):
+    new_spec, keep = _fold_spec(spec, list(dyn))
+    return NotImplemented if new_spec == spec else emit("index_set", x, v, *keep, spec=new_spec)
+
+
+register("index_add")(_index_add)
+register("index_set")(_index_set)

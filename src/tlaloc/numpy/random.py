@@ -1,1 +1,0 @@
-"""Placeholder: ``tlaloc.random`` holds the RNG (threefry2x32)."""
