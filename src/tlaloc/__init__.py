@@ -12,6 +12,8 @@ _install()
 
 from ._ad.api import grad, value_and_grad, vjp, source  # noqa: E402
 from ._ad.forward_api import jvp, jacfwd, jacrev, hessian  # noqa: E402
+from ._ad.capture import capture  # noqa: E402
+from ._frontend.tracing import cond, while_loop, fori_loop, scan  # noqa: E402
 from .numpy import stop_gradient  # noqa: E402
 from ._core.graph import Graph  # noqa: E402
 from ._core.interpreter import eval_graph  # noqa: E402
@@ -29,7 +31,7 @@ def make_graph(fun) -> Graph:
 __all__ = [
     "__version__", "numpy", "errors", "dtypes",
     "grad", "value_and_grad", "vjp", "source", "stop_gradient",
-    "jvp", "jacfwd", "jacrev", "hessian",
+    "jvp", "jacfwd", "jacrev", "hessian", "capture", "cond", "while_loop", "fori_loop", "scan",
     "make_graph", "eval_graph", "verify", "Graph",
     "ShapeError", "DTypeError", "GraphError", "FenceError", "TypeAnnotationError",
     "NoRuleError", "GradientError", "ArgumentError", "TlalocError",

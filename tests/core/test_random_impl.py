@@ -1,8 +1,9 @@
 """Bit-exactness of tlaloc._prims.threefry_impl against jax.random (jax 0.10.2 defaults).
 
 The main process runs JAX with its defaults (x64 disabled, partitionable
-threefry).  float64 / uint64 / x64-seed references come from one subprocess
-with ``jax_enable_x64=True``.  Floats are compared through their raw bits.
+threefry; an autouse fixture keeps x64 off even if another test in the same
+worker switched it on).  float64 / uint64 / x64-seed references come from one
+subprocess with ``jax_enable_x64=True``.  Floats are compared through their raw bits.
 """
 
 import ctypes
@@ -19,6 +20,14 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 jax = pytest.importorskip("jax")
 
 from tlaloc._prims import threefry_impl as T  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _jax_defaults():
+    """JAX's default (x64 off) for every reference here, even when another test
+    in this worker process switched x64 on globally."""
+    with jax.enable_x64(False):
+        yield
 
 SEEDS = [0, 1, 42, 2**31 - 1]
 SHAPES = [(), (0,), (7,), (3, 5), (1000,)]

@@ -232,25 +232,28 @@ def finish_outputs(pairs, want):
     return out
 
 
-def region(graph: Graph, in_avals, in_dims, want=None, name=None, extra=None):
-    """Batch a region (a branch or loop body) into a new closed graph.
+def build_region(in_avals, hints, fn, want=None, name="region"):
+    """A new closed region graph: ``fn(inputs) -> [(value, dim)]`` fills it.
 
-    ``in_avals`` are the avals of the new inputs (batched ones include the batch
-    axis). ``want`` optionally forces output batch dims (see ``finish_outputs``).
-    ``extra(ins, pairs) -> pairs`` may rewrite the outputs (masked loops).
+    ``want`` optionally forces output batch dims (see ``finish_outputs``).
     Returns ``(graph, out_dims)``.
     """
-    rb = Builder(name=name or graph.name)
+    rb = Builder(name=name)
     with rb.active():
-        ins = [rb.new_input(a, getattr(v, "hint", None)) for v, a in zip(graph.inputs, in_avals)]
-        pairs = batch_inline(graph, ins, in_dims)
-        if extra is not None:
-            pairs = extra(ins, pairs)
+        ins = [rb.new_input(a, h) for a, h in zip(in_avals, hints)]
+        pairs = fn(ins)
         if want is not None:
             pairs = finish_outputs(pairs, want)
         outs = [undef_literal() if v is None else v for v, _ in pairs]
         g = rb.finish(outs)
     return g, [d for _, d in pairs]
+
+
+def region(graph: Graph, in_avals, in_dims, want=None, name=None):
+    """Batch a region (a branch or a loop body) into a new closed graph whose
+    inputs have ``in_avals`` (batched ones include the batch axis)."""
+    return build_region(in_avals, [v.hint for v in graph.inputs],
+                        lambda ins: batch_inline(graph, ins, in_dims), want, name or graph.name)
 
 
 def batch_graph(graph: Graph, in_dims, in_avals, axis_size_: int, name=None, out_fn=None):

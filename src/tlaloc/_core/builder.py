@@ -169,7 +169,6 @@ class Value:
     """
     __slots__ = ("var", "builder")
     __array_priority__ = 1000
-    __array_ufunc__ = None   # make NumPy defer to our reflected operators
 
     def __init__(self, var: Var, builder: Builder):
         self.var = var
@@ -219,6 +218,9 @@ class Value:
 
 def _install_operators():
     from .. import numpy as tnp
+    from .ufunc_dispatch import array_function, array_ufunc
+    Value.__array_ufunc__ = array_ufunc
+    Value.__array_function__ = array_function
     binops = {
         "add": tnp.add, "sub": tnp.subtract, "mul": tnp.multiply, "truediv": tnp.divide,
         "pow": tnp.power, "matmul": tnp.matmul, "floordiv": tnp.floor_divide, "mod": tnp.remainder,
@@ -230,6 +232,12 @@ def _install_operators():
             "eq": tnp.equal, "ne": tnp.not_equal}
     for name, fn in cmps.items():
         setattr(Value, f"__{name}__", (lambda f: lambda a, b: f(a, b))(fn))
+    def _pow(a, b):
+        if isinstance(b, int) and not isinstance(b, bool):
+            from .._prims.elementwise import integer_pow
+            return integer_pow(a, b)
+        return tnp.power(a, b)
+    Value.__pow__ = _pow
     Value.__neg__ = lambda a: tnp.negative(a)
     Value.__pos__ = lambda a: a
     Value.__abs__ = lambda a: tnp.abs(a)

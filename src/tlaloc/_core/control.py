@@ -152,3 +152,12 @@ while_loop_p = Primitive("while_loop", impl=_while_impl, hlo="stablehlo.while", 
 
 def regions_of(node) -> list[Graph]:
     return [v for v in node.params.values() if isinstance(v, Graph)]
+
+
+# -- stacks as arrays ------------------------------------------------------------------
+
+stack_ys_p = Primitive("stack_ys", impl=lambda ys: np.stack(ys) if isinstance(ys, list) else np.asarray(ys),
+                       hlo=None, shape_rule=lambda ys: ys.shape, dtype_rule=lambda ys: ys.dtype)
+stack_ys_p.vjp = lambda g, ys, out: (g,)
+stack_ys_p.jvp = lambda t, ys, out: t[0]
+stack_ys_p.__doc__ = "A loop's stacked outputs (a list per iteration in eager mode) as one array."

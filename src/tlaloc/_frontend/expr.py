@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import builtins
 import operator
+import types
 
 import numpy as np
 
@@ -286,8 +287,18 @@ class ExprLowerer:
         symbolic = calls._any_symbolic(args, kwargs)
         if isinstance(fn, Undefined):
             raise self.src.error(node, f"`{fn.name}` may be undefined here")
+        if is_symbolic(fn):
+            from .structure import StructureNeeded
+            raise self.src.error(node, "calling an array (if this argument is a module or another callable "
+                                       "pytree, its structure is read at the first call)", StructureNeeded)
         if calls.is_user_function(fn):
             return self.inline_call(fn, args, kwargs, node)
+        if isinstance(fn, types.MethodType) and calls.is_user_function(fn.__func__):
+            return self.inline_call(fn.__func__, [fn.__self__] + list(args), kwargs, node)
+        call_method = getattr(type(fn), "__call__", None)
+        if (symbolic and not isinstance(fn, type) and isinstance(call_method, types.FunctionType)
+                and calls.is_user_function(call_method)):
+            return self.inline_call(call_method, [fn] + list(args), kwargs, node)
         transformed = getattr(fn, "__tlaloc_transformed__", None)
         if transformed is not None:
             return self.call_transformed(transformed, args, kwargs, node)
@@ -328,6 +339,14 @@ class ExprLowerer:
                                    f"with tl.custom_vjp")
 
     def _checked(self, fn, args, kwargs, node):
+        # a nested def/lambda handed to a tlaloc function (tl.cond, tl.scan ...) is
+        # called by it: lower its source inline at that point
+        def callable_(a):
+            if isinstance(a, LocalFunction):
+                return lambda *xs, **kw: self.inline_call(a, list(xs), kw, node)
+            return a
+        args = [callable_(a) for a in args]
+        kwargs = {k: callable_(v) for k, v in kwargs.items()}
         try:
             return fn(*args, **kwargs)
         except FenceError:

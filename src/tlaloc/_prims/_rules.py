@@ -54,7 +54,8 @@ def elementwise_shape(op: str):
 
 
 def elementwise_dtype(op: str, impl, names=None):
-    """dtype rule: refuse a float32/float64 mix, then ask NumPy with 0-d arrays."""
+    """dtype rule: refuse a float32/float64 mix, then ask NumPy with 0-d arrays
+    (weak Python scalars as Python scalars, adopting a bfloat16 operand's dtype)."""
     def rule(*avals, **params):
         labels = names or [f"operand {i}" for i in range(len(avals))]
         _dt.check_float_mix(op, {labels[i] if i < len(labels) else f"operand {i}":
@@ -63,11 +64,32 @@ def elementwise_dtype(op: str, impl, names=None):
             return None
         if all(a.weak for a in avals):
             return None
-        samples = [np.zeros((), a.dtype) if not a.weak else (0.0 if a.dtype is None else a.dtype.type(0))
-                   for a in avals]
+        strong = _strong_float(a.dtype for a in avals if not a.weak)
+        samples = [np.zeros((), a.dtype) if not a.weak else _weak_sample(a.dtype, strong) for a in avals]
         with np.errstate(all="ignore"):
             return np.asarray(impl(*samples, **params)).dtype
     return rule
+
+
+# NumPy applies NEP 50 (a Python float adopts the array's float dtype) to its
+# own float types only; ml_dtypes' bfloat16 * 2.0 gives float32 there.
+_NUMPY_FLOATS = (_dt.float16, _dt.float32, _dt.float64)
+
+
+def _strong_float(dtypes):
+    """The one float dtype among ``dtypes`` that is not NumPy's own, or None."""
+    found = {np.dtype(d) for d in dtypes if d is not None and _dt.is_float(d)}
+    return found.pop() if len(found) == 1 and not found & set(_NUMPY_FLOATS) else None
+
+
+def _weak_sample(dtype, strong_float):
+    """A stand-in for a weak Python scalar whose kind ``dtype`` records (None: float)."""
+    kind = None if dtype is None else np.dtype(dtype).kind
+    if kind == "b":
+        return False
+    if kind in ("i", "u"):
+        return 0
+    return np.zeros((), strong_float) if strong_float is not None else 0.0
 
 
 def normalize_axes(axes, rank: int, op: str = "reduction"):
@@ -106,16 +128,22 @@ def check_concrete_mix(op: str, operands: dict) -> None:
 
 
 def refuse_float_mix(op: str, impl, names=None):
-    """``impl`` wrapped so that an eager call refuses a float32/float64 mix too.
+    """``impl`` wrapped so that concrete operands promote as the dtype rule says.
 
-    The dtype rule refuses a mix when a graph is built; this does the same for
-    concrete operands, so eager code, the interpreter and graphs agree.
+    The dtype rule refuses a float mix when a graph is built; this does the same
+    for concrete operands, so eager code, the interpreter and graphs agree. It
+    also makes a weak Python float adopt a bfloat16 operand's dtype, which NumPy
+    does for its own float types only (``bf16 * 2.0`` would give float32).
     """
     def checked(*args, **params):
         if len(args) > 1:
             labels = names or ()
             check_concrete_mix(op, {labels[i] if i < len(labels) else f"operand {i}": a
                                     for i, a in enumerate(args)})
+            if any(type(a) is float for a in args):
+                strong = _strong_float(getattr(a, "dtype", None) for a in args)
+                if strong is not None:
+                    args = tuple(strong.type(a) if type(a) is float else a for a in args)
         return impl(*args, **params)
     checked.__name__ = getattr(impl, "__name__", op)
     checked.__wrapped__ = impl

@@ -136,7 +136,8 @@ def _tri_solve_impl(a, b, *, lower, transpose_a):
     return np.linalg.solve(np.where(mask, op, 0), b)
 
 
-triangular_solve_p = Primitive("triangular_solve", impl=refuse_float_mix("triangular_solve", _tri_solve_impl, ["a", "b"]),
+triangular_solve_p = Primitive("triangular_solve",
+                               impl=refuse_float_mix("triangular_solve", _tri_solve_impl, ["a", "b"]),
                                hlo="stablehlo.triangular_solve",
                                shape_rule=lambda a, b, **_: b.shape, dtype_rule=_mm_dtype("triangular_solve"),
                                render="lax.triangular_solve")

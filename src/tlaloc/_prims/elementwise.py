@@ -24,7 +24,8 @@ from .broadcasting import sum_to
 
 
 def _declare(name, impl, hlo, nargs, render=None, names=None):
-    return Primitive(name, impl=refuse_float_mix(name, impl, names or ["x", "y"]), hlo=hlo, shape_rule=elementwise_shape(name),
+    return Primitive(name, impl=refuse_float_mix(name, impl, names or ["x", "y"]), hlo=hlo,
+                     shape_rule=elementwise_shape(name),
                      dtype_rule=elementwise_dtype(name, impl, names), render=render)
 
 

@@ -136,9 +136,11 @@ def _update_dtype(name):
     return rule
 
 
-index_add_p = Primitive("index_add", impl=refuse_float_mix("x[...] += v", _index_add_impl, ["x", "value"]), hlo="stablehlo.scatter add",
+index_add_p = Primitive("index_add", impl=refuse_float_mix("x[...] += v", _index_add_impl, ["x", "value"]),
+                        hlo="stablehlo.scatter add",
                         shape_rule=lambda x, v, *d, spec: x.shape, dtype_rule=_update_dtype("x[...] += v"))
-index_set_p = Primitive("index_set", impl=refuse_float_mix("x[...] = v", _index_set_impl, ["x", "value"]), hlo="stablehlo.scatter",
+index_set_p = Primitive("index_set", impl=refuse_float_mix("x[...] = v", _index_set_impl, ["x", "value"]),
+                        hlo="stablehlo.scatter",
                         shape_rule=lambda x, v, *d, spec: x.shape, dtype_rule=_update_dtype("x[...] = v"))
 
 

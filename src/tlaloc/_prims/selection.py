@@ -10,12 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from .._core.primitive import Primitive
-from ._rules import broadcast_shapes, check_concrete_mix, elementwise_dtype, refuse_float_mix
+from ._rules import broadcast_shapes, elementwise_dtype, refuse_float_mix
 from .broadcasting import sum_to, zeros_like
 
 
 def _select_impl(pred, x, y):
-    check_concrete_mix("where", {"x": x, "y": y})
     return np.where(pred, x, y)
 
 
@@ -23,7 +22,8 @@ def _select_dtype(pred, x, y):
     return elementwise_dtype("where", lambda a, b: np.where(True, a, b), ["x", "y"])(x, y)
 
 
-select_p = Primitive("select", impl=_select_impl, hlo="stablehlo.select",
+select_p = Primitive("select", impl=refuse_float_mix("where", _select_impl, ["condition", "x", "y"]),
+                     hlo="stablehlo.select",
                      shape_rule=lambda p, x, y: broadcast_shapes("where", p.shape, x.shape, y.shape),
                      dtype_rule=_select_dtype, render="tnp.where", nondiff_argnums=(0,))
 

@@ -334,7 +334,8 @@ def emit_module(graph: Graph, *, name: str = "main", donate=()) -> Program:
       NoRuleError: a primitive without a lowering (named).
       GraphError: the emitted module does not verify (with the MLIR diagnostic).
     """
-    from . import stablehlo_rules  # noqa: F401  (installs the lowerings)
+    from .stablehlo_rules import install
+    install()                        # primitives declared since the last call get their rules too
     em = Emitter()
     in_vals = [Val(f"%arg{k}", v.aval.dtype, v.aval.shape) for k, v in enumerate(graph.inputs)]
     em._blocks = [[]]

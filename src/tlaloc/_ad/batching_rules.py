@@ -1,0 +1,288 @@
+"""Batching rules: elementwise, selection, reductions, shapes, broadcasting helpers, misc.
+
+Each rule is ``rule(args, dims, **params) -> (out, out_dim)`` (see ``batching.py``)
+and puts the batch axis first. Generic builders cover the families:
+
+* ``elementwise``: NumPy broadcasting; batched operands of lower rank get unit
+  axes after the batch axis, unbatched operands broadcast from the right as
+  they would for one example.
+* ``reduction`` / ``axis_param``: shift per-example axes past the batch axis
+  (``None`` means every per-example axis, never the batch axis).
+* ``like`` operands (``sum_to(x, like)`` ...) only lend a shape: when only the
+  ``like`` is batched, the result is the same for every example and stays
+  unbatched.
+
+Linear algebra, indexing and control flow live in ``batching_linalg.py``,
+``batching_index.py`` and ``batching_control.py``.
+"""
+from __future__ import annotations
+
+from .._prims import broadcasting as _bc
+from .._prims import elementwise as _ew
+from .._prims import misc as _misc
+from .._prims import reductions as _red
+from .._prims import selection as _sel
+from .._prims import shape_ops as _sh
+from .._prims._rules import normalize_axes
+from ..errors import GradientError
+from .batching import (axis_size, batched, example_of, example_rank, example_shape, expand_after_batch,
+                       rank, to_front)
+
+
+# -- generic builders ------------------------------------------------------------------------
+
+def elementwise(prim):
+    """n-ary elementwise with NumPy broadcasting."""
+    def rule(args, dims, **params):
+        if len(args) == 1:
+            return prim.bind(args[0], **params), dims[0]
+        r = max(example_rank(a, d) for a, d in zip(args, dims))
+        new = [a if d is None else expand_after_batch(to_front(a, d), r - example_rank(a, d))
+               for a, d in zip(args, dims)]
+        return prim.bind(*new, **params), 0
+    return rule
+
+
+def shift_axes(axes, r: int):
+    """Per-example ``axes`` (``None``: all of them) as axes of the array batched at 0."""
+    if axes is None:
+        return tuple(range(1, r + 1))
+    return tuple(a + 1 for a in normalize_axes(axes, r))
+
+
+def shift_axis(axis: int, r: int) -> int:
+    return normalize_axes(axis, r)[0] + 1
+
+
+def reduction(prim):
+    """``prim(x, axes=..., keepdims=...)`` (also ``prod_others(x, axes=...)``)."""
+    def rule(args, dims, *, axes, **params):
+        x = to_front(args[0], dims[0])
+        return prim.bind(x, axes=shift_axes(axes, rank(x) - 1), **params), 0
+    return rule
+
+
+def axis_param(prim):
+    """``prim(*xs, axis=..., ...)`` whose operands share one per-example shape
+    (``cumsum``, ``cumprod_grad(g, x)`` ...): all batched, the axis shifted."""
+    def rule(args, dims, *, axis, **params):
+        xs = [batched(a, d) for a, d in zip(args, dims)]
+        return prim.bind(*xs, axis=shift_axis(axis, rank(xs[0]) - 1), **params), 0
+    return rule
+
+
+def same_shape_axes(prim):
+    """``prim(*xs, axes=...)`` whose operands share one per-example shape (``prod_others_grad``)."""
+    def rule(args, dims, *, axes, **params):
+        xs = [batched(a, d) for a, d in zip(args, dims)]
+        return prim.bind(*xs, axes=shift_axes(axes, rank(xs[0]) - 1), **params), 0
+    return rule
+
+
+def batch_native(prim):
+    """Operations that already treat leading axes as a batch (``cholesky``, ``inv`` ...)."""
+    def rule(args, dims, **params):
+        out = prim.bind(*(batched(a, d) for a, d in zip(args, dims)), **params)
+        return (tuple(out), (0,) * len(out)) if prim.multiple_results else (out, 0)
+    return rule
+
+
+def _register(prims, make):
+    for p in prims:
+        p.batch = make(p)
+
+
+# -- elementwise and selection ----------------------------------------------------------------
+
+_register(list(_ew.UNARY.values()), elementwise)
+_register([_ew.add_p, _ew.sub_p, _ew.mul_p, _ew.div_p, _ew.pow_p, _ew.max_p, _ew.min_p, _ew.atan2_p,
+           _ew.rem_p, _ew.floordiv_p, _ew.lt_p, _ew.le_p, _ew.gt_p, _ew.ge_p, _ew.eq_p, _ew.ne_p,
+           _ew.and_p, _ew.or_p, _ew.safe_mul_p, _ew.safe_div_p, _ew.integer_pow_p, _ew.convert_p,
+           _sel.select_p, _sel.clamp_p, _bc.zeros_like_p, _misc.stop_gradient_p], elementwise)
+
+
+# -- reductions ------------------------------------------------------------------------------
+
+_register([_red.reduce_sum_p, _red.reduce_max_p, _red.reduce_min_p, _red.reduce_prod_p, _red.reduce_any_p,
+           _red.reduce_all_p, _red.prod_others_p], reduction)
+_red.prod_others_grad_p.batch = same_shape_axes(_red.prod_others_grad_p)
+_register([_red.cumsum_p, _red.cumprod_p, _red.cummax_p, _red.cumprod_grad_p, _red.cumprod_jvp_p], axis_param)
+
+
+def _arg_reduction(prim):
+    def rule(args, dims, *, axis, keepdims):
+        x = to_front(args[0], dims[0])
+        r = rank(x) - 1
+        if axis is not None:
+            return prim.bind(x, axis=shift_axis(axis, r), keepdims=keepdims), 0
+        out = prim.bind(_sh.reshape(x, (axis_size(), -1)), axis=1, keepdims=False)   # over each example
+        return (_sh.reshape(out, (axis_size(),) + (1,) * r) if keepdims else out), 0
+    return rule
+
+
+_register([_red.argmax_p, _red.argmin_p], _arg_reduction)
+
+
+# -- shapes ------------------------------------------------------------------------------------
+
+def _reshape(args, dims, *, shape):
+    return _sh.reshape(to_front(args[0], dims[0]), (axis_size(),) + tuple(shape)), 0
+
+
+def _transpose(args, dims, *, axes):
+    x = to_front(args[0], dims[0])
+    r = rank(x) - 1
+    perm = tuple(range(r, 0, -1)) if axes is None else tuple(a % r + 1 for a in axes)
+    return _sh.transpose(x, (0,) + perm), 0
+
+
+def _broadcast_to(args, dims, *, shape):
+    x = to_front(args[0], dims[0])
+    x = expand_after_batch(x, len(shape) - (rank(x) - 1))
+    return _sh.broadcast_to(x, (axis_size(),) + tuple(shape)), 0
+
+
+def _broadcast_in_dim(args, dims, *, shape, broadcast_dimensions):
+    x = to_front(args[0], dims[0])
+    return _sh.broadcast_in_dim(x, (axis_size(),) + tuple(shape),
+                                (0,) + tuple(d + 1 for d in broadcast_dimensions)), 0
+
+
+def _expand_dims(args, dims, *, axis):
+    x = to_front(args[0], dims[0])
+    out_rank = rank(x) - 1 + len(axis)
+    return _sh.expand_dims(x, tuple(a % out_rank + 1 for a in axis)), 0
+
+
+def _squeeze(args, dims, *, axis):
+    x = to_front(args[0], dims[0])
+    if axis is None:       # every unit axis of one example, never the batch axis
+        ax = tuple(i + 1 for i, s in enumerate(example_shape(x, 0)) if s == 1)
+    else:
+        ax = shift_axes(axis, rank(x) - 1)
+    return _sh.squeeze(x, ax), 0
+
+
+def _concatenate(args, dims, *, axis):
+    xs = [batched(a, d) for a, d in zip(args, dims)]
+    return _sh.concatenate(xs, shift_axis(axis, rank(xs[0]) - 1)), 0
+
+
+def _split_like(args, dims, *, axis):
+    (g, *likes), (dg, *dl) = args, dims
+    if dg is None:          # the pieces are the same for every example
+        outs = _sh.split_like(g, [example_of(x, d) for x, d in zip(likes, dl)], axis)
+        return tuple(outs), (None,) * len(likes)
+    g = to_front(g, dg)
+    likes = [batched(x, d) for x, d in zip(likes, dl)]
+    outs = _sh.split_like(g, likes, shift_axis(axis, rank(g) - 1))
+    return tuple(outs), (0,) * len(likes)
+
+
+def _pad(args, dims, *, pad_width, constant):
+    x = to_front(args[0], dims[0])
+    return _sh.pad(x, ((0, 0),) + tuple(pad_width), constant), 0
+
+
+def _flip(args, dims, *, axes):
+    x = to_front(args[0], dims[0])
+    return _sh.flip_p.bind(x, axes=shift_axes(axes, rank(x) - 1)), 0
+
+
+def _iota(args, dims, **params):
+    return _sh.iota_p.bind(**params), None       # no operands: never batched
+
+
+_sh.reshape_p.batch = _reshape
+_sh.transpose_p.batch = _transpose
+_sh.broadcast_to_p.batch = _broadcast_to
+_sh.broadcast_in_dim_p.batch = _broadcast_in_dim
+_sh.expand_dims_p.batch = _expand_dims
+_sh.squeeze_p.batch = _squeeze
+_sh.concatenate_p.batch = _concatenate
+_sh.split_like_p.batch = _split_like
+_sh.pad_p.batch = _pad
+_sh.flip_p.batch = _flip
+_sh.iota_p.batch = _iota
+
+
+# -- broadcasting helpers (x, like): ``like`` lends its shape ----------------------------------------
+
+def _sum_to(args, dims):
+    (x, like), (dx, dl) = args, dims
+    if dx is None:
+        return _bc.sum_to(x, example_of(like, dl)), None
+    x, like = to_front(x, dx), batched(like, dl)
+    extra = (rank(x) - 1) - (rank(like) - 1)
+    if extra > 0:           # leading axes of one example: summed here, not across the batch
+        x = _red.reduce_sum(x, tuple(range(1, 1 + extra)))
+    return _bc.sum_to(x, like), 0
+
+
+def _broadcast_like(args, dims):
+    (x, like), (dx, dl) = args, dims
+    if dx is None:
+        return _bc.broadcast_like(x, example_of(like, dl)), None
+    x, like = to_front(x, dx), batched(like, dl)
+    return _bc.broadcast_like(expand_after_batch(x, rank(like) - rank(x)), like), 0
+
+
+def _reshape_like(args, dims):
+    (x, like), (dx, dl) = args, dims
+    if dx is None:
+        return _bc.reshape_like(x, example_of(like, dl)), None
+    return _bc.reshape_like(to_front(x, dx), batched(like, dl)), 0
+
+
+def _cast_like(args, dims):
+    (x, like), (dx, dl) = args, dims
+    return _bc.cast_like(x, like), dx          # only the dtype of ``like`` matters
+
+
+def _expand_reduced(args, dims, *, axes, keepdims):
+    (g, like), (dg, dl) = args, dims
+    if dg is None:
+        return _bc.expand_reduced(g, example_of(like, dl), axes, keepdims), None
+    g, like = to_front(g, dg), batched(like, dl)
+    return _bc.expand_reduced(g, like, shift_axes(axes, rank(like) - 1), keepdims), 0
+
+
+_bc.sum_to_p.batch = _sum_to
+_bc.broadcast_like_p.batch = _broadcast_like
+_bc.reshape_like_p.batch = _reshape_like
+_bc.cast_like_p.batch = _cast_like
+_bc.expand_reduced_p.batch = _expand_reduced
+
+
+# -- misc --------------------------------------------------------------------------------------
+
+def _example_axis(axis, r, d):
+    """Per-example ``axis`` as an axis of the array batched at ``d``."""
+    a = normalize_axes(axis, r)[0]
+    return a if d is None or a < d else a + 1
+
+
+def _dim_size(args, dims, *, axis):
+    x, d = args[0], dims[0]
+    return _misc.dim_size(x, _example_axis(axis, example_rank(x, d), d)), None
+
+
+def _reduced_count(args, dims, *, axes):
+    x, d = args[0], dims[0]
+    x = to_front(x, d)
+    return _misc.reduced_count(x, shift_axes(axes, rank(x) - 1)), None     # a count: the same per example
+
+
+def _grad_seed(args, dims):
+    x, d = args[0], dims[0]
+    if example_rank(x, d) != 0:
+        raise GradientError(f"grad requires a scalar output, but the function returns an array of shape "
+                            f"{example_shape(x, d)} per example; reduce it (e.g. .sum()) or use tl.vjp")
+    seed = _misc.grad_seed_p.bind(_red.reduce_sum(to_front(x, d)))   # checks the dtype as for one example
+    return _sh.broadcast_to(seed, (axis_size(),)), 0
+
+
+_misc.dim_size_p.batch = _dim_size
+_misc.reduced_count_p.batch = _reduced_count
+_misc.grad_seed_p.batch = _grad_seed
+

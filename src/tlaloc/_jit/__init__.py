@@ -1,0 +1,1 @@
+"""``tl.jit``: DXIR → specialise → StableHLO → PJRT."""

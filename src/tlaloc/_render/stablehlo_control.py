@@ -1,0 +1,135 @@
+"""StableHLO lowerings of structured control flow.
+
+* ``cond`` → ``stablehlo.if`` (operands are used from the enclosing scope).
+* ``for_range`` → ``stablehlo.while`` over an i64 trip counter ``k``: the loop
+  index is ``start + k·step`` (``k`` runs down for ``reverse``), ``xs`` are
+  read with ``dynamic_slice`` at ``k`` and ``ys`` written into preallocated
+  stacks with ``dynamic_update_slice``. The trip count is a constant when the
+  bounds are, else computed at run time.
+* ``while_loop`` → ``stablehlo.while`` carrying the trip count. With
+  ``max_trips`` the loop also stops at the bound and the program returns a
+  flag that makes the runtime raise if the condition still held (never a
+  silent stop).
+"""
+from __future__ import annotations
+
+from .._core.graph import Literal
+from .stablehlo import BOOL, I64, out_aval
+
+
+def _cond(em, node, pred, *ops):
+    p = em.value(pred, BOOL, ())
+    types = [out_aval(node, k) for k in range(len(node.outputs))]
+    regions = []
+    for branch in (node.params["true_branch"], node.params["false_branch"]):
+        with em.region() as (_, lines):
+            outs = em.lower_graph(branch, list(ops))
+            em.ret([em.value(o, dt, sh) for o, (dt, sh) in zip(outs, types)])
+        regions.append(lines)
+    return em.op("stablehlo.if", [p], types, regions=regions)
+
+
+def _i64(em, x):
+    return em.value(x, I64, ())
+
+
+def _trip_count(em, start, stop, step):
+    if all(isinstance(v, Literal) for v in (start, stop, step)):
+        n = len(range(int(start.value), int(stop.value), int(step.value)))
+        return em.const(n, I64, ()), n
+    a, b, s = _i64(em, start), _i64(em, stop), _i64(em, step)
+    zero, one = em.const(0, I64, ()), em.const(1, I64, ())
+
+    def count(d, stride):          # ceil(max(d, 0) / stride) for stride > 0
+        d = em.binary("stablehlo.maximum", d, zero)
+        return em.binary("stablehlo.divide",
+                         em.binary("stablehlo.subtract", em.binary("stablehlo.add", d, stride), one), stride)
+    up = count(em.binary("stablehlo.subtract", b, a), s)
+    neg_s = em.unary("stablehlo.negate", s)
+    down = count(em.binary("stablehlo.subtract", a, b), neg_s)
+    if isinstance(step, Literal):
+        return (up if int(step.value) > 0 else down), None
+    return em.select(em.compare("GT", s, zero), up, down), None
+
+
+def _take_row(em, x, k):
+    """``x[k]`` for a stacked array ``x`` and an i64 scalar ``k``."""
+    zero = em.const(0, I64, ())
+    sizes = (1,) + x.shape[1:]
+    row = em.op("stablehlo.dynamic_slice", [x, k] + [zero] * (len(x.shape) - 1), (x.dtype, sizes),
+                attrs={"slice_sizes": "array<i64: " + ", ".join(str(d) for d in sizes) + ">"})
+    return em.reshape(row, x.shape[1:])
+
+
+def _put_row(em, buf, y, k):
+    zero = em.const(0, I64, ())
+    row = em.reshape(em.value(y, buf.dtype, buf.shape[1:]), (1,) + buf.shape[1:])
+    return em.op("stablehlo.dynamic_update_slice", [buf, row, k] + [zero] * (len(buf.shape) - 1),
+                 (buf.dtype, buf.shape))
+
+
+def _for_range(em, node, start, stop, step, *ops):
+    p = node.params
+    nc, nk = p["n_carry"], p["n_consts"]
+    carry_t = [out_aval(node, k) for k in range(nc)]
+    ys_t = [out_aval(node, k) for k in range(nc, len(node.outputs))]
+    n, static_n = _trip_count(em, start, stop, step)
+    if ys_t and static_n is None:
+        em.check(em.compare("GT", n, em.const(ys_t[0][1][0], I64, ())),
+                 "a for loop ran more trips than its stacks hold (the stacks take the length of the "
+                 "arrays the loop iterates over)")
+    first, stride = _i64(em, start), _i64(em, step)
+    consts = [em.value(c) for c in ops[nc:nc + nk]]
+    xs = [em.value(x) for x in ops[nc + nk:]]
+    state = [em.const(0, I64, ())] + [em.value(c, dt, sh) for c, (dt, sh) in zip(ops[:nc], carry_t)]
+    state += [em.const(0, dt, sh) for dt, sh in ys_t]
+    types = [(I64, ())] + carry_t + ys_t
+    with em.region(types) as (args, cond_lines):
+        em.ret([em.compare("LT", args[0], n)])
+    with em.region(types) as (args, body_lines):
+        k, carry, bufs = args[0], args[1:1 + nc], args[1 + nc:]
+        one = em.const(1, I64, ())
+        kk = em.binary("stablehlo.subtract", em.binary("stablehlo.subtract", n, one), k) if p["reverse"] else k
+        i = em.binary("stablehlo.add", first, em.binary("stablehlo.multiply", kk, stride))
+        rows = [_take_row(em, x, kk) for x in xs]
+        outs = em.lower_graph(p["body"], [i] + list(carry) + consts + rows)
+        new_carry = [em.value(o, dt, sh) for o, (dt, sh) in zip(outs[:nc], carry_t)]
+        new_bufs = [_put_row(em, b, y, kk) for b, y in zip(bufs, outs[nc:])]
+        em.ret([em.binary("stablehlo.add", k, one)] + new_carry + new_bufs)
+    res = em.op("stablehlo.while", state, types, regions=[cond_lines, body_lines])
+    return res[1:]
+
+
+def _while_loop(em, node, *ops):
+    p = node.params
+    nc, nk, bound = p["n_carry"], p["n_consts"], p["max_trips"]
+    carry_t = [out_aval(node, k) for k in range(nc)]
+    ys_t = [out_aval(node, k) for k in range(nc + 1, len(node.outputs))]
+    consts = [em.value(c) for c in ops[nc:nc + nk]]
+    state = [em.value(c, dt, sh) for c, (dt, sh) in zip(ops[:nc], carry_t)] + [em.const(0, I64, ())]
+    state += [em.const(0, dt, sh) for dt, sh in ys_t]
+    types = carry_t + [(I64, ())] + ys_t
+
+    def holds(carry):
+        return em.value(em.lower_graph(p["cond"], list(carry) + consts)[0], BOOL, ())
+
+    with em.region(types) as (args, cond_lines):
+        go = holds(args[:nc])
+        if bound is not None:
+            go = em.binary("stablehlo.and", go, em.compare("LT", args[nc], em.const(bound, I64, ())))
+        em.ret([go])
+    with em.region(types) as (args, body_lines):
+        carry, trips, bufs = args[:nc], args[nc], args[nc + 1:]
+        outs = em.lower_graph(p["body"], list(carry) + consts)
+        new_carry = [em.value(o, dt, sh) for o, (dt, sh) in zip(outs[:nc], carry_t)]
+        new_bufs = [_put_row(em, b, y, trips) for b, y in zip(bufs, outs[nc:])]
+        em.ret(new_carry + [em.binary("stablehlo.add", trips, em.const(1, I64, ()))] + new_bufs)
+    res = em.op("stablehlo.while", state, types, regions=[cond_lines, body_lines])
+    if bound is not None:
+        at_bound = em.compare("EQ", res[nc], em.const(bound, I64, ()))
+        em.check(em.binary("stablehlo.and", at_bound, holds(res[:nc])),
+                 f"while loop ran past its declared bound max_trips={bound}; raise the bound")
+    return res
+
+
+LOWERINGS = {"cond": _cond, "for_range": _for_range, "while_loop": _while_loop}

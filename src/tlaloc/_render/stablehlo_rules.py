@@ -1,0 +1,63 @@
+"""The StableHLO lowering table: one entry per primitive, or a refusal by name.
+
+Importing this module sets ``prim.lower`` on every primitive in
+``tlaloc._core.primitive.REGISTRY``: the rule from ``LOWERINGS``, or, for a
+primitive in ``REFUSED``, a rule that raises ``NoRuleError`` with the reason.
+A primitive in neither keeps ``lower = None`` and the emitter refuses it by
+name; ``tests/jit/test_lowering_table.py`` keeps the three lists in step.
+"""
+from __future__ import annotations
+
+from .._core.primitive import REGISTRY
+from ..errors import NoRuleError
+from . import stablehlo_control, stablehlo_elementwise, stablehlo_index, stablehlo_structural
+
+LOWERINGS: dict = {}
+for _table in (stablehlo_elementwise.LOWERINGS, stablehlo_structural.LOWERINGS,
+               stablehlo_index.LOWERINGS, stablehlo_control.LOWERINGS):
+    LOWERINGS.update(_table)
+
+_SPECIALIZED = ("specialisation rewrites it to dot_general (tlaloc._core.specialize); "
+                "lower the specialised graph")
+
+#: ``name -> why compiled code does not take it``.
+REFUSED = {
+    "matmul": _SPECIALIZED,
+    "matmul_t_lhs": _SPECIALIZED,
+    "matmul_t_rhs": _SPECIALIZED,
+    "einsum": ("einsum with '...' or a repeated index in one operand (a diagonal) is not compiled; "
+               "write the indices out, or take tnp.diagonal first"),
+    "solve": "LU factorisation is not in StableHLO (XLA reaches LAPACK through a custom call); not compiled yet",
+    "inv": "LU factorisation is not in StableHLO (XLA reaches LAPACK through a custom call); not compiled yet",
+    "slogdet": "LU factorisation is not in StableHLO (XLA reaches LAPACK through a custom call); not compiled yet",
+    "cumprod_grad": "the derivative of cumprod is a dense O(n^3) reference computation; not compiled",
+    "cumprod_jvp": "the derivative of cumprod is a dense O(n^3) reference computation; not compiled",
+    "prod_others_grad": "the second derivative of prod is a dense O(n^3) reference computation; not compiled",
+}
+
+
+def _refusal(name, why):
+    def rule(em, node, *ins):
+        raise NoRuleError(f"no StableHLO lowering rule for `{name}`: {why}"
+                          + (f" (used at {node.loc})" if node.loc else ""))
+    rule.refused = why
+    return rule
+
+
+def install() -> None:
+    """Set ``lower`` on every registered primitive that has a rule or a refusal."""
+    for name, prim in REGISTRY.items():
+        if name in LOWERINGS:
+            prim.lower = LOWERINGS[name]
+        elif name in REFUSED:
+            prim.lower = _refusal(name, REFUSED[name])
+
+
+def unlowered() -> list:
+    """Registered primitives with neither a lowering nor a refusal (should be empty)."""
+    install()
+    return sorted(n for n in REGISTRY if n not in LOWERINGS and n not in REFUSED)
+
+
+install()
+__all__ = ["LOWERINGS", "REFUSED", "install", "unlowered", "NoRuleError"]

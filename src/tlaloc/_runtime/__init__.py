@@ -1,0 +1,1 @@
+"""Runtimes that execute compiled programs (PJRT/XLA here; IREE later)."""

@@ -1,0 +1,145 @@
+"""The PJRT runtime: compile StableHLO with XLA through the client jaxlib ships,
+and run it on device arrays.
+
+* ``client(platform)`` is the PJRT client for ``"cpu"`` or ``"cuda"`` (the
+  CUDA plugin where a GPU and the plugin exist).
+* ``Executable(program)`` compiles a ``Program`` (or StableHLO text, or a
+  portable artifact's bytes) once; calling it takes NumPy arrays, Python
+  numbers or device arrays and returns device arrays (``np.asarray`` reads
+  them). Device arrays passed back in stay on the device.
+* Float64 needs ``jax_enable_x64`` before the first transfer (otherwise
+  float64 input silently becomes float32); importing this module sets it.
+
+This module imports only NumPy and jax/jaxlib (it is what a serving process
+loads to run exported programs).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..errors import ArgumentError, TlalocError
+
+
+def _jax():
+    try:
+        import jax
+    except ImportError:                                    # pragma: no cover
+        raise TlalocError("tl.jit with backend='xla' needs jax and jaxlib (pip install jax==0.10.2 "
+                          "jaxlib==0.10.2); use backend='interpreter' without them") from None
+    if not jax.config.jax_enable_x64:
+        jax.config.update("jax_enable_x64", True)
+    return jax
+
+
+@functools.lru_cache(maxsize=None)
+def client(platform: str = "cpu"):
+    """The PJRT client for ``platform`` ("cpu" or "cuda"); ``ArgumentError`` if absent."""
+    _jax()
+    from jax.extend.backend import get_backend
+    try:
+        return get_backend(platform)
+    except RuntimeError as e:
+        raise ArgumentError(f"no PJRT backend for platform {platform!r} here ({e}); "
+                            f"use platform='cpu'") from None
+
+
+def has_platform(platform: str) -> bool:
+    try:
+        client(platform)
+        return True
+    except ArgumentError:
+        return False
+
+
+def _is_device_array(x) -> bool:
+    return hasattr(x, "unsafe_buffer_pointer") and hasattr(x, "is_deleted")
+
+
+class Executable:
+    """A compiled program on one device.
+
+    Args:
+      program: a ``Program`` from ``tlaloc._render.stablehlo.emit_module``, or
+        StableHLO text / portable-artifact bytes with ``in_avals`` given.
+      platform: "cpu" or "cuda".
+      arg_names: names for error messages, one per input.
+    """
+
+    def __init__(self, program, platform: str = "cpu", arg_names=None, in_avals=None, n_checks=0,
+                 check_messages=()):
+        from jaxlib import _jax as xc
+        self.client = client(platform)
+        self.device = self.client.local_devices()[0]
+        text = getattr(program, "text", program)
+        self.in_avals = [(np.dtype(a.dtype), tuple(a.shape)) for a in
+                         (getattr(program, "in_avals", None) or in_avals or [])]
+        self.checks = list(getattr(program, "checks", check_messages))
+        self.donated = set(getattr(program, "aliases", {}) or {})
+        self.arg_names = arg_names or [f"argument {k}" for k in range(len(self.in_avals))]
+        self._exe = self.client.compile_and_load(text, xc.DeviceList((self.device,)), xc.CompileOptions())
+        self._put = _putter(self.device)
+
+    def __call__(self, *args):
+        bufs = [self.to_device(a, k) for k, a in enumerate(args)]
+        res = self._exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
+        outs = [r[0] for r in res]
+        if self.checks:
+            flags, outs = outs[len(outs) - len(self.checks):], outs[:len(outs) - len(self.checks)]
+            for flag, message in zip(flags, self.checks):
+                if bool(np.asarray(flag)):
+                    raise TlalocError(message)
+        return outs
+
+    def to_device(self, a, k: int):
+        """Argument ``k`` as a device array of the compiled dtype and shape."""
+        dtype, shape = self.in_avals[k]
+        if _is_device_array(a):
+            if a.is_deleted():
+                raise ArgumentError(f"{self.arg_names[k]} was donated to an earlier call (donate_argnums) and "
+                                    f"its buffer is gone; pass the array that call returned instead")
+            if a.dtype == dtype and tuple(a.shape) == shape:
+                return a
+            a = np.asarray(a)
+        arr = np.asarray(a)
+        if arr.dtype != dtype:
+            arr = arr.astype(dtype)
+        if arr.shape != shape:
+            raise ArgumentError(f"{self.arg_names[k]} has shape {arr.shape}; this program was compiled "
+                                f"for {shape}")
+        return self._put(arr)
+
+    def serialize_executable(self) -> bytes:
+        return self.client.serialize_executable(self._exe)
+
+
+def _putter(device):
+    """A fast host→device transfer (``batched_device_put``), else ``jax.device_put``."""
+    jax = _jax()
+    try:
+        from jax._src import core
+        from jaxlib import _jax as xc
+        sharding = jax.sharding.SingleDeviceSharding(device)
+        avals = {}
+
+        def put(arr):
+            key = (arr.shape, arr.dtype)
+            aval = avals.get(key)
+            if aval is None:
+                aval = avals[key] = core.ShapedArray(arr.shape, arr.dtype)
+            return xc.batched_device_put(aval, sharding, [arr], [device], True, False)
+        put(np.zeros((1,), np.float32))
+        return put
+    except Exception:                                      # pragma: no cover  (jaxlib internals moved)
+        return lambda arr: jax.device_put(arr, device)
+
+
+def device_put(x, platform: str = "cpu"):
+    """``x`` copied to the device as an array the program owns (donatable in place)."""
+    jax = _jax()
+    dev = client(platform).local_devices()[0]
+    return jax.device_put(np.array(x, copy=True), dev, may_alias=False)
+
+
+__all__ = ["client", "has_platform", "Executable", "device_put"]
