@@ -24,6 +24,14 @@ from typing import Any, Callable, Optional
 from ..errors import NoRuleError
 
 REGISTRY: dict[str, "Primitive"] = {}
+_VALUE_TYPE = None
+
+
+def _load_value_type():
+    global _VALUE_TYPE
+    from .builder import Value
+    _VALUE_TYPE = Value
+    return Value
 
 
 class Primitive:
@@ -59,10 +67,11 @@ class Primitive:
 
     def bind(self, *args, **params):
         """Apply the primitive: eagerly with NumPy, or as a DXIR node when any
-        argument is a symbolic ``Value`` (or a builder is active and asks)."""
-        from .builder import current_builder, Value
+        argument is a symbolic ``Value``."""
+        value_type = _VALUE_TYPE or _load_value_type()
         for a in args:
-            if type(a) is Value:
+            if type(a) is value_type:
+                from .builder import current_builder
                 return current_builder(a).add(self, args, params)
         return self.impl(*args, **params)
 

@@ -135,15 +135,29 @@ def refuse_float_mix(op: str, impl, names=None):
     also makes a weak Python float adopt a bfloat16 operand's dtype, which NumPy
     does for its own float types only (``bf16 * 2.0`` would give float32).
     """
+    floats = frozenset(_dt.FLOATS)
+    native = frozenset((_dt.float32, _dt.float64, _dt.float16))
+
     def checked(*args, **params):
         if len(args) > 1:
-            labels = names or ()
-            check_concrete_mix(op, {labels[i] if i < len(labels) else f"operand {i}": a
-                                    for i, a in enumerate(args)})
-            if any(type(a) is float for a in args):
-                strong = _strong_float(getattr(a, "dtype", None) for a in args)
-                if strong is not None:
-                    args = tuple(strong.type(a) if type(a) is float else a for a in args)
+            # fast path: one pass over the operands' dtypes (this runs on every eager op)
+            first, mixed, weak_float = None, False, False
+            for a in args:
+                if type(a) is float:
+                    weak_float = True
+                    continue
+                dt = getattr(a, "dtype", None)
+                if dt is not None and dt in floats:
+                    if first is None:
+                        first = dt
+                    elif dt != first:
+                        mixed = True
+            if mixed:
+                labels = names or ()
+                check_concrete_mix(op, {labels[i] if i < len(labels) else f"operand {i}": a
+                                        for i, a in enumerate(args)})
+            if weak_float and first is not None and first not in native:
+                args = tuple(first.type(a) if type(a) is float else a for a in args)
         return impl(*args, **params)
     checked.__name__ = getattr(impl, "__name__", op)
     checked.__wrapped__ = impl
