@@ -31,14 +31,7 @@ def _normalize_argnums(argnums, name):
     raise ArgumentError(f"{name}: argnums must be an int or a tuple of ints, got {argnums!r}")
 
 
-def _leaf_ranges(lowered: LoweredFunction):
-    """(start, stop) of each positional argument's leaves among the graph inputs."""
-    out, k = [], 0
-    for tree in lowered.arg_trees:
-        n = 0 if tree is None else tree.num_leaves
-        out.append((k, k + n))
-        k += n
-    return out
+from .transformed import _leaf_ranges  # noqa: E402
 
 
 def _fn_name(fn) -> str:
@@ -128,8 +121,8 @@ class _ReverseTransform(Transformed):
             return trees[0]
         return _pytree.TreeDef("tuple", None, tuple(trees))
 
-    def check_args(self, args, trees, flat, lowered):
-        ranges = _leaf_ranges(lowered)
+    def check_args(self, args, trees, flat, lowered, entry):
+        ranges = entry["ranges"]
         for a in self.argnums:
             for i in range(*ranges[a]):
                 dt = flat[i].dtype
@@ -145,7 +138,7 @@ class _ReverseTransform(Transformed):
         n_out, n_grads = self._out_layout
         value_leaves = outs[:n_out] if (self.with_value or self.has_aux) else []
         grad_leaves = outs[len(value_leaves):]
-        ranges = _leaf_ranges(lowered)
+        ranges = entry["ranges"]
         grads, k = [], 0
         for a in self.argnums:
             n = ranges[a][1] - ranges[a][0]

@@ -82,20 +82,25 @@ class Transformed:
         namespace = {"__name__": f"tlaloc_generated_{self.name}"}
         exec(compile(source, code_name, "exec"), namespace)
         entry = {"source": source, "fn": namespace[functions[0][1]], "namespace": namespace,
-                 "lowered": lowered, "graphs": functions, "as_lowered": as_lowered}
+                 "lowered": lowered, "graphs": functions, "as_lowered": as_lowered,
+                 "ranges": _leaf_ranges(lowered)}
         self._entries[key] = entry
         _dump(self.name, source)
         return entry
 
     # -- calling ---------------------------------------------------------------------
     def __call__(self, *args):
-        flat, trees = [], []
-        for a in args:
-            leaves, tree = _pytree.flatten(a)
-            flat.extend(leaves)
-            trees.append(tree)
-        entry = self._entry(trees if any(t != _LEAF for t in trees) or (None, None) not in self._entries
-                            else None)
+        if all(type(a) is np.ndarray for a in args):          # fast path: plain arrays
+            flat, trees = list(args), [_LEAF] * len(args)
+            entry = self._entries.get((None, None)) or self._entry(trees)
+        else:
+            flat, trees = [], []
+            for a in args:
+                leaves, tree = _pytree.flatten(a)
+                flat.extend(leaves)
+                trees.append(tree)
+            entry = self._entry(trees if any(t != _LEAF for t in trees) or (None, None) not in self._entries
+                                else None)
         lowered = entry["lowered"]
         if len(args) != len(lowered.arg_trees):
             raise ArgumentError(f"{self.name}: takes {len(lowered.arg_trees)} positional arguments "
@@ -105,13 +110,13 @@ class Transformed:
             typing_hooks.check_call(self.fn, args)
         closure = [g() for g in lowered.closure_getters]
         flat = [_as_array(x) for x in flat]
-        self.check_args(args, trees, flat, lowered)
+        self.check_args(args, trees, flat, lowered, entry)
         outs = entry["fn"](*flat, *closure)
         if os.environ.get("TLALOC_CHECK_RENDER"):
             _check_against_interpreter(entry, flat + closure, outs)
         return self.finish(args, trees, list(outs), entry)
 
-    def check_args(self, args, trees, flat, lowered):
+    def check_args(self, args, trees, flat, lowered, entry):
         pass
 
     def source(self) -> str:
@@ -137,6 +142,16 @@ class Transformed:
             closure.append(lowerer._external(g(), ("transformed", id(self), id(g)), g, "closure"))
         outs = inline(lowered.graph, flat + closure)
         return _pytree.unflatten(lowered.out_tree, outs)
+
+
+def _leaf_ranges(lowered):
+    """(start, stop) of each positional argument's leaves among the graph inputs."""
+    out, k = [], 0
+    for tree in lowered.arg_trees:
+        n = 0 if tree is None else tree.num_leaves
+        out.append((k, k + n))
+        k += n
+    return out
 
 
 def _check_against_interpreter(entry, args, outs):
