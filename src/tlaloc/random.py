@@ -96,7 +96,7 @@ def split(key, num=2):
       ShapeError / DTypeError: ``key`` is not a uint32 array of shape ``(2,)``.
       ArgumentError: ``num`` is negative or not an int / tuple of ints.
     """
-    shape = _rng.static_shape("split", num)
+    shape = _rng.static_shape("split", num, "num")
     hi, lo = _impl._counters(shape)
     y0, y1 = _rng.threefry2x32(key, hi, lo)
     return _stack_words(y0, y1)

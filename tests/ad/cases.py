@@ -191,6 +191,17 @@ CASES: list[Case] = [
     Case("running_max_only", K.f_running_max_only, K.j_running_max_only,
          lambda r: [(randn(r, 6),), (_arr(3.0, -1.0, 2.0),)]),
 
+    # combinations
+    Case("while_in_for", K.f_while_in_for, K.j_while_in_for,
+         lambda r: [(_arr(0.5, 1.2, 2.5),), (_arr(0.3, 3.0),)]),
+    Case("for_elem_break", K.f_for_elem_break, K.j_for_elem_break,
+         lambda r: [(_arr(0.5, 1.2, -2.5, 3.0),), (_arr(0.5, -0.7, 1.1),)]),
+    Case("return_nested_loops", K.f_return_nested_loops, K.j_return_nested_loops,
+         lambda r: [(np.array([[0.5, 0.2, -0.3], [3.0, 2.0, 0.1]]),), (0.3 * randn(r, 3, 2),)]),
+    Case("break_continue_mix", K.f_break_continue_mix, K.j_break_continue_mix,
+         lambda r: [(_arr(0.5, -0.3, 1.2, -2.0, 0.7), _arr(0.4, 0.9, 0.2)),
+                    (_arr(0.5, -0.3, 0.2), _arr(0.4, -0.9, 0.2, 0.6))], argnums=(0, 1)),
+
     # calls, nested functions, closures
     Case("call_helpers", C.f_call_helpers, C.j_call_helpers, lambda r: [(randn(r, 5), randn(r, 5))],
          argnums=(0, 1)),
@@ -200,6 +211,9 @@ CASES: list[Case] = [
     Case("closure_late_binding", C.f_closure_late_binding, C.j_closure_late_binding, lambda r: [(randn(r, 4),)]),
     Case("closure_in_loop", C.f_closure_in_loop, C.j_closure_in_loop, lambda r: [(away(r, 6),)]),
     Case("higher_order", C.f_higher_order, C.j_higher_order, lambda r: [(randn(r, 4),)]),
+    Case("loop_var_closure", C.f_loop_var_closure, C.j_loop_var_closure, lambda r: [(randn(r, 5),)]),
+    Case("builtins_on_arrays", C.f_builtins_on_arrays, C.j_builtins_on_arrays,
+         lambda r: [(_arr(-0.5, 1.2, -2.5),), (_arr(0.7, -1.2, 2.5),)]),
     Case("global_array", C.f_global_array, C.j_global_array, lambda r: [(randn(r, 3),)], extra=(C.W_GLOBAL,)),
 
     # subscript assignment and a[i] += v (functional semantics)
@@ -213,6 +227,12 @@ CASES: list[Case] = [
          argnums=(0, 1)),
     Case("write_argument", S.f_write_argument, S.j_write_argument, lambda r: [(randn(r, 4),)]),
     Case("setitem_in_branch", S.f_setitem_in_branch, S.j_setitem_in_branch, lambda r: [(away(r, 6), randn(r, 6))],
+         argnums=(0, 1)),
+    Case("setitem_fancy_repeated", S.f_setitem_fancy_repeated, S.j_setitem_fancy_repeated,
+         lambda r: [(randn(r, 5), np.array([0, 2, 2, 1, 2]))]),
+    Case("addat_fancy_repeated", S.f_addat_fancy_repeated, S.j_addat_fancy_repeated,
+         lambda r: [(randn(r, 5), np.array([0, 2, 2, 1, 2]))]),
+    Case("setitem_2d_loops", S.f_setitem_2d_loops, S.j_setitem_2d_loops, lambda r: [(randn(r, 3, 4), randn(r, 4))],
          argnums=(0, 1)),
     Case("alias_write", S.f_alias_write, S.j_alias_write, lambda r: [(randn(r, 3),)]),
 

@@ -168,3 +168,29 @@ def f_global_array(x):
 
 def j_global_array(x):
     return jnp.tanh(jnp.asarray(W_GLOBAL) @ x).sum()
+
+
+def f_loop_var_closure(x):
+    # a function defined in a loop body reads the loop variable and a carry
+    acc = 0.0
+    for i in range(len(x)):
+        def term(z):
+            return z * x[i] + acc * 0.5
+        acc = acc + term(x[0])
+    return acc
+
+
+def j_loop_var_closure(x):
+    acc = 0.0
+    for i in range(len(x)):
+        acc = acc + (x[0] * x[i] + acc * 0.5)
+    return acc
+
+
+def f_builtins_on_arrays(x):
+    # Python's abs/max/min/sum on array scalars
+    return abs(x[0]) + max(x[1], x[2]) + min(x[0], x[1]) * 2.0 + sum([x[0], x[1] * x[2]])
+
+
+def j_builtins_on_arrays(x):
+    return jnp.abs(x[0]) + jnp.maximum(x[1], x[2]) + jnp.minimum(x[0], x[1]) * 2.0 + (x[0] + x[1] * x[2])

@@ -471,3 +471,90 @@ def j_running_max_only(x):
         if x[i] > m:
             m = x[i]
     return m * m
+
+
+# -- combinations -------------------------------------------------------------------------------
+
+def f_while_in_for(x):
+    # a value-dependent while nested in a for; the inner trip count differs per i
+    t = 0.0
+    for i in range(len(x)):
+        s = x[i] * x[i] + 0.1
+        while s < 5.0:
+            s = s * 1.7 + x[i]
+        t = t + s
+    return t
+
+
+def j_while_in_for(x):
+    t = 0.0
+    for i in range(len(x)):
+        s = x[i] * x[i] + 0.1
+        while s < 5.0:
+            s = s * 1.7 + x[i]
+        t = t + s
+    return t
+
+
+def f_for_elem_break(x):
+    # `for v in x` over an array's elements, with a break
+    s = 0.0
+    for v in x:
+        if v < -1.0:
+            break
+        s = s + v * v
+    return s
+
+
+def j_for_elem_break(x):
+    s = 0.0
+    for v in x:
+        if v < -1.0:
+            break
+        s = s + v * v
+    return s
+
+
+def f_return_nested_loops(m):
+    for i in range(m.shape[0]):
+        for j in range(m.shape[1]):
+            if m[i, j] > 1.0:
+                return m[i, j] * m[i].sum()
+    return (m * m).sum()
+
+
+def j_return_nested_loops(m):
+    for i in range(m.shape[0]):
+        for j in range(m.shape[1]):
+            if m[i, j] > 1.0:
+                return m[i, j] * m[i].sum()
+    return (m * m).sum()
+
+
+def f_break_continue_mix(x, w):
+    # continue and break in one loop, and a break in an inner loop only
+    s = 0.0
+    for i in range(len(x)):
+        if x[i] < -1.5:
+            break
+        if x[i] < 0:
+            continue
+        for j in range(len(w)):
+            if w[j] * x[i] > 1.0:
+                break
+            s = s + w[j] * x[i]
+    return s
+
+
+def j_break_continue_mix(x, w):
+    s = 0.0
+    for i in range(len(x)):
+        if x[i] < -1.5:
+            break
+        if x[i] < 0:
+            continue
+        for j in range(len(w)):
+            if w[j] * x[i] > 1.0:
+                break
+            s = s + w[j] * x[i]
+    return s

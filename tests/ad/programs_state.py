@@ -118,3 +118,56 @@ def f_alias_write(a):
 def j_alias_write(a):
     a = a.at[0].set(5.0 * a[0])
     return (a * a).sum()
+
+
+def _last_writes(idx):
+    """Positions k of ``idx`` whose write survives NumPy's ``a[idx] = v`` (last one wins)."""
+    last = {int(k): pos for pos, k in enumerate(np.asarray(idx))}
+    return np.array(sorted(last.values()), dtype=np.int64)
+
+
+def f_setitem_fancy_repeated(x, idx):
+    # a vectorized write with repeated indices: the last write wins, earlier ones get no gradient
+    a = np.zeros(3)
+    a[idx] = x * 2.0
+    return (a * a * np.array([1.0, 2.0, 3.0])).sum()
+
+
+def j_setitem_fancy_repeated(x, idx):
+    keep = _last_writes(idx)
+    a = jnp.zeros(3).at[np.asarray(idx)[keep]].set(x[keep] * 2.0)
+    return (a * a * jnp.array([1.0, 2.0, 3.0])).sum()
+
+
+def f_addat_fancy_repeated(x, idx):
+    # NumPy's buffered `a[idx] += v`: a[idx] = a[idx] + v, so repeats do NOT accumulate
+    a = np.ones(3)
+    a[idx] += x
+    return (a * a * np.array([1.0, 2.0, 3.0])).sum()
+
+
+def j_addat_fancy_repeated(x, idx):
+    keep = _last_writes(idx)
+    i = np.asarray(idx)[keep]
+    a = jnp.ones(3)
+    a = a.at[i].set(a[i] + x[keep])
+    return (a * a * jnp.array([1.0, 2.0, 3.0])).sum()
+
+
+def f_setitem_2d_loops(m, v):
+    # a[i, j] += ... in a double loop; writes land on every element of a column several times
+    a = np.zeros_like(m)
+    for i in range(m.shape[0]):
+        for j in range(m.shape[1]):
+            a[i, j] += m[i, j] * v[j]
+            a[0, j] += m[i, j] * 0.5
+    return (a * a).sum()
+
+
+def j_setitem_2d_loops(m, v):
+    a = jnp.zeros_like(m)
+    for i in range(m.shape[0]):
+        for j in range(m.shape[1]):
+            a = a.at[i, j].add(m[i, j] * v[j])
+            a = a.at[0, j].add(m[i, j] * 0.5)
+    return (a * a).sum()

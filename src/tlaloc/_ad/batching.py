@@ -1,6 +1,6 @@
 """Batching (``vmap``): a DXIR → DXIR pass driven by the primitives' batching rules.
 
-``batch_graph(graph, in_dims, in_avals)`` returns a graph that computes
+``batch_graph(graph, in_dims, in_avals, size)`` returns a graph that computes
 ``graph`` for a whole batch of examples at once, and the batch axis of each
 output. Every value of the batched graph carries a *batch dim*: ``None`` (the
 value is the same for every example: unbatched) or the axis of the batch.
@@ -34,6 +34,7 @@ from .._core.aval import AbstractValue
 from .._core.builder import Builder, Value, current_builder
 from .._core.control import undef_literal
 from .._core.graph import Graph, Literal
+from .._core.passes import dce
 from .._prims import shape_ops as _sh
 from ..errors import ShapeError
 
@@ -109,6 +110,11 @@ def example_shape(x, d) -> tuple:
     return s if d is None else s[:d] + s[d + 1:]
 
 
+def as_constant(x):
+    """A folded NumPy scalar as a 0-d array (the renderer writes arrays with their dtype)."""
+    return np.asarray(x) if isinstance(x, np.generic) else x
+
+
 def emit(prim, *args, **params):
     """Record a node even when no operand is symbolic (no constant folding):
     the generated code then shows the operation instead of a baked array."""
@@ -180,6 +186,37 @@ def unbatched_aval(a: AbstractValue, d) -> AbstractValue:
     return a.with_(shape=s[:d] + s[d + 1:], names=names)
 
 
+# -- rules of primitives declared elsewhere ----------------------------------------------------------
+
+BY_NAME: dict = {}
+"""Rules for primitives declared outside the primitive table's modules (typed
+tensors, custom derivative rules), keyed by name: ``install_rules`` attaches
+them once the primitive exists."""
+
+
+def region_call(prim):
+    """The rule of a call whose meaning is a region (``prim.inline_region``, e.g.
+    a custom-rule call): batch that region inline. Its inputs are the node's
+    first operands, as the renderer binds them."""
+    def rule(args, dims, **params):
+        body = params[prim.inline_region]
+        n = len(body.inputs)
+        pairs = batch_inline(body, list(args[:n]), list(dims[:n]))
+        return tuple(v for v, _ in pairs), tuple(d for _, d in pairs)
+    return rule
+
+
+def install_rules() -> None:
+    """Attach rules to primitives declared after the rule modules were imported."""
+    from .._core.primitive import REGISTRY
+    for name, prim in REGISTRY.items():
+        if prim.batch is None:
+            if name in BY_NAME:
+                prim.batch = BY_NAME[name]
+            elif getattr(prim, "inline_region", None):
+                prim.batch = region_call(prim)
+
+
 # -- the pass ------------------------------------------------------------------------------
 
 def _needs_rule(prim) -> bool:
@@ -215,45 +252,55 @@ def batch_inline(graph: Graph, args, dims):
                 out, od = rule(ins, ds, **dict(node.params))
         outs, ods = (tuple(out), tuple(od)) if multi else ((out,), (od,))
         for old, new, d in zip(node.outputs, outs, ods):
+            new = as_constant(new)
             if is_value(new) and new.var.hint is None:
                 new.var.hint = old.hint
             env[old.id] = (new, d)
     return [read(o) for o in graph.outputs]
 
 
-def finish_outputs(pairs, want):
-    """Bring outputs to the batch dims ``want`` (``None``: leave as is, 0: batched at 0)."""
+def finish_outputs(pairs, want, dtypes=None):
+    """Bring outputs to the batch dims ``want`` (``None``: leave as is, 0: batched at 0).
+
+    ``dtypes[k]`` (when known) is the dtype a constant output is broadcast in."""
+    dtypes = dtypes or [None] * len(pairs)
     out = []
-    for (v, d), w in zip(pairs, want):
+    for (v, d), w, dt in zip(pairs, want, dtypes):
         if w is None or v is None:
             out.append((v, d))
         else:
-            out.append((batched(v, d), 0))
+            out.append((batched(v, d, dt), 0))
     return out
 
 
-def build_region(in_avals, hints, fn, want=None, name="region"):
+def build_region(in_avals, hints, fn, want=None, name="region", dtypes=None):
     """A new closed region graph: ``fn(inputs) -> [(value, dim)]`` fills it.
 
-    ``want`` optionally forces output batch dims (see ``finish_outputs``).
-    Returns ``(graph, out_dims)``.
+    ``want`` (and ``dtypes``) optionally force output batch dims (see
+    ``finish_outputs``). Returns ``(graph, out_dims)``.
     """
     rb = Builder(name=name)
     with rb.active():
         ins = [rb.new_input(a, h) for a, h in zip(in_avals, hints)]
         pairs = fn(ins)
         if want is not None:
-            pairs = finish_outputs(pairs, want)
+            pairs = finish_outputs(pairs, want, dtypes)
         outs = [undef_literal() if v is None else v for v, _ in pairs]
-        g = rb.finish(outs)
+        g = dce(rb.finish(outs))
     return g, [d for _, d in pairs]
 
 
-def region(graph: Graph, in_avals, in_dims, want=None, name=None):
+def region(graph: Graph, in_avals, in_dims, want=None, name=None, undef=None, dtypes=None):
     """Batch a region (a branch or a loop body) into a new closed graph whose
-    inputs have ``in_avals`` (batched ones include the batch axis)."""
-    return build_region(in_avals, [v.hint for v in graph.inputs],
-                        lambda ins: batch_inline(graph, ins, in_dims), want, name or graph.name)
+    inputs have ``in_avals`` (batched ones include the batch axis).
+
+    ``undef[k]`` feeds input ``k`` as undefined (a loop variable first set inside
+    the loop, while its shape is being found)."""
+    def fill(ins):
+        if undef is not None:
+            ins = [None if u else v for v, u in zip(ins, undef)]
+        return batch_inline(graph, ins, in_dims)
+    return build_region(in_avals, [v.hint for v in graph.inputs], fill, want, name or graph.name, dtypes)
 
 
 def batch_graph(graph: Graph, in_dims, in_avals, axis_size_: int, name=None, out_fn=None):
@@ -270,6 +317,7 @@ def batch_graph(graph: Graph, in_dims, in_avals, axis_size_: int, name=None, out
     Returns:
       ``(batched graph, out_dims)``; the new graph has the same inputs and outputs.
     """
+    install_rules()
     with _sized(axis_size_):
         b = Builder(name=name or f"vmap_{graph.name}")
         with b.active():

@@ -29,7 +29,7 @@ from .._prims import reductions as _red
 from .._prims import shape_ops as _sh
 from .._prims.selection import select_p
 from ..errors import ShapeError
-from .batching import (aval_of, axis_size, batch_inline, batched, batched_aval, build_region, emit,
+from .batching import (as_constant, aval_of, axis_size, batch_inline, batched, batched_aval, build_region, emit,
                        example_rank, expand_after_batch, is_value, moveaxis, region, shape, to_front,
                        unbatched_aval)
 from .batching_rules import elementwise
@@ -55,6 +55,11 @@ def _scalar_pred(pred, d, what):
     return to_front(pred, d)
 
 
+def _dtype_of(*avals):
+    """The dtype a constant takes next to values of ``avals`` (the first strong one)."""
+    return next((a.dtype for a in avals if a.dtype is not None and not a.weak), None)
+
+
 # -- cond ---------------------------------------------------------------------------------------
 
 def _cond(args, dims, *, true_branch, false_branch):
@@ -66,14 +71,17 @@ def _cond(args, dims, *, true_branch, false_branch):
         outs = [_choose(pred, t, dt, f, df) for (t, dt), (f, df) in zip(tp, fp)]
         return tuple(o for o, _ in outs), tuple(d for _, d in outs)
     avals = [aval_of(x) for x in ops]
-    tb, td = region(true_branch, avals, dops)
-    fb, fd = region(false_branch, avals, dops)
+    undef = [x is None for x in ops]              # undefined on entry stays undefined inside
+    tb, td = region(true_branch, avals, dops, undef=undef)
+    fb, fd = region(false_branch, avals, dops, undef=undef)
     want = [0 if (a is not None or b is not None) else None for a, b in zip(td, fd)]
+    dtypes = [_dtype_of(a.aval, b.aval) for a, b in zip(tb.outputs, fb.outputs)]
     if td != want:
-        tb, _ = region(true_branch, avals, dops, want=want)
+        tb, _ = region(true_branch, avals, dops, want=want, undef=undef, dtypes=dtypes)
     if fd != want:
-        fb, _ = region(false_branch, avals, dops, want=want)
-    outs = cond_p.bind(pred, *ops, true_branch=tb, false_branch=fb)
+        fb, _ = region(false_branch, avals, dops, want=want, undef=undef, dtypes=dtypes)
+    outs = cond_p.bind(pred, *(undef_literal() if x is None else x for x in ops), true_branch=tb,
+                       false_branch=fb)
     return tuple(outs), tuple(want)
 
 
@@ -94,13 +102,14 @@ def _merge(a: AbstractValue, b: AbstractValue) -> AbstractValue:
     return AbstractValue(dtype, None if shape_ is None else tuple(shape_), weak=dtype is None and a.weak)
 
 
-def _fixpoint(trial, carry, cdims, hints, n_carry, batch_all=False):
+def _fixpoint(trial, carry, cdims, first_guess, batch_all=False):
     """Batch dims and per-example avals of the carries, stable through the body.
 
-    ``trial(cdims, cavals) -> (out carry dims, out carry avals (per example), batch_all)``.
+    ``trial(cdims, cavals) -> (out carry dims, out carry avals (per example), batch_all)``;
+    ``first_guess`` are the carries' avals in the graph being batched.
     """
+    cavals = [_merge(unbatched_aval(aval_of(c), d), h) for c, d, h in zip(carry, cdims, first_guess)]
     cdims = [0 if (d is not None or batch_all) else None for d in cdims]
-    cavals = [_merge(unbatched_aval(aval_of(c), d), h) for c, d, h in zip(carry, cdims, hints)]
     for _ in range(8):
         od, oavals, force = trial(cdims, cavals)
         new_dims = [0 if (c is not None or o is not None or force) else None for c, o in zip(cdims, od)]
@@ -110,6 +119,13 @@ def _fixpoint(trial, carry, cdims, hints, n_carry, batch_all=False):
         cdims, cavals = new_dims, new_avals
     raise ShapeError("vmap: a loop's carried values change shape from one iteration to the next; "
                      "give them their final shape before the loop")
+
+
+def _undefined(carry, cavals) -> set:
+    """Carries undefined before the loop whose shape is not known yet: a trial
+    runs the body with them undefined (a select keeps the defined side), which
+    tells their shape."""
+    return {k for k, (c, a) in enumerate(zip(carry, cavals)) if c is None and a.shape is None}
 
 
 def _carry_init(c, dc, want, cav):
@@ -170,20 +186,22 @@ def _for(args, dims, *, body, n_carry, n_consts, n_xs, reverse):
     xs, xavals, xdims = _prep_xs(args[3 + n_carry + n_consts:], dims[3 + n_carry + n_consts:])
     masked = any(d is not None for d in bdims)
     if masked:       # bounds differ per example: run the longest range, mask the rest
-        start, stop, step = (to_front(b, d) for b, d in zip(bounds, bdims))
-        span = _ew.add(_ew.subtract(stop, start), _ew.subtract(step, _ew.sign(step)))
-        length = _ew.maximum(_ew.floordiv_p.bind(span, step), 0)        # len(range(start, stop, step))
+        # (int constants as 0-d int64 arrays: a weak Python int would be typed as a float)
+        start, stop, step = (to_front(b, d) if is_value(b) else np.asarray(b, _I64) for b, d in zip(bounds, bdims))
+        span = _ew.add(_ew.subtract(stop, start), as_constant(_ew.subtract(step, _ew.sign(step))))
+        length = _ew.maximum(_ew.floordiv_p.bind(span, step), np.asarray(0, _I64))   # len(range(start, stop, step))
         extra = [start, step, length]
         i_dim = 0 if (bdims[0] is not None or bdims[2] is not None) else None
         bounds = [0, _red.reduce_max(length), 1]
     else:
         extra = []
     k_avals = [aval_of(c) for c in consts] + [aval_of(e) for e in extra]
-    hints = [o.aval for o in body.outputs[:n_carry]]
+    first_guess = [o.aval for o in body.outputs[:n_carry]]      # the carries' avals for one example
     n_ys = len(body.outputs) - n_carry
 
-    def body_fn(cd):
+    def body_fn(cd, undef):
         def fn(ins):
+            ins = [None if k - 1 in undef else v for k, v in enumerate(ins)]
             i, cs = ins[0], ins[1:1 + n_carry]
             ks = ins[1 + n_carry:1 + n_carry + n_consts]
             xs_in = ins[1 + n_carry + n_consts + len(extra):]
@@ -197,17 +215,19 @@ def _for(args, dims, *, body, n_carry, n_consts, n_xs, reverse):
             return new + pairs[n_carry:]
         return fn
 
-    def build(cd, cavals, want=None):
+    def build(cd, cavals, want=None, trial=False):
         in_avals = [_INDEX] + [batched_aval(a, d) for a, d in zip(cavals, cd)] + k_avals + xavals
-        return build_region(in_avals, [v.hint for v in body.inputs[:1 + n_carry + n_consts]]
-                            + ["start", "step", "trips"][:len(extra)] + [v.hint for v in body.inputs[
-                                1 + n_carry + n_consts:]], body_fn(cd), want, body.name)
+        undef = _undefined(carry, cavals) if trial else set()
+        hints = [v.hint for v in body.inputs[:1 + n_carry + n_consts]] + ["start", "step", "trips"][
+            :len(extra)] + [v.hint for v in body.inputs[1 + n_carry + n_consts:]]
+        dtypes = [a.dtype for a in cavals] + [None] * n_ys
+        return build_region(in_avals, hints, body_fn(cd, undef), want, body.name, dtypes)
 
     def trial(cd, cavals):
-        g, od = build(cd, cavals)
+        g, od = build(cd, cavals, trial=True)
         return od[:n_carry], [unbatched_aval(o.aval, d) for o, d in zip(g.outputs[:n_carry], od)], False
 
-    cdims, cavals = _fixpoint(trial, carry, cdims, hints, n_carry, batch_all=masked)
+    cdims, cavals = _fixpoint(trial, carry, cdims, first_guess, batch_all=masked)
     _, od = build(cdims, cavals)
     want = cdims + _want_ys(od[n_carry:])
     g, od = build(cdims, cavals, want)
@@ -227,7 +247,7 @@ def _while(args, dims, *, cond, body, n_carry, n_consts, max_trips):
     consts = [to_front(c, d) for c, d in zip(args[n_carry:], dims[n_carry:])]
     kdims = [None if d is None else 0 for d in dims[n_carry:]]
     k_avals = [aval_of(c) for c in consts]
-    hints = [o.aval for o in body.outputs[:n_carry]]
+    first_guess = [o.aval for o in body.outputs[:n_carry]]
     n_ys = len(body.outputs) - n_carry
     state = {}
 
@@ -235,20 +255,23 @@ def _while(args, dims, *, cond, body, n_carry, n_consts, max_trips):
         return [batched_aval(a, d) for a, d in zip(cavals, cd)]
 
     def trial(cd, cavals):
-        _, pd = region(cond, c_avals(cd, cavals) + k_avals, cd + kdims)
-        g, od = region(body, c_avals(cd, cavals) + k_avals, cd + kdims)
+        undef = _undefined(carry, cavals)
+        undef = [k in undef for k in range(n_carry)] + [False] * len(consts)
+        _, pd = region(cond, c_avals(cd, cavals) + k_avals, cd + kdims, undef=undef)
+        g, od = region(body, c_avals(cd, cavals) + k_avals, cd + kdims, undef=undef)
         state["pred_batched"] = pd[0] is not None
         return od[:n_carry], [unbatched_aval(o.aval, d) for o, d in zip(g.outputs[:n_carry], od)], \
             pd[0] is not None
 
-    cdims, cavals = _fixpoint(trial, carry, cdims, hints, n_carry)
+    cdims, cavals = _fixpoint(trial, carry, cdims, first_guess)
     avals = c_avals(cdims, cavals) + k_avals
     init = [_carry_init(c, d, w, a) for c, d, w, a in zip(carry, dims[:n_carry], cdims, cavals)]
     _, od = region(body, avals, cdims + kdims)
     ys_want = _want_ys(od[n_carry:])
     if not state["pred_batched"]:
         cg, _ = region(cond, avals, cdims + kdims)
-        bg, od = region(body, avals, cdims + kdims, want=cdims + ys_want)
+        bg, od = region(body, avals, cdims + kdims, want=cdims + ys_want,
+                        dtypes=[a.dtype for a in cavals] + [None] * n_ys)
         outs = while_loop_p.bind(*init, *consts, cond=cg, body=bg, n_carry=n_carry, n_consts=n_consts,
                                  max_trips=max_trips)
         return tuple(outs), tuple(cdims + [None] + _stack_dims(od[n_carry:]))
@@ -264,7 +287,8 @@ def _masked_while(cond, body, init, consts, kdims, avals, ys_want, n_carry, max_
     trips0 = emit(_sh.broadcast_to_p, np.zeros((), _I64), shape=(n,))
     flags = [AbstractValue(np.dtype(bool), (n,)), AbstractValue(_I64, (n,))]
     in_avals = avals[:n_carry] + flags + avals[n_carry:]
-    hints = [v.hint for v in body.inputs[:n_carry]] + ["active", "trips"] + [v.hint for v in body.inputs[n_carry:]]
+    hints = [v.hint for v in body.inputs[:n_carry]] + ["active", "trips"] + \
+        [v.hint for v in body.inputs[n_carry:]]
 
     def cond_fn(ins):
         return [(_red.reduce_any_p.bind(ins[n_carry], axes=None, keepdims=False), None)]

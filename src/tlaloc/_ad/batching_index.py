@@ -123,10 +123,10 @@ def _inverse(perm):
 
 # -- getitem / index_set / index_add ---------------------------------------------------------------
 
-def _getitem(args, dims, *, spec):
+def _getitem(args, dims, *, spec, **params):
     (x, *dyn), (dx, *ddims) = args, dims
     xb, dyn2, spec2, info, fix = _plan("getitem", x, dx, dyn, ddims, spec)
-    out = _ix.getitem_p.bind(xb, *dyn2, spec=spec2)
+    out = _ix.getitem_p.bind(xb, *dyn2, spec=spec2, **params)
     return (out if fix is None else _sh.transpose(out, fix)), 0
 
 
@@ -142,10 +142,10 @@ def _arrange_value(v, dv, info, fix):
 
 
 def _update_rule(prim, name):
-    def rule(args, dims, *, spec):
+    def rule(args, dims, *, spec, **params):
         (x, v, *dyn), (dx, dv, *ddims) = args, dims
         xb, dyn2, spec2, info, fix = _plan(name, x, dx, dyn, ddims, spec)
-        return prim.bind(xb, _arrange_value(v, dv, info, fix), *dyn2, spec=spec2), 0
+        return prim.bind(xb, _arrange_value(v, dv, info, fix), *dyn2, spec=spec2, **params), 0
     return rule
 
 
@@ -190,7 +190,8 @@ def _window_index(starts, sdims, sizes, dims_of_x):
     n = len(sizes)
     out = [emit(_sh.iota_p, shape=(axis_size(),) + (1,) * n, dtype=_I64, dimension=0)]
     for a, (s, d, size, dim) in enumerate(zip(starts, sdims, sizes, dims_of_x)):
-        s = clamp_p.bind(0, to_front(s, d), dim - size)        # StableHLO clamps the start
+        # StableHLO clamps the start into [0, dim - size]
+        s = clamp_p.bind(np.asarray(0, _I64), to_front(s, d), np.asarray(dim - size, _I64))
         if d is not None:
             s = _sh.reshape(s, (axis_size(),) + (1,) * n)
         offs = emit(_sh.iota_p, shape=tuple(size if k == a + 1 else 1 for k in range(n + 1)),

@@ -1,7 +1,8 @@
 """Batching rules: elementwise, selection, reductions, shapes, broadcasting helpers, misc.
 
 Each rule is ``rule(args, dims, **params) -> (out, out_dim)`` (see ``batching.py``)
-and puts the batch axis first. Generic builders cover the families:
+and puts the batch axis first (a unary elementwise op leaves it where it is).
+Generic builders cover the families:
 
 * ``elementwise``: NumPy broadcasting; batched operands of lower rank get unit
   axes after the batch axis, unbatched operands broadcast from the right as
@@ -23,9 +24,12 @@ from .._prims import misc as _misc
 from .._prims import reductions as _red
 from .._prims import selection as _sel
 from .._prims import shape_ops as _sh
+from .._prims import rng as _rng
+from .._prims import slicing as _slc
+from .._core.control import stack_ys_p
 from .._prims._rules import normalize_axes
-from ..errors import GradientError
-from .batching import (axis_size, batched, example_of, example_rank, example_shape, expand_after_batch,
+from ..errors import GradientError, NoRuleError
+from .batching import (BY_NAME, axis_size, batched, example_of, example_rank, example_shape, expand_after_batch,
                        rank, to_front)
 
 
@@ -95,7 +99,7 @@ def _register(prims, make):
 # -- elementwise and selection ----------------------------------------------------------------
 
 _register(list(_ew.UNARY.values()), elementwise)
-_register([_ew.add_p, _ew.sub_p, _ew.mul_p, _ew.div_p, _ew.pow_p, _ew.max_p, _ew.min_p, _ew.atan2_p,
+_register([_ew.add_p, _ew.sub_p, _misc.copy_p, _ew.mul_p, _ew.div_p, _ew.pow_p, _ew.max_p, _ew.min_p, _ew.atan2_p,
            _ew.rem_p, _ew.floordiv_p, _ew.lt_p, _ew.le_p, _ew.gt_p, _ew.ge_p, _ew.eq_p, _ew.ne_p,
            _ew.and_p, _ew.or_p, _ew.safe_mul_p, _ew.safe_div_p, _ew.integer_pow_p, _ew.convert_p,
            _sel.select_p, _sel.clamp_p, _bc.zeros_like_p, _misc.stop_gradient_p], elementwise)
@@ -189,6 +193,22 @@ def _flip(args, dims, *, axes):
     return _sh.flip_p.bind(x, axes=shift_axes(axes, rank(x) - 1)), 0
 
 
+def _swapaxes(args, dims, *, axis1, axis2):
+    x = to_front(args[0], dims[0])
+    r = rank(x) - 1
+    return _sh.swapaxes(x, shift_axis(axis1, r), shift_axis(axis2, r)), 0
+
+
+def _slice(args, dims, *, start_indices, limit_indices, strides):
+    x = to_front(args[0], dims[0])
+    return _slc.slice_p.bind(x, start_indices=(0,) + tuple(start_indices),
+                             limit_indices=(axis_size(),) + tuple(limit_indices), strides=(1,) + tuple(strides)), 0
+
+
+def _stack_ys(args, dims):
+    return stack_ys_p.bind(args[0]), dims[0]          # the same layout, as one array
+
+
 def _iota(args, dims, **params):
     return _sh.iota_p.bind(**params), None       # no operands: never batched
 
@@ -204,6 +224,9 @@ _sh.split_like_p.batch = _split_like
 _sh.pad_p.batch = _pad
 _sh.flip_p.batch = _flip
 _sh.iota_p.batch = _iota
+_sh.swapaxes_p.batch = _swapaxes
+_slc.slice_p.batch = _slice
+stack_ys_p.batch = _stack_ys
 
 
 # -- broadcasting helpers (x, like): ``like`` lends its shape ----------------------------------------
@@ -282,7 +305,75 @@ def _grad_seed(args, dims):
     return _sh.broadcast_to(seed, (axis_size(),)), 0
 
 
+def _name_axes(args, dims, *, names):
+    """Axis names belong to one example's axes; the batch axis stays unnamed."""
+    from .._core.primitive import REGISTRY
+    x = to_front(args[0], dims[0])
+    return REGISTRY["name_axes"].bind(x, names=None if names is None else (None,) + tuple(names)), 0
+
+
 _misc.dim_size_p.batch = _dim_size
 _misc.reduced_count_p.batch = _reduced_count
 _misc.grad_seed_p.batch = _grad_seed
+BY_NAME["name_axes"] = _name_axes          # declared by tlaloc.typing
 
+
+
+# -- creation with run-time sizes, random numbers: batched only in part -------------------------------
+
+# What these rules refuse, and why (the tests check each refusal names its primitive).
+PARTIAL = {
+    "arange": "a length that differs per example has no fixed-shape batched form",
+    "full": "sizes that differ per example have no fixed-shape batched form",
+    "threefry2x32": "per-example keys: the counter-based kernel takes one key (shape (2,))",
+    "random_bits": "per-example keys: the counter-based kernel takes one key (shape (2,))",
+    "random_uniform": "per-example keys: the counter-based kernel takes one key (shape (2,))",
+    "random_normal": "per-example keys: the counter-based kernel takes one key (shape (2,))",
+}
+
+
+def refuse(name, what):
+    def rule(args, dims, **params):
+        raise NoRuleError(f"no batching rule for `{name}` with {what} ({PARTIAL[name]}); "
+                          f"keep them the same for every example (in_axes=None)")
+    return rule
+
+
+_misc.arange_p.batch = refuse("arange", "bounds that differ per example")
+_misc.full_p.batch = refuse("full", "sizes that differ per example")
+
+
+def _keyed(prim, then):
+    """Random primitives: one key shared by every example (batched keys are refused)."""
+    def rule(args, dims, **params):
+        if dims[0] is not None:
+            refuse(prim.name, "a key that differs per example")(args, dims)
+        return then(args, dims, **params)
+    return rule
+
+
+def _threefry(args, dims):
+    (key, x0, x1), (_, d0, d1) = args, dims
+    r = max(example_rank(x0, d0), example_rank(x1, d1))
+    xs = [x if d is None else expand_after_batch(to_front(x, d), r - example_rank(x, d))
+          for x, d in ((x0, d0), (x1, d1))]
+    return tuple(_rng.threefry2x32(key, *xs)), (0, 0)
+
+
+def _uniform(args, dims, *, shape, dtype):
+    """Shared key, per-example bounds: every example maps the same unit sample
+    ``u`` to ``max(lo, u * (hi - lo) + lo)`` (unfused: within one rounding of
+    the fused multiply-add a single example uses)."""
+    key, lo, hi = args
+    u = _rng.random_uniform_p.bind(key, 0.0, 1.0, shape=shape, dtype=dtype)
+    lo, hi = (b if d is None else expand_after_batch(to_front(b, d), len(shape) - example_rank(b, d))
+              for b, d in zip(args[1:], dims[1:]))
+    val = _ew.add(_ew.multiply(u, _ew.subtract(hi, lo)), lo)
+    return batched(_ew.maximum(lo, val), 0), 0
+
+
+_rng.threefry2x32_p.batch = _keyed(_rng.threefry2x32_p, _threefry)
+_rng.random_bits_p.batch = _keyed(_rng.random_bits_p, lambda a, d, **p: (_rng.random_bits_p.bind(*a, **p), None))
+_rng.random_uniform_p.batch = _keyed(_rng.random_uniform_p, _uniform)
+_rng.random_normal_p.batch = _keyed(_rng.random_normal_p, lambda a, d, **p: (_rng.random_normal_p.bind(*a, **p),
+                                                                              None))

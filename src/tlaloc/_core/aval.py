@@ -64,9 +64,9 @@ def of(value) -> AbstractValue:
     """The abstract value of a concrete value (array or Python scalar)."""
     if isinstance(value, (bool, np.bool_)) and not isinstance(value, np.ndarray):
         return AbstractValue(_dt.bool_, (), weak=type(value) is bool)
-    if type(value) is int:
-        return AbstractValue(None, (), weak=True)
+    if type(value) is int:         # weak: adopts the other operand's dtype (NEP 50)
+        return AbstractValue(np.dtype(np.int64), (), weak=True)
     if type(value) is float:
-        return AbstractValue(None, (), weak=True)
+        return AbstractValue(np.dtype(np.float64), (), weak=True)
     arr = np.asarray(value)
     return AbstractValue(arr.dtype, tuple(arr.shape))

@@ -144,8 +144,13 @@ def run(graph: Graph, args) -> list:
 
 def apply(prim, ins, params) -> tuple:
     """Specialise one application of ``prim``; always returns a tuple of results."""
+    region = getattr(prim, "inline_region", None)
+    if region is not None and isinstance(params.get(region), Graph):
+        # a coarsened call (custom derivative rules): compiled code runs its body
+        body = params[region]
+        return tuple(run(body, list(ins[:len(body.inputs)])))
     rule = RULES.get(prim.name)
-    if rule is not None and (prim.name in _CONTROL or any(type(x) is Value for x in ins)):
+    if rule is not None and (prim.name in _ALWAYS or any(type(x) is Value for x in ins)):
         out = rule(*ins, **params)
         if out is not NotImplemented:
             return tuple(out) if prim.multiple_results else (out,)
@@ -154,6 +159,7 @@ def apply(prim, ins, params) -> tuple:
 
 
 _CONTROL = {"cond", "for_range", "while_loop"}
+_ALWAYS = _CONTROL | {"full"}          # rules that run even when every operand is a constant
 
 
 def emit(name: str, *args, **params):
@@ -169,51 +175,71 @@ def bind(prim, ins, params):
         if x is UNDEF:
             raise TlalocError(f"`{prim.name}` reads a value that is not assigned on this path; "
                               f"assign it on every path before using it")
-    b = current_builder()
     if not any(type(x) is Value for x in ins) and prim.name not in _CONTROL:
         out = prim.impl(*ins, **params)
         outs = out if prim.multiple_results else (out,)
         if all(np.size(o) <= FOLD_LIMIT for o in outs):
             return out
-    out = b.add(prim, list(ins), dict(params))
-    outs = out if prim.multiple_results else (out,)
-    if any(o.aval.dtype is None for o in outs):
-        _resolve_dtypes(prim, ins, params, outs)
-    return out
+        node = add_node(prim, ins, params)
+        nodes = node if prim.multiple_results else (node,)
+        return node if all(n.aval.is_concrete for n in nodes) else out
+    return add_node(prim, ins, params)
 
 
 def add_node(prim, ins, params):
     """Add ``prim`` as a node even when its operands are constants."""
     out = current_builder().add(prim, list(ins), dict(params))
     outs = out if prim.multiple_results else (out,)
-    if any(o.aval.dtype is None for o in outs):
-        _resolve_dtypes(prim, ins, params, outs)
+    weak = [_is_weak(x) for x in ins]
+    if any(o.aval.dtype is None for o in outs) or (prim.name in ELEMENTWISE and any(weak)):
+        _sample_dtypes(prim, ins, params, outs, all(weak))
     return out
 
 
-def _resolve_dtypes(prim, ins, params, outs) -> None:
-    """Give a result whose dtype rule saw only Python scalars (``where(p, 1.0, 0.0)``)
-    the dtype NumPy gives, by running the implementation on 0-d samples."""
+#: Primitives whose result dtype NumPy decides from the operands (NEP 50: a
+#: Python scalar is weak). Their dtypes are recomputed from samples when an
+#: operand is weak, so that a weak ``int`` does not count as a float.
+ELEMENTWISE = {"add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "arctan2",
+               "remainder", "floor_divide", "less", "less_equal", "greater", "greater_equal", "equal",
+               "not_equal", "logical_and", "logical_or", "safe_mul", "safe_div", "select", "clamp"}
+
+
+def _is_weak(x) -> bool:
+    if type(x) is Value:
+        return x.aval.weak
+    return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
+
+
+def _sample(x):
+    """A 0-d stand-in for ``x`` that NumPy promotes as it would promote ``x``."""
+    if type(x) is Value:
+        a = x.aval
+        if a.weak:
+            kind = "f" if a.dtype is None else np.dtype(a.dtype).kind
+            return False if kind == "b" else 0 if kind in "iu" else 0.0
+        return np.zeros((), a.dtype)
+    if np.ndim(x) == 0:
+        return x
+    return np.asarray(x).reshape(-1)[:1].reshape(())
+
+
+def _sample_dtypes(prim, ins, params, outs, all_weak) -> None:
+    """Give results the dtypes NumPy gives on 0-d samples of the operands (used
+    where a dtype rule saw Python scalars: ``where(p, 1.0, 0.0)``, ``i - 1``)."""
     if any(type(x) is Value and x.aval.dtype is None for x in ins):
-        return      # a weak loop variable still being typed: its loop settles it
-    samples = []
-    for x in ins:
-        if type(x) is Value:
-            samples.append(np.zeros((), x.aval.dtype))
-        elif np.ndim(x) == 0:
-            samples.append(x)
-        else:
-            samples.append(np.asarray(x).reshape(-1)[:1].reshape(()))
+        return      # a loop variable still being typed: its loop settles it
     try:
         with np.errstate(all="ignore"):
-            got = prim.impl(*samples, **params)
+            got = prim.impl(*[_sample(x) for x in ins], **params)
     except Exception:
-        raise DTypeError(f"`{prim.name}`: cannot tell the result dtype from Python-scalar operands; "
-                         f"give one operand a dtype (e.g. np.float64(1.0))") from None
+        if any(o.aval.dtype is None for o in outs):
+            raise DTypeError(f"`{prim.name}`: cannot tell the result dtype from Python-scalar operands; "
+                             f"give one operand a dtype (e.g. np.float64(1.0))") from None
+        return
     got = got if prim.multiple_results else (got,)
-    for o, s in zip(outs, got):
-        if o.aval.dtype is None:
-            o.var.aval = o.aval.with_(dtype=np.asarray(s).dtype, weak=False)
+    for o, g in zip(outs, got):
+        weak = all_weak and isinstance(g, (bool, int, float)) and not isinstance(g, np.generic)
+        o.var.aval = o.aval.with_(dtype=np.asarray(g).dtype, weak=weak)
 
 
 # -- helpers for rules ------------------------------------------------------------------
@@ -295,6 +321,8 @@ def coerce(x, av: AbstractValue, what: str = "value"):
         if arr.ndim == 0:
             return add_node(REGISTRY["broadcast_to"], [arr], {"shape": tuple(av.shape)})
         raise ShapeError(f"{what}: a constant of shape {arr.shape} where shape {tuple(av.shape)} is needed")
+    if not x.aval.is_concrete:
+        return x            # a round of a loop's fixed point: the loop retypes it
     out = x
     if x.aval.dtype != av.dtype:
         out = add_node(REGISTRY["convert"], [out], {"dtype": np.dtype(av.dtype)})

@@ -24,7 +24,7 @@ from .. import dtypes as _dt
 from ..errors import NoRuleError, ShapeError, TlalocError
 from .aval import AbstractValue
 from .builder import Builder, Value, current_builder
-from .control import UNDEF, _scalar_pred, cond_p, for_range_p, while_loop_p
+from .control import UNDEF, _scalar_pred, cond_p, for_range_p, undef_literal, while_loop_p
 from .graph import Node, Var
 from .specialize import Static, aval, coerce, emit, is_static, register, run
 
@@ -51,7 +51,10 @@ class _Region:
 
     def finish(self, targets, what):
         with self.b.active():
-            outs = [coerce(o, t, what(k)) for k, (o, t) in enumerate(zip(self.outs, targets))]
+            if all(t.is_concrete for t in targets):
+                outs = [coerce(o, t, what(k)) for k, (o, t) in enumerate(zip(self.outs, targets))]
+            else:       # a round of a loop's fixed point: only the avals matter
+                outs = [undef_literal() if o is UNDEF else o for o in self.outs]
             return self.b.finish(outs, self.graph.name)
 
 
@@ -84,13 +87,15 @@ def _same(a, b) -> bool:
 
 
 def _join_dtype(a: AbstractValue, b: AbstractValue, what: str):
-    if a.dtype is None and b.dtype is None:
-        return None
-    if a.weak or a.dtype is None:
-        return b.dtype if b.dtype is not None else a.dtype
-    if b.weak or b.dtype is None:
-        return a.dtype
+    if a.dtype is None or b.dtype is None:
+        return a.dtype if b.dtype is None else b.dtype
     if a.dtype == b.dtype:
+        return a.dtype
+    if a.weak and b.weak:
+        return np.result_type(a.dtype, b.dtype)
+    if a.weak:
+        return b.dtype
+    if b.weak:
         return a.dtype
     _dt.check_float_mix(what, {"one path": a.dtype, "the other path": b.dtype})
     return np.result_type(a.dtype, b.dtype)
@@ -98,9 +103,9 @@ def _join_dtype(a: AbstractValue, b: AbstractValue, what: str):
 
 def _join(a, b, what):
     """Join the avals of two paths; returns ``(aval, shape_changed)``."""
-    if a is None:
+    if a is None or (a.shape is None and a.dtype is None):
         return b, False
-    if b is None:
+    if b is None or (b.shape is None and b.dtype is None):
         return a, False
     dt = _join_dtype(a, b, what)
     weak = a.weak and b.weak
@@ -112,7 +117,7 @@ def _join(a, b, what):
 
 
 def _settle(av: AbstractValue, start, what):
-    """A carry aval still weak and dtype-less after the fixed point takes its start's dtype."""
+    """The carry avals after the fixed point, no longer weak."""
     if av is None:
         raise TlalocError(f"{what} is never assigned a value")
     if av.dtype is None and is_static(start):
@@ -167,12 +172,12 @@ def _slice_aval(x):
 
 
 def _carry_start(x):
+    """The aval a carry starts with; a Python scalar is weak (it adopts the body's dtype)."""
     if x is UNDEF:
         return None
     if is_static(x):
-        v = np.asarray(x)
         weak = isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
-        return AbstractValue(None if weak and not isinstance(x, bool) else v.dtype, v.shape, weak=weak)
+        return AbstractValue(np.asarray(x).dtype, np.shape(x), weak=weak)
     return x.aval
 
 
@@ -229,15 +234,20 @@ def _for_range(start, stop, step, *ops, body, n_carry, n_consts, n_xs, reverse):
                          f"loop; compiled loops need one shape (start it with its final shape, e.g. "
                          f"np.zeros_like(...))")
 
-    index = AbstractValue(np.dtype(np.int64), ())
+    index = AbstractValue(np.dtype(np.int64), (), weak=True)     # a Python int, as in the interpreter
     const_specs = [_spec_of(c) for c in consts]
     x_specs = [_slice_aval(x) for x in xs]
     if trips == 0:
         # no trip runs: the carries come out as they went in, the stacks are empty
-        first = _Region(body, [index] + [a or AbstractValue() for a in map(_carry_start, carry0)]
-                        + const_specs + x_specs)
-        empty = [np.zeros((0,) + tuple(y.shape), y.dtype) for y in first.out_avals()[n_carry:]]
-        return tuple(carry0) + tuple(empty)
+        if len(body.outputs) == n_carry:
+            return tuple(carry0)
+        try:
+            first = _Region(body, [index] + [a or AbstractValue() for a in map(_carry_start, carry0)]
+                            + const_specs + x_specs)
+            ys = [(tuple(y.shape), y.dtype) for y in first.out_avals()[n_carry:]]
+        except TlalocError:        # the body cannot even be typed on empty inputs: nothing reads the rows
+            ys = [((), np.dtype(np.float64))] * (len(body.outputs) - n_carry)
+        return tuple(carry0) + tuple(np.zeros((0,) + s, d) for s, d in ys)
     try:
         region, avals = _fixed_point(body, [index], carry0, const_specs, x_specs, n_carry, what, on_change)
     except _Peel:

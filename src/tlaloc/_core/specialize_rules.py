@@ -40,9 +40,33 @@ def _reduced_count(x, *, axes):
     return np.asarray(n, dtype=dt if _dt.is_float(dt) else np.float64)
 
 
-@register("stop_gradient")
-def _stop_gradient(x):
+@register("stop_gradient", "copy", "stack_ys")
+def _identity(x):
     return x
+
+
+@register("name_axes")
+def _name_axes(x, *, names):
+    return x            # axis names are for sharding (Shardy), not yet lowered
+
+
+@register("arange")
+def _arange(start, stop, step, *, dtype):
+    from ..errors import NoRuleError
+    if not all(is_static(v) for v in (start, stop, step)):
+        raise NoRuleError("arange with a bound known only at run time has a size known only at run time; "
+                          "compiled code needs a static size")
+    return NotImplemented
+
+
+@register("full")
+def _full(*dims, fill_value, dtype):
+    from ..errors import NoRuleError
+    if not all(is_static(d) for d in dims):
+        raise NoRuleError("full/zeros/ones with a size known only at run time cannot be compiled; "
+                          "use a size computed from static shapes")
+    shape = tuple(int(d) for d in dims)
+    return emit("broadcast_to", np.asarray(fill_value, dtype=dtype), shape=shape)
 
 
 # -- the broadcasting helpers of derivative rules -------------------------------------------

@@ -109,7 +109,7 @@ def normalize_axes(axes, rank: int, op: str = "reduction"):
 
 def reduced_shape(shape, axes, keepdims, op="reduction"):
     if shape is None:
-        return None
+        return () if axes is None and not keepdims else None   # a full reduction is a scalar
     ax = normalize_axes(axes, len(shape), op)
     if keepdims:
         return tuple(1 if i in ax else d for i, d in enumerate(shape))

@@ -77,14 +77,16 @@ def _cholesky_impl(a):
         return np.linalg.cholesky(a)
     except np.linalg.LinAlgError:
         pass
-    # Some matrix of the batch is not SPD: NaN for that matrix only (as JAX).
+    # Some matrix of the batch is not SPD: that matrix alone becomes NaN on and
+    # below the diagonal and 0 above it (as JAX/XLA), the others are factored.
     flat = a.reshape((-1,) + a.shape[-2:])
-    out = np.empty(flat.shape, np.result_type(a.dtype, np.float32) if a.dtype.kind in "biu" else a.dtype)
+    out = np.empty(flat.shape, _inexact(a.dtype))
+    failed = np.where(np.tri(a.shape[-1], dtype=bool), np.nan, 0.0)
     for i, m in enumerate(flat):
         try:
             out[i] = np.linalg.cholesky(m)
         except np.linalg.LinAlgError:
-            out[i] = np.nan
+            out[i] = failed
     return out.reshape(a.shape)
 
 
@@ -93,8 +95,9 @@ cholesky_p = Primitive("cholesky", impl=_cholesky_impl, hlo="stablehlo.cholesky"
 
 
 def cholesky(a):
-    """Lower Cholesky factor L of an SPD matrix: ``a = L Lᵀ``; NaN if ``a`` is not SPD
-    (as StableHLO/JAX; ``tnp.linalg.cholesky`` raises instead in eager mode)."""
+    """Lower Cholesky factor L of an SPD matrix: ``a = L Lᵀ``. A matrix that is not
+    SPD gives NaN on and below the diagonal (as JAX/XLA), only for that matrix of
+    a batch; ``tnp.linalg.cholesky`` raises instead in eager mode."""
     return cholesky_p.bind(a)
 
 

@@ -32,7 +32,8 @@ def _declare(name, impl, hlo, nargs, render=None, names=None):
 # -- NaN-safe products (used by every derivative rule) -------------------------
 
 def _safe_mul_impl(a, b):
-    out = np.multiply(a, b)
+    with np.errstate(invalid="ignore"):          # 0 * inf: replaced by 0 below
+        out = np.multiply(a, b)
     if _dt.is_float(out.dtype) and np.isnan(out).any():
         out = np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), out.dtype.type(0), out)
     return out
@@ -334,7 +335,22 @@ integer_pow_p.jvp = lambda t, x, out, y: (None if (y == 0 or t[0] is None)
 # -- convert -------------------------------------------------------------------
 
 def _convert_impl(x, *, dtype):
-    return np.asarray(x).astype(dtype, copy=False)
+    x, dtype = np.asarray(x), np.dtype(dtype)
+    if dtype.kind in "iu" and _dt.is_float(x.dtype):
+        return _float_to_int(x, dtype)
+    return x.astype(dtype, copy=False)
+
+
+def _float_to_int(x, dtype):
+    """XLA's float -> integer conversion: truncate toward zero, saturate at the
+    integer range, NaN -> 0 (NumPy's cast is undefined there)."""
+    info = np.iinfo(dtype)
+    xf = x.astype(np.float64)                  # exact for every float dtype
+    nan = np.isnan(xf)
+    hi = ~nan & (xf >= float(info.max))        # float(info.max) may round up to 2**63
+    lo = ~nan & (xf <= float(info.min))
+    mid = np.where(nan | hi | lo, 0.0, np.trunc(xf)).astype(dtype)
+    return np.where(hi, dtype.type(info.max), np.where(lo, dtype.type(info.min), mid))
 
 
 convert_p = Primitive("convert", impl=_convert_impl, hlo="stablehlo.convert", shape_rule=same_shape,

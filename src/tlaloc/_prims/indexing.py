@@ -129,7 +129,7 @@ def _index_set_impl(x, v, *dyn, spec):
 
 
 def _update_dtype(name):
-    def rule(x, v, *dyn, spec):
+    def rule(x, v, *dyn, **params):
         from .. import dtypes as _dt
         _dt.check_float_mix(name, {"x": x.dtype, "value": None if v.weak else v.dtype})
         return x.dtype
@@ -180,11 +180,42 @@ def _index_add_jvp(t, x, v, *dyn, out, spec):
 index_add_p.vjp, index_add_p.jvp = _index_add_vjp, _index_add_jvp
 
 
+def _may_repeat(spec, dyn) -> bool:
+    """Whether an index may name a position twice (an index operand that is, or may be, an array)."""
+    for e in spec:
+        if e[0] == "d":
+            d = dyn[e[1]]
+            aval = getattr(d, "aval", None)
+            shape = aval.shape if aval is not None else np.shape(d)
+            if shape is None or len(shape) > 0:
+                return True
+    return False
+
+
+def _surviving_writes(g, dyn, spec):
+    """Boolean mask over the index region: True where that write survives ``x[idx] = v``.
+
+    NumPy keeps the last of repeated writes. Writing the ids 1..n of the region
+    with the same primitive and reading them back finds the survivors.
+    """
+    from .elementwise import add, equal
+    from .reductions import cumsum
+    from .shape_ops import reshape
+    from .broadcasting import reshape_like
+    region = getitem_p.bind(g, *dyn, spec=spec)
+    ids = reshape_like(cumsum(reshape(add(zeros_like(region), 1.0), (-1,)), 0), region)
+    owner = index_set_p.bind(zeros_like(g), ids, *dyn, spec=spec)
+    return equal(getitem_p.bind(owner, *dyn, spec=spec), ids)
+
+
 def _index_set_vjp(g, x, v, *dyn, out, spec):
     # Overwritten positions pass no cotangent to x. With repeated indices the
-    # last write wins in NumPy; each duplicate then receives the cotangent.
-    return (index_set_p.bind(g, 0.0, *dyn, spec=spec),
-            sum_to(getitem_p.bind(g, *dyn, spec=spec), v)) + (None,) * len(dyn)
+    # last write wins (NumPy), so only the surviving writes pass it to v.
+    g_v = getitem_p.bind(g, *dyn, spec=spec)
+    if _may_repeat(spec, dyn):
+        from .selection import select
+        g_v = select(_surviving_writes(g, dyn, spec), g_v, zeros_like(g_v))
+    return (index_set_p.bind(g, 0.0, *dyn, spec=spec), sum_to(g_v, v)) + (None,) * len(dyn)
 
 
 def _index_set_jvp(t, x, v, *dyn, out, spec):

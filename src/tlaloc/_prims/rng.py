@@ -197,13 +197,13 @@ random_normal_p.vjp = lambda g, key, out, **_: (None,)
 random_normal_p.jvp = lambda t, key, out, **_: None
 
 
-def static_shape(op, shape) -> tuple:
-    """A sample shape as a tuple of non-negative Python ints, or ArgumentError."""
+def static_shape(op, shape, name="shape") -> tuple:
+    """A shape (argument ``name``) as a tuple of non-negative Python ints, or ArgumentError."""
     dims = (shape,) if isinstance(shape, (int, np.integer)) else shape
     ok = isinstance(dims, (tuple, list)) and all(
         isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims)
     if not ok or isinstance(shape, bool):
-        raise ArgumentError(f"{op}: shape must be an int or a tuple of non-negative Python ints, got {shape!r}")
+        raise ArgumentError(f"{op}: {name} must be an int or a tuple of non-negative Python ints, got {shape!r}")
     return tuple(int(d) for d in dims)
 
 

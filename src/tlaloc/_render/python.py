@@ -81,7 +81,8 @@ def render_literal(value) -> str:
     if isinstance(value, float):
         return _float(value)
     if isinstance(value, np.generic):
-        return f"{_dtype(value.dtype)}({_float(float(value)) if value.dtype.kind == 'f' else repr(value.item())})"
+        inner = _float(float(value)) if value.dtype.kind == "f" else repr(value.item())
+        return f"{_dtype(value.dtype)}.type({inner})"
     if isinstance(value, np.ndarray):
         dt = _dtype(value.dtype)
         if value.size <= _SMALL_ARRAY and value.dtype.kind in "biuf" and value.dtype.itemsize >= 4 \

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 from .._core.primitive import REGISTRY
 from ..errors import NoRuleError
-from . import stablehlo_control, stablehlo_elementwise, stablehlo_index, stablehlo_structural
+from . import (stablehlo_control, stablehlo_elementwise, stablehlo_index, stablehlo_scan,
+               stablehlo_structural)
 
 LOWERINGS: dict = {}
 for _table in (stablehlo_elementwise.LOWERINGS, stablehlo_structural.LOWERINGS,
-               stablehlo_index.LOWERINGS, stablehlo_control.LOWERINGS):
+               stablehlo_index.LOWERINGS, stablehlo_scan.LOWERINGS, stablehlo_control.LOWERINGS):
     LOWERINGS.update(_table)
 
 _SPECIALIZED = ("specialisation rewrites it to dot_general (tlaloc._core.specialize); "
                 "lower the specialised graph")
+
+_RANDOM = ("random sampling (threefry2x32) is not compiled yet; draw the random numbers outside the "
+           "jitted function and pass them in as an argument")
+_INLINED = "specialisation inlines the call's body (custom rules only matter to transforms)"
 
 #: ``name -> why compiled code does not take it``.
 REFUSED = {
@@ -30,9 +35,16 @@ REFUSED = {
     "solve": "LU factorisation is not in StableHLO (XLA reaches LAPACK through a custom call); not compiled yet",
     "inv": "LU factorisation is not in StableHLO (XLA reaches LAPACK through a custom call); not compiled yet",
     "slogdet": "LU factorisation is not in StableHLO (XLA reaches LAPACK through a custom call); not compiled yet",
-    "cumprod_grad": "the derivative of cumprod is a dense O(n^3) reference computation; not compiled",
-    "cumprod_jvp": "the derivative of cumprod is a dense O(n^3) reference computation; not compiled",
     "prod_others_grad": "the second derivative of prod is a dense O(n^3) reference computation; not compiled",
+    "arange": "specialisation folds arange with static bounds into a constant; run-time bounds are refused there",
+    "threefry2x32": _RANDOM,
+    "random_bits": _RANDOM,
+    "random_uniform": _RANDOM,
+    "random_normal": _RANDOM,
+    "custom_jvp_call": _INLINED,
+    "custom_vjp_call": _INLINED,
+    "custom_vjp_jvp_call": _INLINED,
+    "custom_vjp_rule": _INLINED,
 }
 
 

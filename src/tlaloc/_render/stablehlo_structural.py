@@ -97,62 +97,6 @@ def _arg_reduction(is_max: bool):
     return rule
 
 
-def cumulative(em, v, axis, op_name, init, reverse=False):
-    """Inclusive scan of ``v`` along ``axis`` with ``stablehlo.reduce_window``."""
-    n = v.shape[axis]
-    if reverse:
-        v = em.op("stablehlo.reverse", [v], (v.dtype, v.shape), attrs={"dimensions": i64s([axis])})
-    r = len(v.shape)
-    window = [n if i == axis else 1 for i in range(r)]
-    pad = ", ".join(f"[{n - 1 if i == axis else 0}, 0]" for i in range(r))
-    body = em.reducer(op_name, v.dtype)
-    out = em.op("stablehlo.reduce_window", [v, em.const(init, v.dtype, ())], (v.dtype, v.shape),
-                attrs={"window_dimensions": i64s(window), "window_strides": i64s([1] * r),
-                       "padding": f"dense<[{pad}]> : tensor<{r}x2xi64>"}, regions=[body])
-    if reverse:
-        out = em.op("stablehlo.reverse", [out], (v.dtype, v.shape), attrs={"dimensions": i64s([axis])})
-    return out
-
-
-def _cum(op_name, init):
-    def rule(em, node, x):
-        dt, sh = out_aval(node)
-        v = em.value(x, dt)
-        start = _extreme(dt, True) if init == "low" else init
-        return cumulative(em, v, int(node.params["axis"]) % len(sh), op_name, start, node.params["reverse"])
-    return rule
-
-
-def _prod_others(em, node, x):
-    """Product of the other elements along ``axes``: exclusive scans from both ends."""
-    dt, sh = out_aval(node)
-    v = em.value(x, dt)
-    r = len(sh)
-    ax = _axes(node.params["axes"], r)
-    keep = [i for i in range(r) if i not in ax]
-    perm = keep + list(ax)
-    t = em.op("stablehlo.transpose", [v], (dt, tuple(sh[i] for i in perm)), attrs={"permutation": i64s(perm)})
-    lead = tuple(sh[i] for i in keep)
-    n = int(np.prod([sh[i] for i in ax])) if ax else 1
-    flat = em.reshape(t, lead + (n,))
-    one = em.const(1, dt, ())
-
-    def shifted(scan):       # [1, s0, s1, ..., s_{n-2}]
-        low = [0] * len(lead) + [1]
-        high = [0] * len(lead) + [-1]
-        return em.op("stablehlo.pad", [scan, one], (dt, scan.shape),
-                     attrs={"edge_padding_low": i64s(low), "edge_padding_high": i64s(high),
-                            "interior_padding": i64s([0] * (len(lead) + 1))})
-    axis = len(lead)
-    left = shifted(cumulative(em, flat, axis, "stablehlo.multiply", 1))
-    rev = em.op("stablehlo.reverse", [flat], (dt, flat.shape), attrs={"dimensions": i64s([axis])})
-    right = shifted(cumulative(em, rev, axis, "stablehlo.multiply", 1))
-    right = em.op("stablehlo.reverse", [right], (dt, flat.shape), attrs={"dimensions": i64s([axis])})
-    res = em.reshape(em.binary("stablehlo.multiply", left, right), t.shape)
-    inv = [perm.index(i) for i in range(r)]
-    return em.op("stablehlo.transpose", [res], (dt, sh), attrs={"permutation": i64s(inv)})
-
-
 # -- shapes ----------------------------------------------------------------------------------
 
 def _reshape(em, node, x, *rest):
@@ -239,6 +183,17 @@ def _iota(em, node):
     return em.op("stablehlo.iota", [], (dt, sh), attrs={"iota_dimension": f"{int(node.params['dimension'])} : i64"})
 
 
+def _slice(em, node, x):
+    dt, _ = out_aval(node)
+    p = node.params
+    return slice_(em, em.value(x, dt), p["start_indices"], p["limit_indices"], p["strides"])
+
+
+def _full(em, node, *dims):
+    dt, sh = out_aval(node)
+    return em.const(node.params["fill_value"], dt, sh)
+
+
 def _sum_to(em, node, x, like):
     dt, sh = out_aval(node)
     v = em.value(x, dt)
@@ -313,12 +268,11 @@ def _triangular_solve(em, node, a, b):
 LOWERINGS = {name: _reduction(name) for name in _REDUCE}
 LOWERINGS.update({
     "argmax": _arg_reduction(True), "argmin": _arg_reduction(False),
-    "cumsum": _cum("stablehlo.add", 0), "cumprod": _cum("stablehlo.multiply", 1),
-    "cummax": _cum("stablehlo.maximum", "low"), "prod_others": _prod_others,
     "reshape": _reshape, "expand_dims": _reshape, "squeeze": _reshape, "reshape_like": _reshape,
     "expand_reduced": _reshape, "transpose": _transpose, "swapaxes": _swapaxes,
     "broadcast_to": _broadcast, "broadcast_like": _broadcast, "broadcast_in_dim": _broadcast_in_dim,
     "cast_like": _broadcast, "stop_gradient": _broadcast, "sum_to": _sum_to,
+    "copy": _broadcast, "stack_ys": _broadcast, "name_axes": _broadcast, "slice": _slice, "full": _full,
     "concatenate": _concatenate, "split_like": _split_like, "pad": _pad, "flip": _flip, "iota": _iota,
     "zeros_like": _const_rule(lambda node, x: 0), "grad_seed": _const_rule(lambda node, x: 1),
     "dim_size": _const_rule(lambda node, x: _shape(x)[node.params["axis"]]),

@@ -53,6 +53,17 @@ def has_platform(platform: str) -> bool:
         return False
 
 
+def _array_impl():
+    try:
+        from jaxlib import _jax
+        return _jax.ArrayImpl
+    except Exception:                                      # pragma: no cover
+        return None
+
+
+_ARRAY = _array_impl()
+
+
 def _is_device_array(x) -> bool:
     return hasattr(x, "unsafe_buffer_pointer") and hasattr(x, "is_deleted")
 
@@ -82,7 +93,8 @@ class Executable:
         self._put = _putter(self.device)
 
     def __call__(self, *args):
-        bufs = [self.to_device(a, k) for k, a in enumerate(args)]
+        bufs = [a if (type(a) is _ARRAY and not a.is_deleted()) else self.to_device(a, k)
+                for k, a in enumerate(args)]
         res = self._exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
         outs = [r[0] for r in res]
         if self.checks:
@@ -139,7 +151,9 @@ def device_put(x, platform: str = "cpu"):
     """``x`` copied to the device as an array the program owns (donatable in place)."""
     jax = _jax()
     dev = client(platform).local_devices()[0]
-    return jax.device_put(np.array(x, copy=True), dev, may_alias=False)
+    out = jax.device_put(np.array(x, copy=True), dev, may_alias=False)
+    out.block_until_ready()           # no transfer still holds the buffer: it can be donated in place
+    return out
 
 
 __all__ = ["client", "has_platform", "Executable", "device_put"]

@@ -20,14 +20,16 @@ from . import abs as _abs
 
 
 def log2(x):
-    """Base-2 logarithm, ``log(x) / log(2)``: within 2 ulp of ``numpy.log2``.
-    Shape: same as x."""
+    """Base-2 logarithm, ``log(x) / log(2)`` as ``jax.numpy.log2``: within 2 ulp
+    (float64; 4 in float32) of ``numpy.log2``, and not always exact at powers of 2 (``log2(2.0**29)`` is
+    one ulp off 29); round it before using it as an integer. Shape: same as x."""
     return divide(log(x), math.log(2.0))
 
 
 def log10(x):
-    """Base-10 logarithm, ``log(x) / log(10)``: within 2 ulp of ``numpy.log10``.
-    Shape: same as x."""
+    """Base-10 logarithm, ``log(x) / log(10)`` as ``jax.numpy.log10``: within
+    2 ulp (float64; 4 in float32) of ``numpy.log10``, and not always exact at
+    powers of 10. Shape: same as x."""
     return divide(log(x), math.log(10.0))
 
 

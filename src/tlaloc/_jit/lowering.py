@@ -1,0 +1,113 @@
+"""What ``jit`` compiles: the DXIR graph of a function (or of a transformed
+function), with how to read its closure arrays and rebuild its outputs.
+
+Static arguments are bound while the function is lowered: the front end
+skips a parameter whose tree is ``None`` (``lower_function``'s convention
+for ``static_argnums``), and name resolution finds the value in an overlay on
+the function's globals, so ``range(n)``, ``x.reshape(shape)`` or ``if mode ==
+"sum"`` see plain Python values.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+from typing import Callable
+
+import numpy as np
+
+from .. import _pytree
+from .._core.graph import Graph
+from ..errors import ArgumentError
+
+_LEAF = _pytree.TreeDef("leaf")
+
+
+@dataclasses.dataclass
+class Source:
+    """A graph to compile. Inputs: argument leaves, then ``closure_getters()`` values."""
+    graph: Graph
+    closure_getters: list
+    finish: Callable          # (args, trees, flat outputs) -> the function's result
+    check: Callable           # (args, trees, leaves) -> None or raise
+
+
+class _Globals(dict):
+    """A function's globals with the static arguments laid over them (read-only view)."""
+
+    def __init__(self, base: dict, statics: dict):
+        super().__init__()
+        self._base, self._statics = base, statics
+
+    def __contains__(self, name):
+        return name in self._statics or name in self._base
+
+    def __getitem__(self, name):
+        return self._statics[name] if name in self._statics else self._base[name]
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+
+def _with_statics(fn, statics: dict):
+    names = fn.__code__.co_varnames[:fn.__code__.co_argcount]
+    by_name = {names[k]: v for k, v in statics.items()}
+    g = types.FunctionType(fn.__code__, _Globals(fn.__globals__, by_name), fn.__name__,
+                           fn.__defaults__, fn.__closure__)
+    g.__kwdefaults__ = fn.__kwdefaults__
+    g.__qualname__ = fn.__qualname__
+    g.__module__ = fn.__module__
+    return g
+
+
+def source_for(fun, trees, statics: dict) -> Source:
+    """The graph of ``fun`` for arguments with pytree structures ``trees``
+    (``None`` for a static argument, whose value is in ``statics``)."""
+    t = getattr(fun, "__tlaloc_transformed__", None)
+    if t is not None:
+        return _transformed_source(t, trees, statics)
+    from .._frontend.lower import lower_function
+    if not hasattr(fun, "__code__"):
+        raise ArgumentError(f"jit: expected a Python function, got {type(fun).__name__}")
+    target = _with_statics(fun, statics) if statics else fun
+    lowered = lower_function(target, arg_trees=list(trees))
+    n_params = fun.__code__.co_argcount
+    out_tree = lowered.out_tree
+
+    if out_tree == _LEAF:
+        def finish(args, trees, outs):
+            return outs[0]
+    else:
+        def finish(args, trees, outs):
+            return _pytree.unflatten(out_tree, list(outs))
+
+    def check(args, trees, leaves):
+        if len(args) > n_params:
+            raise ArgumentError(f"{fun.__name__}: takes {n_params} positional arguments, got {len(args)}")
+
+    return Source(lowered.graph, list(lowered.closure_getters), finish, check)
+
+
+def _transformed_source(t, trees, statics) -> Source:
+    if statics:
+        raise ArgumentError("jit: static_argnums with a transformed function (tl.jit(tl.grad(f), "
+                            "static_argnums=...)) is not supported yet; close over the value instead")
+    entry = t._entry(None if all(tr == _LEAF for tr in trees) else list(trees))
+    graph = entry["graphs"][0][0]
+    lowered = entry["lowered"]
+    takes_entry = len(inspect.signature(t.check_args).parameters) >= 5
+
+    def finish(args, trees, outs):
+        return t.finish(args, trees, list(outs), entry)
+
+    def check(args, trees, leaves):
+        if len(args) != len(lowered.arg_trees):
+            raise ArgumentError(f"{t.name}: takes {len(lowered.arg_trees)} positional arguments, got {len(args)}")
+        n = sum(tr.num_leaves for tr in trees if tr is not None)
+        flat = [x if hasattr(x, "dtype") else np.asarray(x) for x in leaves[:n]]
+        if takes_entry:
+            t.check_args(args, trees, flat, lowered, entry)
+        else:
+            t.check_args(args, trees, flat, lowered)
+
+    return Source(graph, list(lowered.closure_getters), finish, check)

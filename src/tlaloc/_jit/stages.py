@@ -1,0 +1,97 @@
+"""The ahead-of-time stages of ``tl.jit``: ``Lowered`` (StableHLO text) and
+``Compiled`` (an XLA executable).
+
+    lowered = tl.jit(f).lower(x, w)
+    print(lowered.as_text())              # the verified StableHLO module
+    blob = lowered.serialize("f.mlirbc")  # a portable artifact (StableHLO bytecode)
+    compiled = lowered.compile()
+    compiled(x, w)                        # same arguments as f
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from .. import _pytree
+from ..errors import ArgumentError
+
+
+class Lowered:
+    """A function specialised to one signature and emitted as StableHLO.
+
+    Attributes:
+      graph: the specialised DXIR graph (concrete shapes and dtypes).
+      program: the emitted ``Program`` (text, avals, donation aliases, checks).
+    """
+
+    def __init__(self, graph, source, donate, platform, name="f"):
+        from .._render.stablehlo import emit_module
+        self.graph = graph
+        self.source = source
+        self.platform = platform
+        self.name = name
+        self.program = emit_module(graph, name=name, donate=donate)
+
+    def as_text(self) -> str:
+        """The StableHLO module, as MLIR prints it after verification."""
+        return self.program.text
+
+    def compile(self) -> "Compiled":
+        from .._runtime.pjrt import Executable
+        names = [v.hint or f"argument {k}" for k, v in enumerate(self.graph.inputs)]
+        return Compiled(Executable(self.program, self.platform, arg_names=names), self)
+
+    def serialize(self, path=None, target: str | None = None) -> bytes:
+        """The module as a portable StableHLO artifact (versioned bytecode).
+
+        Args:
+          path: if given, the bytes are also written there (atomically).
+          target: the StableHLO version to write (default: the current one).
+        """
+        from jaxlib.mlir import ir
+        from jaxlib.mlir.dialects import stablehlo
+        from .._render.stablehlo import mlir_context
+        with mlir_context():
+            module = ir.Module.parse(self.program.text)     # a fresh copy: serialising mutates it
+            data = stablehlo.serialize_portable_artifact(module, target or stablehlo.get_current_version())
+        if path is not None:
+            path = os.fspath(path)
+            d = os.path.dirname(os.path.abspath(path))
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=".tlaloc-", suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        return data
+
+    def __repr__(self) -> str:
+        ins = ", ".join(str(v.aval) for v in self.graph.inputs)
+        return f"<Lowered {self.name}({ins})>"
+
+
+class Compiled:
+    """An executable for one signature. Call it with the jitted function's arguments."""
+
+    def __init__(self, executable, lowered: Lowered):
+        self.executable = executable
+        self.lowered = lowered
+
+    def as_text(self) -> str:
+        return self.lowered.as_text()
+
+    def call_flat(self, leaves):
+        return self.executable(*leaves)
+
+    def __call__(self, *args):
+        src = self.lowered.source
+        flat, trees = [], []
+        for a in args:
+            leaves, tree = _pytree.flatten(a)
+            flat.extend(leaves)
+            trees.append(tree)
+        n_in = len(self.lowered.graph.inputs) - len(src.closure_getters)
+        if len(flat) != n_in:
+            raise ArgumentError(f"{self.lowered.name}: this executable takes {n_in} array arguments "
+                                f"(static arguments are fixed when lowering), got {len(flat)}")
+        leaves = flat + [g() for g in src.closure_getters]
+        src.check(args, trees, leaves)
+        return src.finish(args, trees, self.call_flat(leaves))

@@ -1,0 +1,86 @@
+"""Decoder-only transformers of the Llama family as pure functions over a weights pytree.
+
+One body serves Llama (SmolLM2, TinyLlama), Qwen2 (q/k/v bias), Qwen3 (q/k RMSNorm over
+the head dim, optionally tied embeddings) and Mistral (sliding window); the differences
+are fields of :class:`~tlaloc.models.config.DecoderConfig`.
+
+Weights (matrices stored as (in, out), so every projection is ``x @ w``)::
+
+    {"embed": (V, D), "norm": (D,), "lm_head": (D, V) unless tied,
+     "layers": ({"attn_norm": (D,), "wq": (D, H*E), "wk": (D, K*E), "wv": (D, K*E),
+                 "wo": (H*E, D), ["bq", "bk", "bv", "bo"], ["q_norm": (E,), "k_norm": (E,)],
+                 "mlp_norm": (D,), "w_gate": (D, F), "w_up": (D, F), "w_down": (F, D)}, ...)}
+"""
+from __future__ import annotations
+
+from .. import numpy as tnp
+from .config import DecoderConfig
+from .kv_cache import NoCache
+from .layers import apply_rope, linear, rms_norm, rope_inv_freq, rope_tables, silu
+
+
+def attention_block(cfg: DecoderConfig, layer_idx: int, p: dict, x, cos, sin, positions, backend):
+    """Self-attention of one layer: x (B, T, D) -> (B, T, D).
+
+    The projections, q/k norms and rotary embedding are computed here; storing keys
+    and attending over the cache is the backend's job (``backend.attend``).
+    """
+    B, T, _ = x.shape
+    H, K, E = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    q = tnp.reshape(linear(x, p["wq"], p.get("bq")), (B, T, H, E))        # (B, T, H, E)
+    k = tnp.reshape(linear(x, p["wk"], p.get("bk")), (B, T, K, E))        # (B, T, K, E)
+    v = tnp.reshape(linear(x, p["wv"], p.get("bv")), (B, T, K, E))        # (B, T, K, E)
+    if cfg.qk_norm:
+        q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)                    # (B, T, H, E)
+        k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)                    # (B, T, K, E)
+    q = apply_rope(q, cos, sin)                                           # (B, T, H, E)
+    k = apply_rope(k, cos, sin)                                           # (B, T, K, E)
+    window = cfg.sliding_windows[layer_idx] if cfg.sliding_windows else None
+    out = backend.attend(layer_idx, q, k, v, positions, window)           # (B, T, H, E)
+    return linear(tnp.reshape(out, (B, T, H * E)), p["wo"], p.get("bo"))  # (B, T, D)
+
+
+def mlp_block(cfg: DecoderConfig, p: dict, x):
+    """SwiGLU feed-forward: x (B, T, D) -> (B, T, D)."""
+    gate = silu(linear(x, p["w_gate"], p.get("b_gate")))                 # (B, T, F)
+    up = linear(x, p["w_up"], p.get("b_up"))                              # (B, T, F)
+    return linear(gate * up, p["w_down"], p.get("b_down"))               # (B, T, D)
+
+
+def decoder_layer(cfg: DecoderConfig, layer_idx: int, p: dict, x, cos, sin, positions, backend):
+    """One pre-norm block: x (B, T, D) -> (B, T, D)."""
+    h = rms_norm(x, p["attn_norm"], cfg.rms_norm_eps)                     # (B, T, D)
+    x = x + attention_block(cfg, layer_idx, p, h, cos, sin, positions, backend)  # (B, T, D)
+    h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)                      # (B, T, D)
+    return x + mlp_block(cfg, p, h)                                       # (B, T, D)
+
+
+def decoder_hidden(cfg: DecoderConfig, weights: dict, token_ids, positions, backend=None):
+    """The final normed hidden states (B, T, D) for token_ids and positions, both (B, T) ints."""
+    backend = NoCache() if backend is None else backend
+    inv_freq = rope_inv_freq(cfg.rope, cfg.head_dim)                      # (E/2,)
+    cos, sin = rope_tables(inv_freq, positions)                           # (B, T, E) each
+    x = tnp.take(weights["embed"], token_ids, axis=0)                     # (B, T, D)
+    for i, p in enumerate(weights["layers"]):
+        x = decoder_layer(cfg, i, p, x, cos, sin, positions, backend)     # (B, T, D)
+    return rms_norm(x, weights["norm"], cfg.rms_norm_eps)                 # (B, T, D)
+
+
+def lm_head(cfg: DecoderConfig, weights: dict, h):
+    """Logits (..., V) from hidden states h (..., D); tied models reuse the embedding."""
+    if cfg.tie_word_embeddings:
+        return tnp.matmul(h, tnp.transpose(weights["embed"]))            # (..., V)
+    return tnp.matmul(h, weights["lm_head"])                              # (..., V)
+
+
+def decoder_forward(cfg: DecoderConfig, weights: dict, token_ids, positions, backend=None, *,
+                    last_only: bool = False):
+    """Logits for token_ids (B, T) at positions (B, T): (B, T, V), or (B, V) with ``last_only``.
+
+    ``backend`` holds the keys and values of earlier calls (:class:`KVCache`); ``None``
+    attends within this call only.
+    """
+    h = decoder_hidden(cfg, weights, token_ids, positions, backend)       # (B, T, D)
+    if last_only:
+        h = h[:, -1]                                                      # (B, D)
+    return lm_head(cfg, weights, h)                                       # (B, T, V) or (B, V)

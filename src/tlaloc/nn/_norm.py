@@ -1,0 +1,80 @@
+"""LayerNorm and RMSNorm over the trailing ``normalized_shape`` axes."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import numpy as tnp
+from ._module import Module, static_field
+
+_frozen = dataclasses.dataclass(frozen=True, eq=False, repr=False)
+
+
+def _shape(normalized_shape) -> tuple:
+    if isinstance(normalized_shape, (int, np.integer)):
+        return (int(normalized_shape),)
+    return tuple(int(s) for s in normalized_shape)
+
+
+@_frozen
+class LayerNorm(Module):
+    """PyTorch's ``nn.LayerNorm``: ``(x - mean) / √(var + eps) · weight + bias``,
+    mean and (biased) variance over the trailing ``normalized_shape`` axes.
+
+    Fields: ``weight``, ``bias`` of shape ``normalized_shape`` (1 and 0), or None
+    without ``elementwise_affine`` (``bias`` None also with ``bias=False``).
+    Call: ``x (..., *normalized_shape) -> (..., *normalized_shape)``.
+    """
+    weight: Optional[Any]
+    bias: Optional[Any]
+    normalized_shape: tuple = static_field()
+    eps: float = static_field()
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+                 *, dtype=np.float32):
+        shape = _shape(normalized_shape)
+        w = np.ones(shape, dtype) if elementwise_affine else None
+        b = np.zeros(shape, dtype) if elementwise_affine and bias else None
+        self._set(weight=w, bias=b, normalized_shape=shape, eps=float(eps))
+
+    def __call__(self, x):
+        axes = tuple(range(-len(self.normalized_shape), 0))
+        mean = tnp.mean(x, axis=axes, keepdims=True)                 # (..., 1, ...)
+        d = x - mean
+        var = tnp.mean(d * d, axis=axes, keepdims=True)              # (..., 1, ...)
+        y = d * tnp.rsqrt(var + self.eps)
+        if self.weight is not None:
+            y = y * self.weight
+        if self.bias is not None:
+            y = y + self.bias
+        return y
+
+
+@_frozen
+class RMSNorm(Module):
+    """PyTorch's ``nn.RMSNorm``: ``x / √(mean(x²) + eps) · weight`` over the
+    trailing ``normalized_shape`` axes. ``eps=None`` means the machine epsilon
+    of the parameter dtype (PyTorch uses the input's, the same when they agree).
+
+    Fields: ``weight`` of shape ``normalized_shape`` (ones), or None.
+    Call: ``x (..., *normalized_shape) -> (..., *normalized_shape)``.
+    """
+    weight: Optional[Any]
+    normalized_shape: tuple = static_field()
+    eps: float = static_field()
+
+    def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True,
+                 *, dtype=np.float32):
+        shape = _shape(normalized_shape)
+        eps = float(np.finfo(dtype).eps) if eps is None else float(eps)
+        self._set(weight=np.ones(shape, dtype) if elementwise_affine else None, normalized_shape=shape, eps=eps)
+
+    def __call__(self, x):
+        axes = tuple(range(-len(self.normalized_shape), 0))
+        ms = tnp.mean(x * x, axis=axes, keepdims=True)               # (..., 1, ...)
+        y = x * tnp.rsqrt(ms + self.eps)
+        if self.weight is not None:
+            y = y * self.weight
+        return y

@@ -1,0 +1,75 @@
+"""Shared pieces of the optimizers: leaf plumbing and step-dependent scalars.
+
+Scalars that depend on the step count (learning rate, bias corrections) are
+Python floats when the count is a concrete array (eager NumPy): they then
+combine with float32 leaves exactly as PyTorch's Python-double scalars do. On
+a symbolic count (inside ``tl.jit``) they are 0-d arrays converted to each
+leaf's dtype.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _pytree
+from .. import numpy as tnp
+from .._core.builder import Value
+from .._prims.broadcasting import cast_like
+from ..errors import ArgumentError
+
+
+def is_symbolic(x) -> bool:
+    return type(x) is Value
+
+
+def lr_at(lr, count):
+    """The learning rate for the update that follows ``count`` earlier updates."""
+    if callable(lr):
+        v = lr(count if is_symbolic(count) else int(count))
+        return v if is_symbolic(v) else float(v)
+    return float(lr)
+
+
+def like(s, leaf):
+    """``s`` (a Python float or a 0-d array) ready to combine with ``leaf``."""
+    return cast_like(s, leaf) if is_symbolic(s) else s
+
+
+def power(base: float, t):
+    """``base ** t`` for a Python int ``t`` (a float) or a symbolic count (an array)."""
+    if is_symbolic(t):
+        return tnp.power(base, tnp.astype(t, tnp.float64))
+    return base ** t
+
+
+def next_count(count):
+    """The count after one more update (int32, like ``opt.init``'s)."""
+    if is_symbolic(count):
+        return count + 1
+    return np.asarray(int(count) + 1, np.int32)
+
+
+def step_number(t):
+    """``t`` as a Python int when concrete (so scalars stay Python floats), else as is."""
+    return t if is_symbolic(t) else int(t)
+
+
+def flatten_like(params, grads, who: str):
+    """Leaves of params and grads, after checking that the structures agree."""
+    p_leaves, p_tree = _pytree.flatten(params)
+    g_leaves, g_tree = _pytree.flatten(grads)
+    if p_tree != g_tree:
+        raise ArgumentError(f"{who}.update: grads must have the structure of params;\n  params: {p_tree!r}\n"
+                            f"  grads:  {g_tree!r}")
+    return p_leaves, g_leaves, p_tree
+
+
+def leaves_of(tree, p_tree, who: str, what: str):
+    leaves, t = _pytree.flatten(tree)
+    if t != p_tree:
+        raise ArgumentError(f"{who}.update: state.{what} does not have the structure of params (was the state "
+                            f"made by {who}.init for these params?)")
+    return leaves
+
+
+def zeros_tree(params):
+    return _pytree.tree_map(tnp.zeros_like, params)

@@ -1,0 +1,3 @@
+import pytest
+
+pytest.importorskip("jax", reason="tl.jit's XLA backend needs jax/jaxlib")

@@ -1,0 +1,52 @@
+"""One compile per signature; TLALOC_LOG_COMPILES=1 logs each compile with its reason."""
+import logging
+
+import numpy as np
+
+import tlaloc as tl
+
+
+def f(x, n):
+    s = x * 0.0
+    for i in range(n):
+        s = s + x * i
+    return s.sum()
+
+
+def test_compile_once_per_signature():
+    jf = tl.jit(f, static_argnums=1)
+    x = np.ones(3)
+    jf(x, 2)
+    jf(x, 2)
+    jf(np.full(3, 2.0), 2)
+    assert jf.cache_size() == 1
+    jf(np.ones(4), 2)
+    assert jf.cache_size() == 2
+    jf(np.ones(4, np.float32), 2)
+    assert jf.cache_size() == 3
+    jf(x, 3)
+    assert jf.cache_size() == 4
+    assert float(jf(x, 3)) == 9.0
+
+
+def test_recompile_reasons_are_logged(monkeypatch, caplog):
+    monkeypatch.setenv("TLALOC_LOG_COMPILES", "1")
+    jf = tl.jit(f, static_argnums=1)
+    with caplog.at_level(logging.WARNING, logger="tlaloc.jit"):
+        jf(np.ones(3), 2)
+        jf(np.ones(3), 2)                      # cached: no log
+        jf(np.ones(5), 2)
+        jf(np.ones(5, np.float32), 2)
+        jf(np.ones(5, np.float32), 4)
+    reasons = [r.getMessage() for r in caplog.records if r.name == "tlaloc.jit"]
+    assert len(reasons) == 4, reasons
+    for msg, why in zip(reasons, ["first call", "new shape", "new dtype", "new static value"]):
+        assert why in msg, msg
+    assert "f(float64[5]" in reasons[1]
+
+
+def test_no_log_without_the_variable(monkeypatch, caplog):
+    monkeypatch.delenv("TLALOC_LOG_COMPILES", raising=False)
+    with caplog.at_level(logging.WARNING, logger="tlaloc.jit"):
+        tl.jit(f, static_argnums=1)(np.ones(2), 1)
+    assert not [r for r in caplog.records if r.name == "tlaloc.jit"]

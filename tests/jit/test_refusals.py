@@ -1,0 +1,54 @@
+"""What compiled code refuses, by name and with the fix; run-time checks that raise."""
+import numpy as np
+import pytest
+
+import tlaloc as tl
+
+from . import programs as P
+
+
+def test_reverse_mode_while_needs_a_bound():
+    with pytest.raises(tl.NoRuleError, match=r"reverse-mode while loop needs a bound: use "
+                                             r"tl.while_loop\(\.\.\., max_trips=N\)"):
+        tl.jit(tl.grad(P.while_unbounded_grad))(np.array([1.0, 2.0]))
+    # the forward loop alone compiles
+    np.testing.assert_allclose(np.asarray(tl.jit(P.while_unbounded_grad)(np.array([1.0, 2.0]))),
+                               P.while_unbounded_grad(np.array([1.0, 2.0])), rtol=1e-12)
+
+
+def test_bounded_while_overflow_raises_at_run_time():
+    with pytest.raises(tl.TlalocError, match="max_trips=8"):
+        tl.jit(P.while_overflow)(np.ones(2))
+
+
+def test_cond_branches_with_different_shapes_are_refused():
+    def f(x):
+        if x.sum() > 0:
+            y = x * 2.0
+        else:
+            y = 0.0
+        return y
+
+    with pytest.raises(tl.ShapeError, match="one shape"):
+        tl.jit(f)(np.ones(3))
+
+
+def test_scalar_loop_start_is_peeled_exactly():
+    def f(m, v):
+        acc = 0.0
+        for row in m:
+            acc = np.tanh(acc + row * v)
+        return acc.sum()
+
+    m, v = np.arange(6.0).reshape(3, 2) / 7, np.array([0.5, -0.3])
+    np.testing.assert_allclose(np.asarray(tl.jit(f)(m, v)), f(m, v), rtol=1e-12)
+    with pytest.raises(tl.ShapeError, match="start the variable with its final shape"):
+        tl.jit(tl.grad(f))(m, v)
+
+
+def test_boolean_mask_indexing_is_refused():
+    def f(x):
+        return x[x > 0].sum()
+
+    with pytest.raises(tl.TlalocError, match="mask"):
+        tl.jit(f)(np.array([1.0, -1.0]))

