@@ -1,50 +1,59 @@
 """tlaloc: differentiable array programs by source transformation.
 
-The public surface, in one place. Everything not listed here is private.
+The public surface, in one place; everything not listed here is private.
+Names load on first use (PEP 562), so ``import tlaloc`` is cheap and the
+serving runtime (``tlaloc.serving``) loads without the compiler.
 """
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
 
-from . import errors, dtypes  # noqa: E402
-from . import numpy  # noqa: E402  (tlaloc.numpy)
-from ._core.builder import _install_operators as _install  # noqa: E402
+# public name -> module that defines it (relative to this package)
+_EXPORTS = {
+    # reverse and forward mode, batching, custom rules
+    "grad": "._ad.api", "value_and_grad": "._ad.api", "vjp": "._ad.api", "source": "._ad.api",
+    "jvp": "._ad.forward_api", "jacfwd": "._ad.forward_api", "jacrev": "._ad.forward_api",
+    "hessian": "._ad.forward_api",
+    "vmap": "._ad.vmap",
+    "custom_vjp": "._ad.custom", "custom_jvp": "._ad.custom", "custom_vjp_jvp": "._ad.custom",
+    "check_grads": "._ad.check", "check_custom_vjp": "._ad.check", "check_custom_jvp": "._ad.check",
+    "stop_gradient": ".numpy",
+    # tracing front end and training
+    "capture": "._ad.capture",
+    "cond": "._frontend.tracing", "while_loop": "._frontend.tracing", "fori_loop": "._frontend.tracing",
+    "scan": "._frontend.tracing",
+    "save_checkpoint": ".checkpoint", "load_checkpoint": ".checkpoint",
+    # typed tensors
+    "F32": ".typing", "F64": ".typing", "BF16": ".typing", "F16": ".typing", "I32": ".typing",
+    "I64": ".typing", "Bool": ".typing", "named": ".typing", "contract": ".typing",
+    # compilation
+    "jit": "._jit.api",
+    # DXIR itself
+    "Graph": "._core.graph", "eval_graph": "._core.interpreter", "verify": "._core.verifier",
+    "make_graph": "._frontend.lower",
+    # errors
+    "TlalocError": ".errors", "ShapeError": ".errors", "DTypeError": ".errors", "GraphError": ".errors",
+    "FenceError": ".errors", "TypeAnnotationError": ".errors", "NoRuleError": ".errors",
+    "GradientError": ".errors", "ArgumentError": ".errors",
+}
+_SUBMODULES = ("numpy", "random", "nn", "optim", "kernels", "models", "serving", "typing", "errors",
+               "dtypes")
 
-_install()
-
-from ._ad.api import grad, value_and_grad, vjp, source  # noqa: E402
-from ._ad.vmap import vmap  # noqa: E402
-from ._ad.forward_api import jvp, jacfwd, jacrev, hessian  # noqa: E402
-from ._ad.capture import capture  # noqa: E402
-from ._frontend.tracing import cond, while_loop, fori_loop, scan  # noqa: E402
-from .numpy import stop_gradient  # noqa: E402
-from ._ad.custom import custom_vjp, custom_jvp, custom_vjp_jvp  # noqa: E402
-from ._ad.check import check_grads, check_custom_vjp, check_custom_jvp  # noqa: E402
-from . import typing  # noqa: E402,F401  (typed tensors; installs the front-end hooks)
-from .typing import F32, F64, BF16, F16, I32, I64, Bool, named, contract  # noqa: E402
-from ._jit.api import jit  # noqa: E402
-from . import nn, optim  # noqa: E402  (tl.nn layers, tl.optim optimizers)
-from . import kernels  # noqa: E402  (tl.kernels: PTX DSL, simulator, library kernels, Mosaic)
-from .checkpoint import save_checkpoint, load_checkpoint  # noqa: E402
-from ._core.graph import Graph  # noqa: E402
-from ._core.interpreter import eval_graph  # noqa: E402
-from ._core.verifier import verify  # noqa: E402
-from .errors import (ShapeError, DTypeError, GraphError, FenceError, TypeAnnotationError,  # noqa: E402
-                     NoRuleError, GradientError, ArgumentError, TlalocError)
-from ._frontend.lower import lower_function as _lower_function  # noqa: E402
+__all__ = ["__version__", *_SUBMODULES, *_EXPORTS]
 
 
-def make_graph(fun) -> Graph:
-    """The DXIR graph of ``fun``'s source (every parameter an array of unknown shape)."""
-    return _lower_function(fun).graph
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'tlaloc' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
-__all__ = [
-    "nn", "optim", "kernels", "save_checkpoint", "load_checkpoint",
-    "__version__", "numpy", "errors", "dtypes",
-    "grad", "value_and_grad", "vjp", "source", "stop_gradient", "vmap", "jit",
-    "jvp", "jacfwd", "jacrev", "hessian", "capture", "cond", "while_loop", "fori_loop", "scan",
-    "make_graph", "eval_graph", "verify", "Graph",
-    "ShapeError", "DTypeError", "GraphError", "FenceError", "TypeAnnotationError",
-    "NoRuleError", "GradientError", "ArgumentError", "TlalocError",
-    "custom_vjp", "custom_jvp", "custom_vjp_jvp", "check_grads", "check_custom_vjp", "check_custom_jvp",
-    "typing", "F32", "F64", "BF16", "F16", "I32", "I64", "Bool", "named", "contract",
-]
+def __dir__():
+    return sorted(__all__)

@@ -44,7 +44,7 @@ from typing import Optional
 import numpy as np
 
 from . import dtypes as _dt
-from ._core.aval import UNKNOWN, AbstractValue
+from ._core.aval import AbstractValue
 from ._core.primitive import Primitive
 from .errors import ArgumentError, TypeAnnotationError
 
@@ -212,10 +212,6 @@ def _check_expression(text: str):
                                 f"`*name`, `...` or an expression of names with + - * //")
 
 
-def _eval_expression(text: str, sizes: dict) -> int:
-    return int(eval(compile(ast.parse(text, mode="eval"), "<dim>", "eval"), {"__builtins__": {}}, dict(sizes)))
-
-
 # -- jaxtyping ---------------------------------------------------------------------------
 
 def from_annotation(ann) -> Optional[TensorType]:
@@ -260,172 +256,6 @@ def _from_jaxtyping(ann) -> TensorType:
             raise TypeAnnotationError(f"jaxtyping dim {d!r} ({kind}) is not supported by tlaloc")
     label = getattr(ann.dtype, "__name__", "Shaped")
     return TensorType(label, dtypes, dims)
-
-
-# -- annotations of a function -------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class ParamSpec:
-    index: int
-    name: str
-    type: TensorType
-    where: tuple          # (filename, lineno, col) of the annotation, or ()
-
-
-_SPECS: dict = {}
-
-
-def _unwrap(fn):
-    """The Python function behind transforms and custom-rule objects."""
-    for _ in range(64):
-        t = getattr(fn, "__tlaloc_transformed__", None)
-        if t is not None:
-            fn = t.fn
-            continue
-        custom = getattr(fn, "__tlaloc_custom__", None)
-        if custom is not None and getattr(custom, "fun", None) is not None:
-            fn = custom.fun
-            continue
-        return fn
-    return fn
-
-
-def param_specs(fn) -> list:
-    """``ParamSpec`` per positional parameter with a typed-tensor annotation (cached)."""
-    try:
-        hit = _SPECS.get(fn)
-    except TypeError:
-        hit = None
-    if hit is not None:
-        return hit
-    specs = []
-    code = getattr(fn, "__code__", None)
-    raw = getattr(fn, "__annotations__", None) or {}
-    if code is not None and raw:
-        names = code.co_varnames[:code.co_argcount]
-        env = dict(getattr(fn, "__globals__", {}))
-        if fn.__closure__:
-            for n, cell in zip(code.co_freevars, fn.__closure__):
-                try:
-                    env[n] = cell.cell_contents
-                except ValueError:
-                    pass
-        for i, pname in enumerate(names):
-            ann = raw.get(pname)
-            if isinstance(ann, str):
-                try:
-                    ann = eval(ann, env)
-                except Exception:
-                    continue
-            tt = from_annotation(ann)
-            if tt is not None:
-                specs.append(ParamSpec(i, pname, tt, _annotation_loc(fn, i)))
-    try:
-        _SPECS[fn] = specs
-    except TypeError:
-        pass
-    return specs
-
-
-def _annotation_loc(fn, index: int) -> tuple:
-    try:
-        from ._frontend.source import read_source
-        src = read_source(fn)
-        a = src.node.args
-        param = (a.posonlyargs + a.args)[index]
-        loc = src.loc(param.annotation if param.annotation is not None else param)
-        return (loc.filename, loc.lineno, loc.col)
-    except Exception:
-        return ()
-
-
-def avals_from_annotations(fn, param_names) -> Optional[list]:
-    """Per-parameter avals from typed-tensor annotations; None when there are none."""
-    specs = param_specs(fn)
-    if not specs:
-        return None
-    by_name = {s.name: s.type.aval() for s in specs}
-    return [by_name.get(n, UNKNOWN) for n in param_names]
-
-
-# -- call-time checks ---------------------------------------------------------------------------
-
-def check_call(fn, args) -> None:
-    """Check argument arrays against ``fn``'s annotations.
-
-    Raises TypeAnnotationError naming the argument (at the annotation's
-    ``file:line:col``) for a wrong dtype or rank, a fixed size that differs, or
-    one axis name bound to two sizes.
-    """
-    fn = _unwrap(fn)
-    specs = param_specs(fn)
-    if not specs:
-        return
-    sizes: dict = {}          # name -> (size, argument)
-    deferred = []
-    for spec in specs:
-        if spec.index < len(args):
-            deferred += _check_arg(fn, spec, args[spec.index], sizes)
-    for spec, dim, size in deferred:
-        env = {k: v[0] for k, v in sizes.items() if isinstance(v[0], int)}
-        try:
-            want = _eval_expression(dim.name, env)
-        except Exception:
-            raise _arg_error(fn, spec, f"cannot compute the size `{dim.name}` from the sizes bound "
-                                       f"so far {env}") from None
-        if want != size:
-            raise _arg_error(fn, spec, f"the axis `{dim.name}` should have size {want} (from {env}) "
-                                       f"but has size {size}")
-
-
-def _check_arg(fn, spec: ParamSpec, x, sizes: dict) -> list:
-    tt = spec.type
-    if not (isinstance(x, (np.ndarray, np.generic, int, float, bool)) or hasattr(x, "__array__")):
-        raise _arg_error(fn, spec, f"expected an array, got {type(x).__name__}")
-    arr = np.asarray(x)
-    got = f"a {arr.dtype} array of shape {arr.shape}"
-    if tt.dtypes is not _ANY and arr.dtype not in tt.dtypes:
-        want = " or ".join(d.name for d in tt.dtypes)
-        raise _arg_error(fn, spec, f"expected {tt} ({want}) but got {got}; convert it with "
-                                   f"`.astype(np.{tt.dtypes[0].name})`")
-    dims = tt.dims
-    v = next((i for i, d in enumerate(dims) if d.kind == "variadic"), None)
-    n_fixed = len(dims) - (v is not None)
-    if (v is None and arr.ndim != len(dims)) or (v is not None and arr.ndim < n_fixed):
-        raise _arg_error(fn, spec, f"expected {tt} ({'at least ' if v is not None else ''}{n_fixed} axes) "
-                                   f"but got {got} ({arr.ndim} axes)")
-    shape = arr.shape
-    if v is None:
-        pairs = list(zip(dims, shape))
-    else:
-        after = len(dims) - v - 1
-        pairs = list(zip(dims[:v], shape[:v])) + [(dims[v], shape[v:arr.ndim - after])] + \
-            list(zip(dims[v + 1:], shape[arr.ndim - after:]))
-    deferred = []
-    for axis, (d, size) in enumerate(pairs):
-        if d.kind == "fixed" and size != d.size and not (d.broadcastable and size == 1):
-            raise _arg_error(fn, spec, f"expected {tt} but got {got}: an axis of fixed size {d.size} "
-                                       f"has size {size}")
-        if d.kind == "symbolic":
-            deferred.append((spec, d, size))
-        if d.kind in ("named", "variadic") and d.name is not None:
-            if d.broadcastable and size == 1:
-                continue
-            seen = sizes.get(d.name)
-            if seen is None:
-                sizes[d.name] = (size, spec.name, shape)
-            elif seen[0] != size:
-                what = "axes" if d.kind == "variadic" else "axis"
-                raise _arg_error(fn, spec, f"{what} `{d.name}` of `{spec.name}` ({tt}, shape {shape}) has "
-                                           f"size {size}, but `{d.name}` is {seen[0]} in `{seen[1]}` "
-                                           f"(shape {seen[2]}); every axis named `{d.name}` must have "
-                                           f"one size")
-    return deferred
-
-
-def _arg_error(fn, spec: ParamSpec, msg: str) -> TypeAnnotationError:
-    text = f"argument `{spec.name}` of `{getattr(fn, '__name__', fn)}`: {msg}"
-    return TypeAnnotationError(text, *spec.where) if spec.where else TypeAnnotationError(text)
 
 
 # -- named values and contraction ----------------------------------------------------------------
@@ -579,12 +409,12 @@ def _located(msg: str, symbolic: bool) -> TypeAnnotationError:
 # -- hooks ----------------------------------------------------------------------------------------
 
 def _install():
+    from . import _typecheck
     from ._frontend import names as _names, typing_hooks
-    typing_hooks.install(avals_from_annotations, _names.propagate_names, check_call)
+    typing_hooks.install(_typecheck.avals_from_annotations, _names.propagate_names, _typecheck.check_call)
 
 
 _install()
 
 __all__ = ["F32", "F64", "BF16", "F16", "I32", "I64", "Bool", "TensorType", "DTypeSpec", "Dim",
-           "NamedArray", "named", "contract", "parse_dims", "from_annotation", "check_call",
-           "avals_from_annotations", "type_str"]
+           "NamedArray", "named", "contract", "parse_dims", "from_annotation", "type_str"]

@@ -111,6 +111,18 @@ def _arr(*v):
     return np.array(v, dtype=np.float64)
 
 
+# -- known engine bugs (strict xfails; see each reason) ---------------------------------------
+
+_ADDAT_FANCY = ("front end: `a[idx] += v` with an index ARRAY is lowered to index_add, which applies "
+                "np.add.at (repeated indices accumulate); NumPy's `a[idx] += v` is buffered "
+                "(a[idx] = a[idx] + v, the last repeated write wins), so the forward value itself "
+                "differs from NumPy's (108 vs 60 for idx=[0,2,2,1]) and so does the gradient")
+
+_VJP_SOURCE = ("API: tl.source(vjp_fn) raises ArgumentError 'is not a tlaloc-transformed function; pass "
+               "the result of tl.grad / tl.vjp ...' for the vjp_fn that tl.vjp returns (_VJPFunction has no "
+               "__tlaloc_transformed__), so the rendered fwd/bwd module of a vjp cannot be read or re-run")
+
+
 # -- the table ---------------------------------------------------------------------------
 
 CASES: list[Case] = [
@@ -189,7 +201,7 @@ CASES: list[Case] = [
     Case("logsumexp_loop", K.f_logsumexp_loop, K.j_logsumexp_loop,
          lambda r: [(3.0 * randn(r, 5),), (_arr(4.0, 1.0, -2.0),), (_arr(0.7),)]),
     Case("running_max_only", K.f_running_max_only, K.j_running_max_only,
-         lambda r: [(randn(r, 6),), (_arr(3.0, -1.0, 2.0),)]),
+         lambda r: [(randn(r, 6),), (_arr(3.0, -1.0, 2.0),), (_arr(1.0, -1.0, 2.5),)]),
 
     # combinations
     Case("while_in_for", K.f_while_in_for, K.j_while_in_for,
@@ -231,7 +243,8 @@ CASES: list[Case] = [
     Case("setitem_fancy_repeated", S.f_setitem_fancy_repeated, S.j_setitem_fancy_repeated,
          lambda r: [(randn(r, 5), np.array([0, 2, 2, 1, 2]))]),
     Case("addat_fancy_repeated", S.f_addat_fancy_repeated, S.j_addat_fancy_repeated,
-         lambda r: [(randn(r, 5), np.array([0, 2, 2, 1, 2]))]),
+         lambda r: [(randn(r, 5), np.array([0, 2, 2, 1, 2]))],
+         xfail={"jax": _ADDAT_FANCY, "fd": _ADDAT_FANCY}),
     Case("setitem_2d_loops", S.f_setitem_2d_loops, S.j_setitem_2d_loops, lambda r: [(randn(r, 3, 4), randn(r, 4))],
          argnums=(0, 1)),
     Case("alias_write", S.f_alias_write, S.j_alias_write, lambda r: [(randn(r, 3),)]),
@@ -262,10 +275,12 @@ CASES: list[Case] = [
     Case("value_and_grad_loop", K.f_for_branch, K.j_for_branch,
          lambda r: [(randn(r, 4, 3), randn(r, 3)), (randn(r, 6, 3), randn(r, 3))], argnums=1,
          mode="value_and_grad"),
-    Case("vjp_vector", A.f_vjp_vector, A.j_vjp_vector, lambda r: [(randn(r, 3), randn(r, 4, 3))], mode="vjp"),
+    Case("vjp_vector", A.f_vjp_vector, A.j_vjp_vector, lambda r: [(randn(r, 3), randn(r, 4, 3))], mode="vjp",
+         xfail={"source": _VJP_SOURCE}),
     Case("vjp_tuple_out", A.f_vjp_tuple_out, A.j_vjp_tuple_out, lambda r: [(randn(r, 3), randn(r, 4, 3))],
-         mode="vjp"),
-    Case("vjp_aux", A.f_vjp_aux, A.j_vjp_aux, lambda r: [(randn(r, 5),)], mode="vjp_aux"),
+         mode="vjp", xfail={"source": _VJP_SOURCE}),
+    Case("vjp_aux", A.f_vjp_aux, A.j_vjp_aux, lambda r: [(randn(r, 5),)], mode="vjp_aux",
+         xfail={"source": _VJP_SOURCE}),
 ]
 
 BY_NAME = {c.name: c for c in CASES}

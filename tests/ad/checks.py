@@ -72,15 +72,15 @@ def run_jax(case, args, ct=None, twin=None):
     return jax.tree_util.tree_map(np.asarray, out)
 
 
-def run_plain(case, args):
-    """``case.fn`` run by NumPy itself, on copies (the programs may write into arrays)."""
-    return case.fn(*copy.deepcopy(args))
+def run_plain(case, args, fn=None):
+    """``case.fn`` (or ``fn``) run by NumPy itself, on copies (programs may write into arrays)."""
+    return (fn or case.fn)(*copy.deepcopy(args))
 
 
-def _scalar_objective(case, ct):
+def _scalar_objective(case, ct, fn=None):
     """The scalar whose gradient the case computes: the value, or <ct, out> for vjp."""
     def obj(args):
-        out = run_plain(case, args)
+        out = run_plain(case, args, fn)
         if case.mode in ("grad_aux", "value_and_grad_aux", "vjp_aux"):
             out = out[0]
         if case.mode.startswith("vjp"):
@@ -99,9 +99,10 @@ def _wrt(case, n_args):
     return tuple(k % n_args for k in a), False
 
 
-def central_differences(case, args, ct=None):
-    """Gradient (tuple/leaf per ``argnums``; all arguments for vjp) by central differences."""
-    obj = _scalar_objective(case, ct)
+def central_differences(case, args, ct=None, fn=None):
+    """Gradient (tuple/leaf per ``argnums``; all arguments for vjp) by central differences
+    of ``case.fn`` (or ``fn``) run by NumPy."""
+    obj = _scalar_objective(case, ct, fn)
     wrt, single = _wrt(case, len(args))
     grads = []
     for a in wrt:
@@ -176,13 +177,13 @@ def check_case_against_jax(case, twin=None):
         assert_tree_close(args, before, rtol=0, atol=0, what=f"{case.name}[point {i}] arguments after the call")
 
 
-def check_case_against_fd(case):
-    """tlaloc vs central differences of the NumPy program itself."""
+def check_case_against_fd(case, program=None):
+    """tlaloc vs central differences of the NumPy program itself (or of ``program``)."""
     rng = np.random.default_rng(0)
     for i, args in enumerate(case.args_list()):
         ct = cotangent_for(case, args, rng) if case.mode.startswith("vjp") else None
         got = gradient_part(case, run_tlaloc(case, args, ct))
-        want = central_differences(case, args, ct)
+        want = central_differences(case, args, ct, fn=program)
         if case.mode.startswith("vjp"):
             got = tuple(g for g, a in zip(got, args) if _is_float_leaf(jax.tree_util.tree_leaves(a)[0]))
             want = tuple(w for w, a in zip(want, args) if _is_float_leaf(jax.tree_util.tree_leaves(a)[0]))
@@ -231,3 +232,27 @@ def check_case_source_roundtrip(case):
                 continue
             assert same_bits(r, e), (f"{case.name}[point {i}] leaf {k}: rendered module gives "
                                      f"{np.asarray(r)!r}, the API {np.asarray(e)!r}")
+
+
+def check_vjp_source_roundtrip(case):
+    """``tl.source(vjp_fn)``: its ``<f>_fwd`` (outputs, then residuals) and ``<f>_bwd``
+    (residuals and output cotangents -> argument cotangents) run alone, bit-identically."""
+    rng = np.random.default_rng(0)
+    leaves = jax.tree_util.tree_leaves
+    has_aux = case.mode == "vjp_aux"
+    for i, args in enumerate(case.args_list()):
+        ct = cotangent_for(case, args, rng)
+        res = tl.vjp(case.fn, *args, has_aux=has_aux)
+        vjp_fn = res[1]
+        primal = leaves(res[0]) + (leaves(res[2]) if has_aux else [])
+        bars = leaves(vjp_fn(ct))
+        namespace = {"__name__": f"roundtrip_{case.fn.__name__}_vjp"}
+        exec(compile(tl.source(vjp_fn), f"<roundtrip {case.name}>", "exec"), namespace)
+        fwd, bwd = namespace[f"{case.fn.__name__}_fwd"], namespace[f"{case.fn.__name__}_bwd"]
+        outs = list(fwd(*[np.asarray(x) for x in leaves(copy.deepcopy(args))]))
+        got_primal, residuals = outs[:len(primal)], outs[len(primal):]
+        got_bars = list(bwd(*residuals, *[np.asarray(c) for c in leaves(ct)]))
+        for what, got, want in (("output", got_primal, primal), ("cotangent", got_bars, bars)):
+            assert len(got) == len(want), f"{case.name}[point {i}]: {len(got)} {what} leaves, API {len(want)}"
+            for k, (r, e) in enumerate(zip(got, want)):
+                assert same_bits(r, e), f"{case.name}[point {i}] {what} leaf {k}: {r!r} != API {e!r}"

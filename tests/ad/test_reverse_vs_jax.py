@@ -37,3 +37,8 @@ def test_matches_central_differences(case):
 @pytest.mark.parametrize("case", _params("source", [c for c in CASES if not c.mode.startswith("vjp")]))
 def test_rendered_source_runs_alone(case):
     checks.check_case_source_roundtrip(case)
+
+
+@pytest.mark.parametrize("case", _params("source", [c for c in CASES if c.mode.startswith("vjp")]))
+def test_rendered_vjp_source_runs_alone(case):
+    checks.check_vjp_source_roundtrip(case)

@@ -61,6 +61,10 @@ def test_static_argnums_bind_python_values():
     assert jf.cache_size() == 2
     with pytest.raises(tl.ArgumentError, match="hashable"):
         jf(x, [2, 3], "sum")
+    compiled = jf.lower(x, (2, 3), "sum").compile()
+    np.testing.assert_array_equal(np.asarray(compiled(x, (2, 3), "sum")), [3.0, 5.0, 7.0])
+    with pytest.raises(tl.ArgumentError, match="static argument 2"):
+        compiled(x, (2, 3), "max")
 
 
 def test_interpreter_backend_matches():

@@ -1,4 +1,5 @@
 """Decoders against transformers on tiny seeded checkpoints: greedy ids, key checks, cache, rope."""
+import dataclasses
 import json
 import os
 
@@ -70,7 +71,6 @@ def test_mistral_window_is_live(tiny, oracle):
     _, folder = tiny("mistral_window6")
     model = tm.load(folder)
     assert model.config.sliding_windows == (6, 6)
-    import dataclasses
     full = dataclasses.replace(model.config, sliding_windows=(None, None))
     assert _greedy(tm.Model(full, model.weights, None, folder)) != oracle("mistral_window6")
 
@@ -79,13 +79,11 @@ def test_mistral_window_mask_by_position():
     """Query i sees key j exactly when i - W < j <= i."""
     W, T = 3, 7
     pos = np.arange(T)[None]
-    q = np.zeros((1, T, 1, 2), np.float32)
     v = np.eye(T, dtype=np.float32)[None, :, None, :]                         # (1, T, 1, T): key j -> e_j
     k = np.zeros((1, T, 1, T), np.float32)
     out = tm.layers.attention(np.zeros((1, T, 1, T), np.float32), k, v, pos, pos, window=W)[0, :, 0]
     expected = np.array([[1.0 / min(i + 1, W) if i - W < j <= i else 0.0 for j in range(T)] for i in range(T)])
     np.testing.assert_allclose(out, expected, atol=1e-6)
-    del q
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3_tied", "mistral_window6"])

@@ -156,3 +156,17 @@ def test_smollm2_gguf_greedy_ids_equal_transformers(smol):
     layers[3] = {**layers[3], "wo": -layers[3]["wo"]}
     bad = tm.Model(model.config, {**model.weights, "layers": tuple(layers)}, model.tokenizer, model.source)
     assert generate(bad, ids[1:2], 16, stop=[])[0].token_ids != got[1][:16]
+
+
+def test_gguf_rope_freqs_divide_the_inverse_frequencies():
+    """llama3-scaled GGUFs carry per-frequency factors as rope_freqs.weight; they divide inv_freq."""
+    meta = {"general.architecture": "llama", "llama.embedding_length": 32, "llama.attention.head_count": 4,
+            "llama.feed_forward_length": 64, "llama.block_count": 1, "llama.vocab_size": 10,
+            "llama.attention.layer_norm_rms_epsilon": 1e-5, "llama.rope.freq_base": 500000.0}
+    factors = np.array([1.0, 2.0, 4.0, 8.0], np.float32)
+    cfg = gguf_file.config_from_gguf(meta, {"token_embd.weight"}, factors)
+    assert cfg.tie_word_embeddings and cfg.head_dim == 8
+    plain = tm.layers.rope_inv_freq(tm.RopeConfig(theta=500000.0), 8)
+    np.testing.assert_allclose(tm.layers.rope_inv_freq(cfg.rope, 8), plain / factors, rtol=1e-7)
+    with pytest.raises(tm.UnsupportedModelError, match="general.architecture='gemma'"):
+        gguf_file.config_from_gguf({**meta, "general.architecture": "gemma"}, set())

@@ -21,6 +21,9 @@ from .reverse import forward_sweep
 from .transformed import Transformed, _LEAF
 
 
+from ..dtypes import FLOATS as _FLOAT_DTYPES  # noqa: E402
+
+
 def _normalize_argnums(argnums, name):
     if isinstance(argnums, (int, np.integer)) and not isinstance(argnums, bool):
         return (int(argnums),), True
@@ -126,7 +129,7 @@ class _ReverseTransform(Transformed):
         for a in self.argnums:
             for i in range(*ranges[a]):
                 dt = flat[i].dtype
-                if dt.kind != "f":
+                if dt not in _FLOAT_DTYPES:
                     label = lowered.arg_names[a] if a < len(lowered.arg_names) else a
                     raise GradientError(
                         f"grad: argument `{label}` (argnums={a}) has dtype {dt}; gradients are only defined "

@@ -85,7 +85,7 @@ def specialize(graph: Graph, in_avals, name: str | None = None) -> Graph:
             else:
                 if not a.is_concrete:
                     raise TlalocError(f"specialize: input `{v.hint}` needs a concrete aval, got {a}")
-                ins.append(b.new_input(a.with_(weak=False), v.hint))
+                ins.append(b.new_input(a, v.hint))        # a weak input is a Python number
         outs = run(graph, ins)
         for o, v in zip(outs, graph.outputs):
             if o is UNDEF:

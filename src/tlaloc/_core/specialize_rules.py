@@ -206,7 +206,7 @@ def _grad_seed(out):
     if av.dtype is not None and not _dt.is_float(av.dtype):
         raise GradientError(f"grad requires a floating-point output, got {av.dtype}; "
                             f"differentiate a float computation")
-    return NotImplemented
+    return NotImplemented if av.dtype is None or av.shape is None else np.ones((), av.dtype)
 
 
 # -- indexing: operands that became constants move into the static spec -------------------

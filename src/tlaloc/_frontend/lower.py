@@ -455,6 +455,7 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
         (``None``: every parameter is one array).
       arg_avals: optional list of AbstractValue per leaf (from annotations or examples).
     """
+    from .. import typing as _typing  # noqa: F401  (installs the typed-tensor hooks)
     src = read_source(fn)
     fnode = src.node
     a = fnode.args
@@ -504,3 +505,8 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
     graph = root.finish(out_leaves, name or fn.__name__)
     return LoweredFunction(graph, fn, params, list(arg_trees), [g for g, _, _ in ctx.closure_inputs],
                            out_tree, src)
+
+
+def make_graph(fun) -> Graph:
+    """The DXIR graph of ``fun``'s source (every parameter an array of unknown shape)."""
+    return lower_function(fun).graph

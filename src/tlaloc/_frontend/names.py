@@ -32,7 +32,7 @@ _BINARY = {"add", "subtract", "multiply", "divide", "power", "maximum", "minimum
            "not_equal", "logical_and", "logical_or", "safe_mul", "safe_div", "select", "clamp"}
 _SAME_AS_FIRST = set(UNARY) | {"integer_pow", "convert", "stop_gradient", "zeros_like", "cast_like",
                                "cumsum", "cumprod", "cummax", "flip", "index_add", "index_set",
-                               "dynamic_update_slice", "name_axes"}
+                               "dynamic_update_slice"}
 _LIKE_SECOND = {"sum_to", "broadcast_like", "reshape_like"}
 _REDUCTIONS = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_any", "reduce_all"}
 
@@ -248,21 +248,23 @@ def _broadcast_in_dim(prim, ins, out, params):
 
 
 def _getitem(prim, ins, out, params):
-    """Integer indices drop an axis, full slices keep its name; anything else is unnamed."""
+    """Integer indices drop an axis, full slices keep its name; anything else is unnamed.
+    Returns ``[(name, size)]`` per output axis (the shape rule may not know the rank)."""
     x, dyn = ins[0], ins[1:]
     n = _names(x)
     if n is None:
         return None
-    spec = params["spec"]
+    spec, dims = params["spec"], x.shape
     consumed = sum(e[0] in "ids" for e in spec)
     res, k = [], 0
     for e in spec:
         tag = e[0]
         if tag == "e":
-            res.extend(n[k:k + len(n) - consumed])
-            k += len(n) - consumed
+            rest = len(n) - consumed
+            res.extend(zip(n[k:k + rest], dims[k:k + rest]))
+            k += rest
         elif tag == "n":
-            res.append(None)
+            res.append((None, 1))
         elif tag == "i":
             k += 1
         elif tag == "d":
@@ -270,9 +272,9 @@ def _getitem(prim, ins, out, params):
                 return None                      # advanced indexing: not tracked
             k += 1
         else:
-            res.append(n[k] if e[1:] == (None, None, None) else None)
+            res.append((n[k], dims[k]) if e[1:] == (None, None, None) else (None, None))
             k += 1
-    return tuple(res) + tuple(n[k:])
+    return res + list(zip(n[k:], dims[k:]))
 
 
 def _concatenate(prim, ins, out, params):
@@ -343,4 +345,10 @@ def propagate_names(prim, in_avals, out_avals, params):
         return out_avals
     if prim.multiple_results:
         return out_avals
+    if rule is _getitem:
+        axes = _getitem(prim, in_avals, out_avals, params)
+        if axes is None:
+            return _with(out_avals, None)
+        out = out_avals if out_avals.shape is not None else out_avals.with_(shape=tuple(d for _, d in axes))
+        return _with(out, tuple(nm for nm, _ in axes))
     return _with(out_avals, rule(prim, in_avals, out_avals, params))

@@ -63,6 +63,9 @@ def _as_tuple(nums, name, n_max=None):
 
 
 def _leaf_aval(x) -> AbstractValue:
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        # a Python number is weak, as in the interpreter: it adopts the other operand's dtype
+        return AbstractValue(np.asarray(x).dtype, (), weak=True)
     if hasattr(x, "dtype") and hasattr(x, "shape"):
         return AbstractValue(np.dtype(x.dtype), tuple(int(d) for d in x.shape))
     try:
@@ -77,12 +80,12 @@ def _leaf_aval(x) -> AbstractValue:
 class Jitted:
     """The callable ``tl.jit`` returns; see the module docstring."""
 
-    def __init__(self, fun, backend="xla", static_argnums=(), donate_argnums=(), platform="cpu"):
+    def __init__(self, fun, backend="xla", static_argnums=(), donate_argnums=(), platform=None):
         if backend not in _BACKENDS:
             raise ArgumentError(f"jit: backend must be one of {_BACKENDS}, got {backend!r}")
         self.fun = fun
         self.backend = backend
-        self.platform = platform
+        self.platform = platform            # None: "cuda" where that PJRT backend exists, else "cpu"
         self.static_argnums = _as_tuple(static_argnums, "static_argnums")
         self.donate_argnums = _as_tuple(donate_argnums, "donate_argnums")
         if set(self.static_argnums) & set(self.donate_argnums):
@@ -135,16 +138,22 @@ class Jitted:
         closure = [g() for g in src.closure_getters]
         leaves = list(flat) + closure
         avals = [_leaf_aval(x) for x in leaves]
-        key = (statics, tuple(trees), tuple((a.dtype.str, a.shape) for a in avals))
+        key = (statics, tuple(trees), tuple((a.dtype.str, a.shape, a.weak) for a in avals))
         return src, key, trees, flat, leaves, avals
 
     # -- stages ----------------------------------------------------------------------------
     def lower(self, *args) -> Lowered:
         """Specialise and emit for ``args``; ``.as_text()``, ``.compile()``, ``.serialize()``."""
         src, key, trees, flat, leaves, avals = self._prepare(args)
-        return self._lower(src, trees, avals, len(flat))
+        return self._lower(src, trees, avals, len(flat), key[0])
 
-    def _lower(self, src, trees, avals, n_flat) -> Lowered:
+    def _platform(self) -> str:
+        if self.platform is None:
+            from .._runtime.pjrt import has_platform
+            self.platform = "cuda" if has_platform("cuda") else "cpu"
+        return self.platform
+
+    def _lower(self, src, trees, avals, n_flat, statics=()) -> Lowered:
         graph = specialize(src.graph, avals)
         donate = []
         k = 0
@@ -153,9 +162,12 @@ class Jitted:
             if pos in {a % len(trees) for a in self.donate_argnums}:
                 donate.extend(range(k, k + n))
             k += n
-        return Lowered(graph, src, donate, self.platform, name=self.__name__)
+        return Lowered(graph, src, donate, self._platform(), name=self.__name__, statics=statics)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise ArgumentError(f"jit: pass the arguments of {self.__name__} positionally "
+                                f"(got keywords {sorted(kwargs)})")
         if self.backend == "xla" and not self.static_argnums:
             try:
                 fast = tuple((a.dtype, a.shape) for a in args if type(a) in _ARRAY_TYPES)
@@ -170,7 +182,8 @@ class Jitted:
         src, key, trees, flat, leaves, avals = self._prepare(args)
         if self.backend == "interpreter":
             src.check(args, trees, leaves)
-            outs = eval_graph(src.graph, *[np.asarray(x) for x in leaves])
+            outs = eval_graph(src.graph, *[x if isinstance(x, (bool, int, float)) else np.asarray(x)
+                                           for x in leaves])
             return src.finish(args, trees, outs)
         compiled = self._cache.get(key)
         if compiled is None:
@@ -184,7 +197,7 @@ class Jitted:
     def _compile(self, key, src, trees, avals, n_flat) -> Compiled:
         reason = self._reason(key)
         t0 = time.perf_counter()
-        compiled = self._lower(src, trees, avals, n_flat).compile()
+        compiled = self._lower(src, trees, avals, n_flat, key[0]).compile()
         dt = time.perf_counter() - t0
         level = logging.WARNING if os.environ.get("TLALOC_LOG_COMPILES", "") not in ("", "0") else logging.DEBUG
         sig = ", ".join(f"{a.dtype.name}{list(a.shape)}" for a in avals)
@@ -203,8 +216,8 @@ class Jitted:
         if all(k[0] != statics for k in same_tree):
             return "new static value"
         same = [k for k in same_tree if k[0] == statics]
-        shapes = tuple(s for _, s in sig)
-        if all(tuple(s for _, s in k[2]) != shapes for k in same):
+        shapes = tuple(s[1] for s in sig)
+        if all(tuple(s[1] for s in k[2]) != shapes for k in same):
             return "new shape"
         return "new dtype"
 
@@ -217,7 +230,7 @@ class Jitted:
         return len(self._cache)
 
 
-def jit(fun=None, *, backend: str = "xla", static_argnums=(), donate_argnums=(), platform: str = "cpu"):
+def jit(fun=None, *, backend: str = "xla", static_argnums=(), donate_argnums=(), platform=None):
     """Compile ``fun`` with XLA, once per argument signature.
 
     Args:
@@ -230,7 +243,8 @@ def jit(fun=None, *, backend: str = "xla", static_argnums=(), donate_argnums=(),
       donate_argnums: positional arguments whose buffers the program may
         overwrite (in place where an output has the same type); a donated
         device array cannot be used again.
-      platform: ``"cpu"``, or ``"cuda"`` where the CUDA PJRT plugin and a GPU exist.
+      platform: ``"cpu"`` or ``"cuda"``; by default CUDA where its PJRT plugin and a
+        GPU exist, else the CPU.
 
     Returns:
       A callable with ``fun``'s signature returning device arrays (in

@@ -24,8 +24,9 @@ class Lowered:
       program: the emitted ``Program`` (text, avals, donation aliases, checks).
     """
 
-    def __init__(self, graph, source, donate, platform, name="f"):
+    def __init__(self, graph, source, donate, platform, name="f", statics=()):
         from .._render.stablehlo import emit_module
+        self.statics = tuple(statics)        # ((position, value), ...) bound while lowering
         self.graph = graph
         self.source = source
         self.platform = platform
@@ -69,7 +70,8 @@ class Lowered:
 
 
 class Compiled:
-    """An executable for one signature. Call it with the jitted function's arguments."""
+    """An executable for one signature. Call it with the jitted function's arguments
+    (static ones included, and equal to the values it was lowered with)."""
 
     def __init__(self, executable, lowered: Lowered):
         self.executable = executable
@@ -83,6 +85,15 @@ class Compiled:
 
     def __call__(self, *args):
         src = self.lowered.source
+        statics = dict(self.lowered.statics)
+        if statics:
+            if any(p >= len(args) for p in statics):
+                raise ArgumentError(f"{self.lowered.name}: pass every argument, the static ones included")
+            for p, v in statics.items():
+                if args[p] is not v and args[p] != v:
+                    raise ArgumentError(f"{self.lowered.name}: static argument {p} was {v!r} when lowering, "
+                                        f"got {args[p]!r}; lower again for a new value")
+            args = tuple(a for k, a in enumerate(args) if k not in statics)
         flat, trees = [], []
         for a in args:
             leaves, tree = _pytree.flatten(a)

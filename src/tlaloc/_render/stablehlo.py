@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 
-import ml_dtypes
 import numpy as np
 
 from .. import dtypes as _dt
 from ..errors import GraphError, NoRuleError
 from .._core.graph import Graph, Literal
+from .stablehlo_text import BOOL, dense_text, mlir_context, parse  # noqa: F401  (re-exported)
 
 _MLIR_DTYPES = {
     _dt.float64: "f64", _dt.float32: "f32", _dt.float16: "f16", _dt.bfloat16: "bf16",
@@ -32,7 +31,6 @@ _MLIR_DTYPES = {
     _dt.uint8: "ui8", np.dtype(np.uint16): "ui16", _dt.uint32: "ui32", _dt.uint64: "ui64",
     _dt.bool_: "i1", np.dtype(np.complex64): "complex<f32>", np.dtype(np.complex128): "complex<f64>",
 }
-BOOL = _dt.bool_
 I64 = _dt.int64
 
 
@@ -73,51 +71,6 @@ def i64s(xs) -> str:
 
 def ints(xs) -> str:
     return "[" + ", ".join(str(int(x)) for x in xs) + "]"
-
-
-# -- literals ----------------------------------------------------------------------------
-
-def _float_text(x) -> str:
-    f = float(x)
-    if not np.isfinite(f):
-        bits = np.asarray(f, np.float64).view(np.uint64)
-        return f"0x{int(bits):016X}"
-    s = repr(f)
-    mant, _, exp = s.partition("e")
-    if "." not in mant:
-        mant += ".0"
-    return mant + ("e" + exp if exp else "")
-
-
-def _elem_text(x, dtype) -> str:
-    dtype = np.dtype(dtype)
-    if dtype == BOOL:
-        return "true" if bool(x) else "false"
-    if dtype.kind in "iu":
-        return str(int(x))
-    if dtype.kind == "c":
-        return f"({_float_text(x.real)}, {_float_text(x.imag)})"
-    if not np.isfinite(float(x)):
-        raw = np.asarray(x, dtype).view(f"u{dtype.itemsize}")
-        return f"0x{int(raw):0{2 * dtype.itemsize}X}"
-    return _float_text(x)
-
-
-def dense_text(arr: np.ndarray) -> str:
-    """The ``dense<...>`` literal of ``arr`` (exact: floats round-trip)."""
-    arr = np.asarray(arr)
-    flat = arr.reshape(-1)
-    if flat.size and np.all(flat == flat[0]) and not (arr.dtype.kind in "fc" and np.isnan(flat).any()):
-        return f"dense<{_elem_text(flat[0], arr.dtype)}>"
-    if arr.dtype != BOOL and arr.dtype.kind != "c" and arr.size > 16:
-        data = np.ascontiguousarray(arr, arr.dtype.newbyteorder("<")).tobytes()
-        return f'dense<"0x{data.hex().upper()}">'
-
-    def nest(a):
-        if a.ndim == 0:
-            return _elem_text(a, arr.dtype)
-        return "[" + ", ".join(nest(s) for s in a) + "]"
-    return f"dense<{nest(arr)}>"
 
 
 # -- the emitter ---------------------------------------------------------------------------
@@ -338,7 +291,6 @@ def emit_module(graph: Graph, *, name: str = "main", donate=()) -> Program:
     install()                        # primitives declared since the last call get their rules too
     em = Emitter()
     in_vals = [Val(f"%arg{k}", v.aval.dtype, v.aval.shape) for k, v in enumerate(graph.inputs)]
-    em._blocks = [[]]
     outs = em.lower_graph(graph, in_vals)
     outs = [em.value(o, o.aval.dtype, tuple(o.aval.shape)) if isinstance(o, Literal) and o.aval.dtype is not None
             else em.value(o) for o in outs]
@@ -371,43 +323,4 @@ def _aliases(in_vals, outs, donate) -> dict:
     return out
 
 
-# -- verification -------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=1)
-def _registry():
-    from jaxlib.mlir import ir
-    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
-    reg = ir.DialectRegistry()
-    _jax_mlir_ext.register_dialects(reg)
-    return reg
-
-
-def mlir_context():
-    """A fresh MLIR context with the func, StableHLO and CHLO dialects loaded."""
-    from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import chlo, stablehlo
-    ctx = ir.Context()
-    ctx.append_dialect_registry(_registry())
-    ctx.load_all_available_dialects()
-    stablehlo.register_dialect(ctx)
-    chlo.register_dialect(ctx)
-    return ctx
-
-
-def parse(text: str):
-    """Parse and verify StableHLO text; raises ``GraphError`` with the MLIR diagnostic."""
-    from jaxlib.mlir import ir
-    with mlir_context():
-        try:
-            module = ir.Module.parse(text)
-            ok = module.operation.verify()
-        except ir.MLIRError as e:
-            diags = "\n".join(f"  {d.location}: {d.message}" for d in e.error_diagnostics) or f"  {e}"
-            raise GraphError(f"the emitted StableHLO does not verify:\n{diags}") from None
-        if not ok:
-            raise GraphError("the emitted StableHLO does not verify")
-        return module
-
-
 __all__ = ["emit_module", "parse", "Program", "Emitter", "Val", "mlir_context", "tensor_type", "dense_text"]
-_ = ml_dtypes

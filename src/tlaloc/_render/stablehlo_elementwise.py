@@ -160,10 +160,6 @@ def _logical_not(em, node, x):
     return em.unary("stablehlo.not", em.value(x, BOOL, sh))
 
 
-def _sub_bool(em, a, b):
-    return em.binary("stablehlo.subtract", a, b)
-
-
 def _remainder(em, node, x, y):
     """NumPy's floored modulo: the result has the sign of the divisor."""
     dt, sh = out_aval(node)

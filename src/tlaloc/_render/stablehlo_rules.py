@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from .._core.primitive import REGISTRY
 from ..errors import NoRuleError
-from . import (stablehlo_control, stablehlo_elementwise, stablehlo_index, stablehlo_scan,
+from . import (stablehlo_control, stablehlo_elementwise, stablehlo_index, stablehlo_linalg, stablehlo_scan,
                stablehlo_structural)
 
 LOWERINGS: dict = {}
 for _table in (stablehlo_elementwise.LOWERINGS, stablehlo_structural.LOWERINGS,
-               stablehlo_index.LOWERINGS, stablehlo_scan.LOWERINGS, stablehlo_control.LOWERINGS):
+               stablehlo_index.LOWERINGS, stablehlo_scan.LOWERINGS, stablehlo_linalg.LOWERINGS,
+               stablehlo_control.LOWERINGS):
     LOWERINGS.update(_table)
 
 _SPECIALIZED = ("specialisation rewrites it to dot_general (tlaloc._core.specialize); "
@@ -32,9 +33,6 @@ REFUSED = {
     "matmul_t_rhs": _SPECIALIZED,
     "einsum": ("einsum with '...' or a repeated index in one operand (a diagonal) is not compiled; "
                "write the indices out, or take tnp.diagonal first"),
-    "solve": "LU factorisation is not in StableHLO (XLA reaches LAPACK through a custom call); not compiled yet",
-    "inv": "LU factorisation is not in StableHLO (XLA reaches LAPACK through a custom call); not compiled yet",
-    "slogdet": "LU factorisation is not in StableHLO (XLA reaches LAPACK through a custom call); not compiled yet",
     "prod_others_grad": "the second derivative of prod is a dense O(n^3) reference computation; not compiled",
     "arange": "specialisation folds arange with static bounds into a constant; run-time bounds are refused there",
     "threefry2x32": _RANDOM,

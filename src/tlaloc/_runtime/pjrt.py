@@ -148,11 +148,20 @@ def _putter(device):
 
 
 def device_put(x, platform: str = "cpu"):
-    """``x`` copied to the device as an array the program owns (donatable in place)."""
-    jax = _jax()
+    """``x`` copied into a device buffer the runtime owns (so it can be donated in place).
+
+    A plain transfer may alias the NumPy array's memory on CPU (zero copy); such
+    a buffer is not XLA's to overwrite, and donating it costs a copy.
+    """
+    _jax()
+    from jax._src import core
+    from jaxlib import _jax as xc
+    import jax
     dev = client(platform).local_devices()[0]
-    out = jax.device_put(np.array(x, copy=True), dev, may_alias=False)
-    out.block_until_ready()           # no transfer still holds the buffer: it can be donated in place
+    arr = np.array(x, copy=True)
+    out = xc.batched_device_put(core.ShapedArray(arr.shape, arr.dtype), jax.sharding.SingleDeviceSharding(dev),
+                                [arr], [dev], True, True, xc.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
+    out.block_until_ready()
     return out
 
 

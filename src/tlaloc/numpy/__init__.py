@@ -456,3 +456,8 @@ from ._diagonal import _diagonal_p  # noqa: E402
 from ._composite import (log2, log10, exp2, hypot, sinc, isnan, isinf, logical_xor, trunc,  # noqa: E402,F401
                          rad2deg, deg2rad, degrees, radians, split)
 from . import linalg  # noqa: E402,F401
+
+# Symbolic values (DXIR) get NumPy's operators and methods from this module.
+from .._core.builder import _install_operators as _install_value_operators  # noqa: E402
+
+_install_value_operators()
