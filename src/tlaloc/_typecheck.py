@@ -24,7 +24,6 @@ def _eval_expression(text: str, sizes: dict) -> int:
     return int(eval(compile(ast.parse(text, mode="eval"), "<dim>", "eval"), {"__builtins__": {}}, dict(sizes)))
 
 
-
 # -- annotations of a function -------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -66,18 +65,17 @@ def param_specs(fn) -> list:
     raw = getattr(fn, "__annotations__", None) or {}
     if code is not None and raw:
         names = code.co_varnames[:code.co_argcount]
-        env = dict(getattr(fn, "__globals__", {}))
-        if fn.__closure__:
-            for n, cell in zip(code.co_freevars, fn.__closure__):
-                try:
-                    env[n] = cell.cell_contents
-                except ValueError:
-                    pass
+        env = {}                                  # closure cells, read as locals
+        for n, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                env[n] = cell.cell_contents
+            except ValueError:
+                pass
         for i, pname in enumerate(names):
             ann = raw.get(pname)
             if isinstance(ann, str):
                 try:
-                    ann = eval(ann, env)
+                    ann = eval(ann, getattr(fn, "__globals__", {}), env)
                 except Exception:
                     continue
             tt = from_annotation(ann)
@@ -189,3 +187,24 @@ def _check_arg(fn, spec: ParamSpec, x, sizes: dict) -> list:
 def _arg_error(fn, spec: ParamSpec, msg: str) -> TypeAnnotationError:
     text = f"argument `{spec.name}` of `{getattr(fn, '__name__', fn)}`: {msg}"
     return TypeAnnotationError(text, *spec.where) if spec.where else TypeAnnotationError(text)
+
+
+def merge_annotations(fn, param_names, avals) -> list:
+    """``avals`` (e.g. concrete example avals from ``vmap``/``jit``) with the axis names
+    of ``fn``'s annotations attached where the rank agrees; unannotated ones unchanged.
+
+    For lowerings that pass explicit avals (so ``avals_from_annotations`` is not
+    consulted) and still want definition-time name checks. The sizes themselves
+    are checked by ``check_call``.
+    """
+    specs = {s.name: s.type for s in param_specs(_unwrap(fn))}
+    out = []
+    for name, aval in zip(param_names, avals):
+        tt = specs.get(name)
+        ann = tt.aval() if tt is not None else None
+        if ann is None or ann.names is None or aval is None or aval.shape is None \
+                or len(aval.shape) != len(ann.names):
+            out.append(aval)
+        else:
+            out.append(aval.with_(names=ann.names))
+    return out + list(avals[len(out):])

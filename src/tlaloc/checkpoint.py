@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 
 import numpy as np
 from safetensors.numpy import load as _st_load
@@ -35,7 +35,7 @@ _ROOTS = ("model", "opt_state")
 def _describe(value) -> str:
     """A stable text for a static field value (no memory addresses)."""
     if callable(value) and hasattr(value, "__qualname__"):
-        return f"{getattr(value, '__module__', '?')}.{value.__qualname__}"
+        return value.__qualname__
     if isinstance(value, np.dtype) or isinstance(value, type):
         return str(value)
     if isinstance(value, tuple):
@@ -54,7 +54,7 @@ def _walk(td, prefix, paths):
     if k == "dataclass":
         cls, names, static = td.aux
         labels = list(names)
-        head = f"{cls.__module__}.{cls.__qualname__}"
+        head = cls.__qualname__            # not the module: a script's __main__.Model is the same model
         extra = "".join(f", {n}={_describe(v)}" for n, v in static)
     elif k == "dict":
         labels = [str(key) for key in td.aux[1]]
@@ -109,7 +109,8 @@ def save_checkpoint(path, model, opt_state=None, *, step: int = 0, metadata: dic
 
 def _atomic_write(path: str, data: bytes) -> None:
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)   # the umask applies, as for open()
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -166,8 +167,7 @@ def load_checkpoint(path, like):
             continue
         leaves, td, paths, structure = _flatten(name, tree)
         if stored.get(name) != structure:
-            problems.append(f"{name}: the structure differs from `like`:\n    file: {stored.get(name)}\n"
-                            f"    like: {structure}")
+            problems.append(f"{name}: the structure differs from `like`:\n{_first_difference(stored.get(name), structure)}")
             continue
         new = []
         for p, leaf in zip(paths, leaves):
@@ -184,6 +184,14 @@ def load_checkpoint(path, like):
     if problems:
         raise ArgumentError(f"load_checkpoint({os.fspath(path)!r}): does not match `like`:\n  " + "\n  ".join(problems))
     return out[0], out[1], int(meta["tlaloc.step"])
+
+
+def _first_difference(a, b, context: int = 70) -> str:
+    a = str(a)
+    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    lo = max(0, k - context)
+    return (f"    file: {'...' if lo else ''}{a[lo:k + context]}\n"
+            f"    like: {'...' if lo else ''}{b[lo:k + context]}")
 
 
 def _metadata(raw: bytes, path) -> dict:

@@ -20,6 +20,8 @@ annotations are accepted too when jaxtyping is installed):
 =================  ============================================================
 
 Several dims may share one string (``F32["batch hidden"]``); ``F32[()]`` is a scalar.
+Linters read string dims as forward references (pyflakes/ruff F821, F722); as
+with jaxtyping, disable those two checks for annotated modules.
 
 When ``grad``/``jvp``/``jit``/``vmap`` lowers an annotated function, dtypes and
 axis names ride on the DXIR values (``tlaloc._frontend.names`` has the rule

@@ -54,21 +54,51 @@ def run_tlaloc(case, args, ct=None):
 
 # -- oracles --------------------------------------------------------------------------------
 
-def run_jax(case, args, ct=None, twin=None):
-    """The same derivative by JAX, from the case's twin (or ``twin``)."""
-    f = twin or case.twin
-    jargs = jax.tree_util.tree_map(jnp.asarray, args)
+def _jax_derivative(case, f):
+    """``(args, ct) -> result`` computing the case's derivative of ``f`` with JAX."""
     aux = case.mode.endswith("_aux")
-    if case.mode in ("grad", "grad_aux"):
-        out = jax.grad(f, argnums=case.argnums, has_aux=aux)(*jargs)
-    elif case.mode in ("value_and_grad", "value_and_grad_aux"):
-        out = jax.value_and_grad(f, argnums=case.argnums, has_aux=aux)(*jargs)
-    elif case.mode == "vjp":
-        val, fn = jax.vjp(f, *jargs)
-        out = (val, fn(jax.tree_util.tree_map(jnp.asarray, ct)))
+
+    def derivative(args, ct):
+        if case.mode in ("grad", "grad_aux"):
+            return jax.grad(f, argnums=case.argnums, has_aux=aux)(*args)
+        if case.mode in ("value_and_grad", "value_and_grad_aux"):
+            return jax.value_and_grad(f, argnums=case.argnums, has_aux=aux)(*args)
+        if case.mode == "vjp":
+            val, fn = jax.vjp(f, *args)
+            return val, fn(ct)
+        val, fn, aux_val = jax.vjp(f, *args, has_aux=True)
+        return val, fn(ct), aux_val
+    return derivative
+
+
+_JAX_NEEDS_EAGER = (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
+                    jax.errors.TracerIntegerConversionError, jax.errors.TracerArrayConversionError)
+_JAX_ORACLES: dict = {}
+
+
+def run_jax(case, args, ct=None, twin=None):
+    """The same derivative by JAX, from the case's twin (or ``twin``).
+
+    Compiled with ``jax.jit`` when the twin allows it (op-by-op JAX compiles every
+    primitive separately, which is slow); twins with Python control flow on values
+    run eagerly, where JAX's ``grad`` sees concrete values.
+    """
+    f = twin or case.twin
+    key = (case.name, case.mode, case.argnums, f)
+    derivative = _JAX_ORACLES.get(key)
+    jargs = jax.tree_util.tree_map(jnp.asarray, args)
+    jct = None if ct is None else jax.tree_util.tree_map(jnp.asarray, ct)
+    if derivative is None:
+        eager = _jax_derivative(case, f)
+        compiled = jax.jit(eager)
+        try:
+            out = compiled(jargs, jct)
+            _JAX_ORACLES[key] = compiled
+        except _JAX_NEEDS_EAGER:
+            _JAX_ORACLES[key] = eager
+            out = eager(jargs, jct)
     else:
-        val, fn, aux_val = jax.vjp(f, *jargs, has_aux=True)
-        out = (val, fn(jax.tree_util.tree_map(jnp.asarray, ct)), aux_val)
+        out = derivative(jargs, jct)
     return jax.tree_util.tree_map(np.asarray, out)
 
 

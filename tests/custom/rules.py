@@ -11,6 +11,7 @@ import numpy as np
 
 import tlaloc as tl
 import tlaloc.numpy as tnp
+from tlaloc.typing import F64
 
 jax.config.update("jax_enable_x64", True)
 
@@ -323,6 +324,27 @@ bad_fwd.defvjp(_bad_fwd_fwd, _bad_fwd_bwd)
 
 def uses_bad_fwd(x):
     return bad_fwd(x).sum()          # REFUSE: bad fwd
+
+
+@tl.custom_vjp
+def scale_rows(w, x):
+    return w * x
+
+
+def _scale_rows_fwd(w, x):
+    return w * x, (w, x)
+
+
+def _scale_rows_bwd(res, g):
+    w, x = res
+    return (x * g, w * g)            # w's cotangent keeps the batch axis: wrong shape
+
+
+scale_rows.defvjp(_scale_rows_fwd, _scale_rows_bwd)
+
+
+def uses_bad_shape(w: F64["n"], x: F64["batch", "n"]):
+    return scale_rows(w, x).sum()    # REFUSE: bad shape
 
 
 def stop_gradient_program(x):

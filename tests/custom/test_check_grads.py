@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 import tlaloc as tl
-import tlaloc.numpy as tnp
 
 from . import rules as R
 
@@ -78,7 +77,7 @@ def test_second_order_catches_a_rule_right_only_at_first_order():
 
 
 def _wrong_jvp(primals, tangents):
-    (x, a), (tx, ta) = primals, tangents
+    (x, a), (tx, _ta) = primals, tangents
     y = np.exp(a * x)
     return y, y * a * tx                       # forgets the tangent of a
 

@@ -8,7 +8,6 @@ import inspect
 import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -223,6 +222,7 @@ def _marker(marker):
 @pytest.mark.parametrize("fn,marker,words", [
     (R.uses_no_rule, "no rule", ["no_rule", "defvjp"]),
     (R.uses_bad_fwd, "bad fwd", ["fwd rule of `bad_fwd`", "(out, residuals)"]),
+    (R.uses_bad_shape, "bad shape", ["bwd rule of `scale_rows`", "F64[batch, n]", "F64[n]"]),
 ])
 def test_malformed_rules_refused_at_the_call(fn, marker, words):
     with pytest.raises(tl.FenceError) as info:

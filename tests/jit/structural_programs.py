@@ -39,3 +39,10 @@ def int_math(n, m):
 
 def arg_reductions(x):
     return x.argmax(axis=1), x.argmin(), np.argmax(x[::-1])
+
+
+def lu_family(a, b):
+    m = a @ a.T + np.eye(3)
+    x = np.linalg.solve(m, b)
+    sign, logdet = np.linalg.slogdet(m)
+    return (x * x).sum() + logdet * sign + np.linalg.inv(m).sum()

@@ -15,6 +15,7 @@ TABLE = [
     ("shapes", S.shapes, (R.normal(size=(3, 4)),), 0),
     ("contractions", S.contractions, (R.normal(size=(3, 4)), R.normal(size=(4, 5))), (0, 1)),
     ("linalg", S.linalg, (R.normal(size=(3, 3)), R.normal(size=3)), 0),
+    ("lu_family", S.lu_family, (R.normal(size=(3, 3)), R.normal(size=(3, 2))), (0, 1)),
     ("elementwise_misc", S.elementwise_misc, (R.normal(size=7), R.normal(size=7)), None),
     ("int_math", S.int_math, (np.arange(-5, 6), np.arange(11) - 3), None),
     ("arg_reductions", S.arg_reductions, (R.normal(size=(3, 4)),), None),

@@ -6,7 +6,7 @@ ALPHABET_MERGES = ["Ġ t", "h e", "Ġt he", "Ġ a", "i n"]
 
 def byte_alphabet():
     """GPT-2's bytes -> printable characters table (the byte-level BPE alphabet)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     cs = bs[:]
     n = 0
     for b in range(256):

@@ -6,13 +6,13 @@ import os
 import numpy as np
 import pytest
 
-from tests.models.conftest import require, torch_threads
+from .helpers import require, torch_threads
 
 require("torch", "transformers")
 
 import tlaloc.models as tm  # noqa: E402
 from tlaloc.serving.generate import generate  # noqa: E402
-from tests.models.tiny import CASES, NEW_TOKENS, PROMPTS, hf_greedy, make_tiny  # noqa: E402
+from .tiny import CASES, NEW_TOKENS, PROMPTS, hf_greedy, make_tiny  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +55,13 @@ def test_greedy_ids_equal_transformers(name, tiny, oracle):
     assert _greedy(model) == oracle(name)
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen3_tied", "mistral_window6"])
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_negative_control_one_perturbed_weight_changes_ids(name, tiny, oracle):
     _, folder = tiny(name)
     model = tm.load(folder)
     layer = dict(model.weights["layers"][1])
-    layer["w_down"] = layer["w_down"] + np.random.default_rng(0).normal(0, 0.5, layer["w_down"].shape).astype(np.float32)
+    noise = np.random.default_rng(0).normal(0, 0.5, layer["w_down"].shape).astype(np.float32)
+    layer["w_down"] = layer["w_down"] + noise                                  # one tensor of layer 1 perturbed
     weights = {**model.weights, "layers": (model.weights["layers"][0], layer)}
     perturbed = tm.Model(model.config, weights, None, folder)
     assert _greedy(perturbed) != oracle(name)

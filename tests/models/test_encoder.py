@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tests.models.conftest import package_dir, require, torch_threads
+from .helpers import package_dir, require, torch_threads
 
 require("torch", "transformers")
 

@@ -4,7 +4,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.models.conftest import package_dir, require, torch_threads
+from .helpers import package_dir, require, torch_threads
 
 require("gguf")
 
@@ -59,7 +59,7 @@ def test_dequantize_matches_block_layout(qtype, tmp_path):
 
 
 def test_unpermute_inverts_llamacpp_permute():
-    from tests.models.gguf_writer import llamacpp_permute
+    from .gguf_writer import llamacpp_permute
     w = np.arange(8 * 16 * 3, dtype=np.float32).reshape(8 * 16, 3)          # 8 heads of dim 16
     for heads in (8, 2):
         assert not np.array_equal(llamacpp_permute(w, heads), w)
@@ -70,8 +70,8 @@ def test_unpermute_inverts_llamacpp_permute():
 def tiny_gguf(tmp_path_factory):
     """(folder, {qtype: gguf file}, torch model): a seeded Llama written as Q8_0 and Q4_0 GGUFs."""
     require("torch", "transformers")
-    from tests.models.gguf_writer import tiny_vocab, write_llama_gguf
-    from tests.models.tiny import make_tiny
+    from .gguf_writer import tiny_vocab, write_llama_gguf
+    from .tiny import make_tiny
     folder = tmp_path_factory.mktemp("gguf")
     with torch_threads(1):
         hf = make_tiny("llama", {"vocab_size": len(tiny_vocab()[0])}, str(folder / "hf"))
@@ -83,7 +83,7 @@ def tiny_gguf(tmp_path_factory):
 def test_tiny_llama_gguf_greedy_ids_equal_transformers(qtype, tiny_gguf):
     import torch
     import transformers
-    from tests.models.tiny import PROMPTS, hf_greedy
+    from .tiny import PROMPTS, hf_greedy
     folder, files, _ = tiny_gguf
     with torch_threads(1):
         ref = transformers.AutoModelForCausalLM.from_pretrained(
@@ -104,7 +104,7 @@ def test_gguf_tokenizer_matches_transformers(tiny_gguf):
 
 
 def test_unknown_gguf_tensor_is_named(tiny_gguf, tmp_path):
-    from tests.models.gguf_writer import write_llama_gguf
+    from .gguf_writer import write_llama_gguf
     _, _, hf = tiny_gguf
     path = write_llama_gguf(tmp_path / "extra.gguf", hf, "Q8_0", extra_tensor="blk.0.attn_sinks.weight")
     with pytest.raises(tm.CheckpointError, match=r"unexpected keys \(1\): <gguf>blk\.0\.attn_sinks\.weight"):
@@ -136,7 +136,7 @@ def smol():
 
 @pytest.mark.slow
 def test_smollm2_gguf_greedy_ids_equal_transformers(smol):
-    from tests.models.tiny import hf_greedy
+    from .tiny import hf_greedy
     model, ref, ref_tok = smol
     chat = model.tokenizer.apply_chat_template(SMOL_CHAT)
     assert chat == ref_tok.apply_chat_template(SMOL_CHAT, tokenize=False, add_generation_prompt=True)

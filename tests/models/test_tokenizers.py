@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from tests.models.conftest import require
+from .helpers import require
 
 require("transformers", "tokenizers", "jinja2")
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tlaloc as tl
-from tlaloc.typing import F32, F64, NamedArray, TensorType, type_str
+from tlaloc.typing import F64, NamedArray, TensorType, type_str
 
 import typed_programs as P
 
@@ -121,3 +121,13 @@ def test_jaxtyping_annotations_are_read_like_ours():
     tl.grad(jt_any_float)(np.ones(3, np.float32), np.ones(3, np.float32))
     with pytest.raises(tl.TypeAnnotationError, match="argument `x`"):
         tl.grad(jt_any_float)(np.ones(3, np.int64), np.ones(3))
+
+
+def test_annotation_names_merge_into_explicit_avals():
+    # for lowerings that pass concrete avals (vmap, jit): names still attach
+    from tlaloc._core.aval import of
+    from tlaloc._typecheck import merge_annotations
+    avals = merge_annotations(P.layer, ["x", "w", "b"], [of(np.ones((2, 3))), of(np.ones((3, 4))), of(np.ones(4))])
+    assert [type_str(a) for a in avals] == ["F64[batch, hidden]", "F64[hidden, out]", "F64[out]"]
+    assert avals[0].shape == (2, 3)
+    assert merge_annotations(P.layer, ["x"], [of(np.ones(3))])[0].names is None     # rank differs: untouched

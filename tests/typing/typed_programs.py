@@ -2,7 +2,6 @@
 import numpy as np
 
 import tlaloc as tl
-import tlaloc.numpy as tnp
 from tlaloc.typing import F32, F64, I64
 
 

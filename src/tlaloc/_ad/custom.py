@@ -354,6 +354,8 @@ def _lower_rules(obj, trees, avals, error):
                              name=f"{name}_bwd")
         graphs["fwd"] = fwd
         graphs["bwd"], graphs["bwd_mask"] = _check_bwd(bwd, trees, name, error)
+        _check_cotangent_shapes(bwd.graph.outputs, [v for v, m in zip(avals, graphs["bwd_mask"]) if m],
+                                name, error)
     if obj.jvp is not None:
         tup = _pytree.TreeDef("tuple", None, tuple(trees))
         jvp = lower_function(obj.jvp, arg_trees=[tup, tup], arg_avals=list(avals) + list(avals),
@@ -383,6 +385,19 @@ def _check_bwd(bwd, trees, name, error):
                         f"the argument has {want!r}")
         mask += [c.kind != "none"] * want.num_leaves
     return bwd, tuple(mask)
+
+
+def _check_cotangent_shapes(outs, arg_avals, name, error):
+    """Where both shapes are known, a cotangent must have its argument's shape (as JAX requires)."""
+    for k, (o, a) in enumerate(zip(outs, arg_avals)):
+        got, want = o.aval.shape, a.shape
+        if got is None or want is None:
+            continue
+        if len(got) != len(want) or any(type(g) is int and type(w) is int and g != w for g, w in zip(got, want)):
+            from ..typing import type_str
+            raise error(f"the bwd rule of `{name}` returns a cotangent of type {type_str(o.aval)} for an "
+                        f"argument of type {type_str(a)}; each cotangent must have its argument's shape "
+                        f"(sum over broadcast axes in bwd)")
 
 
 # -- public constructors ----------------------------------------------------------------------------

@@ -131,6 +131,8 @@ class _VmapTransform(Transformed):
                 if low is None:
                     raise ArgumentError(f"vmap: `{inner.name}` ({inner.kind}) cannot be batched; "
                                         f"batch the function it transforms instead")
+            elif getattr(self.fn, "__tlaloc_lower__", None) is not None:      # e.g. a tl.custom_vjp function
+                low = self.fn.__tlaloc_lower__(list(trees), list(ex_avals))
             else:
                 low = lower_function(self.fn, arg_trees=list(trees), arg_avals=list(ex_avals))
             self._lowerings[key] = low

@@ -49,16 +49,28 @@ def undef_literal() -> Literal:
 
 
 def join_aval(a: AbstractValue, b: AbstractValue) -> AbstractValue:
-    """The most precise aval that covers both ``a`` and ``b``."""
-    if a == b:
+    """The most precise aval that covers both ``a`` and ``b``.
+
+    (dtypes are compared with explicit ``None`` checks: NumPy's ``dtype == None``
+    is True for float64.)"""
+    if a == b and (a.dtype is None) == (b.dtype is None):
         return a
-    dtype = a.dtype if a.dtype == b.dtype else (a.dtype if b.weak else b.dtype if a.weak else None)
+    if a.dtype is None or b.dtype is None:
+        dtype = None
+    elif a.dtype == b.dtype:
+        dtype = a.dtype
+    elif a.weak:
+        dtype = b.dtype
+    elif b.weak:
+        dtype = a.dtype
+    else:
+        dtype = None
     if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
         shape = None
     else:
         shape = tuple(x if x == y else None for x, y in zip(a.shape, b.shape))
     names = a.names if a.names == b.names else None
-    return AbstractValue(dtype, shape, names)
+    return AbstractValue(dtype, shape, names, weak=a.weak and b.weak)
 
 
 def _scalar_pred(pred, what):

@@ -90,13 +90,18 @@ def split(graph: Graph, n_fwd_inputs: int, n_fwd_outputs: int, recompute_grad_no
     """
     bar_in = {v.id for v in graph.inputs[n_fwd_inputs:]}
     late = set(bar_in)
-    primal_out = {o.id for o in graph.outputs[:n_fwd_outputs] if isinstance(o, Var)}
+    # nodes the primal outputs need stay in the forward part whatever their role
+    # (under nesting, an inner backward sweep is primal code for the outer one)
+    needed = {o.id for o in graph.outputs[:n_fwd_outputs] if isinstance(o, Var)}
+    for node in reversed(graph.nodes):
+        if any(o.id in needed for o in node.outputs):
+            needed.update(a.id for a in node.inputs if isinstance(a, Var))
     fwd_nodes, bwd_nodes = [], []
     for node in graph.nodes:
         # nodes of the backward sweep run there (recomputed from primal residuals)
-        # unless a primal output needs them
+        # unless the primal outputs need them
         grad_side = recompute_grad_nodes and _is_grad_node(node) and not any(
-            o.id in primal_out for o in node.outputs)
+            o.id in needed for o in node.outputs)
         if grad_side or any(isinstance(a, Var) and a.id in late for a in node.inputs):
             bwd_nodes.append(node)
             late.update(o.id for o in node.outputs)

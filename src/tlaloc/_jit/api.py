@@ -10,6 +10,14 @@ through DXIR → specialisation → StableHLO → XLA (PJRT).
 One compile per signature: argument structure, shapes and dtypes, and the
 values of ``static_argnums``; set ``TLALOC_LOG_COMPILES=1`` to log each compile
 with its reason (new shape / new dtype / new static value).
+
+The pipeline, and where later stages plug in:
+
+    graph (DXIR, definition time)
+      → specialize(graph, avals)                  tlaloc._core.specialize
+      → [recognize + coarsen: DXIR → DXIR]        (a pass on the specialised graph)
+      → emit_module(graph, donate=...)            tlaloc._render.stablehlo  [+ sdy shardings]
+      → Executable(program, platform)             tlaloc._runtime.pjrt      [IREE: a sibling runtime]
 """
 from __future__ import annotations
 

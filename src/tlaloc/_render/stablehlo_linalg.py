@@ -52,7 +52,7 @@ def _lu_solve_state(em, a, b):
             rj, rp = _row(em, x, mj), _row(em, x, mp)
             swapped.append(em.select(mj, rp, em.select(mp, rj, x)))
         m2, r2 = swapped
-        pivot_row = _row(em, m2, _rows_equal(em, m2.shape, j, []))                   # (..., n)
+        pivot_row = _row_vec(em, m2, _rows_equal(em, m2.shape, j, []))               # (..., n)
         piv = reduce(em, em.select(em.compare("EQ", vec, jv), pivot_row, em.const(0, m.dtype, vec.shape)),
                      [nb], "stablehlo.add", 0)
         factor = em.binary("stablehlo.divide", _column(em, m2, cols, j),
@@ -82,11 +82,16 @@ def _rows_equal(em, shape, idx, dims):
     return em.compare("EQ", _iota(em, shape, nb), em.broadcast(idx, shape, dims))
 
 
+def _row_vec(em, x, mask):
+    """The row the mask selects (shape ``(..., k)``)."""
+    nb = len(x.shape) - 2
+    return reduce(em, em.select(mask, x, em.const(0, x.dtype, x.shape)), [nb], "stablehlo.add", 0)
+
+
 def _row(em, x, mask):
     """The row the mask selects, broadcast back over the rows (shape of ``x``)."""
     nb = len(x.shape) - 2
-    r = reduce(em, em.select(mask, x, em.const(0, x.dtype, x.shape)), [nb], "stablehlo.add", 0)
-    return em.broadcast(r, x.shape, list(range(nb)) + [nb + 1])
+    return em.broadcast(_row_vec(em, x, mask), x.shape, list(range(nb)) + [nb + 1])
 
 
 def _upper_solve(em, u, b):

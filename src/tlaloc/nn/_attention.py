@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -161,7 +161,8 @@ class TransformerBlock(Module):
       mlp: ``'gelu'`` (MLP C → hidden → C, tanh GELU) or ``'swiglu'`` (Llama's).
       mlp_hidden: hidden width (default 4·C for gelu, 8·C/3 rounded up to a multiple of 8 for swiglu).
       norm: ``'layernorm'`` or ``'rmsnorm'``; ``norm_eps`` its eps (default 1e-5).
-      bias: biases in attention and MLP projections.
+      bias: biases in the attention and MLP projections and in LayerNorm (nanoGPT's
+        ``bias`` switch; off by default).
       dropout: probability on both residual branches (used when called with a key).
 
     Call: ``x (B, T, C) -> (B, T, C)``; ``key=`` enables dropout, ``inference=True`` disables it.

@@ -1,0 +1,190 @@
+"""Inference-only primitives of the serving programs: a paged KV cache and a sort for samplers.
+
+=====================  =======================================================================
+primitive              meaning
+=====================  =======================================================================
+``kv_cache_write``     ``cache (P, BS, K, E)``, ``new (N, K, E)``, ``slot_mapping (N,)`` int:
+                       row ``n`` of ``new`` goes to page ``s // BS``, offset ``s % BS`` of
+                       ``cache`` where ``s = slot_mapping[n]``; ``s < 0`` (padding) writes
+                       nothing. Returns the updated cache (the pool is donated, so XLA
+                       updates it in place).
+``paged_attention``    ``q (B, T, H, E)`` against the keys and values of each row's pages:
+                       key ``j`` of row ``b`` is ``k_cache[block_tables[b, j // BS], j % BS]``;
+                       query ``t`` (at ``positions[b, t]``) sees key ``j`` when
+                       ``j < seq_lens[b]``, ``j <= positions[b, t]`` and, with a sliding
+                       window ``W``, ``positions[b, t] - W < j``. Grouped kv heads
+                       (query head ``h`` reads kv head ``h // (H // K)``). -> ``(B, T, H, E)``
+                       float32, whatever the pool's dtype.
+``sort_descending``    ``x (..., n)`` -> ``(values, indices int32)`` sorted largest first along
+                       the last axis; ties keep the lower index first (stable).
+=====================  =======================================================================
+
+All three are declared ``inference_only``: the reverse and forward transforms refuse
+them by name, and they have no batching rule, so ``vmap`` refuses them by name too.
+Their NumPy implementations are the reference the compiled programs are tested
+against; ``paged_attention``'s is written with ``tlaloc.numpy``, so the same function
+is its StableHLO lowering (``tlaloc._render.stablehlo_serving`` traces it).
+
+Page 0 of a pool is scratch by convention: a padding row's block table points there,
+and nothing is ever written to it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import numpy as tnp
+from .._core.primitive import Primitive
+from ..errors import ShapeError
+
+_F32_MIN = np.float32(np.finfo(np.float32).min)
+
+
+def _rank(aval, want: int, op: str, name: str):
+    if aval.shape is not None and len(aval.shape) != want:
+        raise ShapeError(f"{op}: {name} must have rank {want}, got shape {tuple(aval.shape)}")
+
+
+def _same(op: str, what: str, a, b) -> None:
+    if type(a) is int and type(b) is int and a != b:
+        raise ShapeError(f"{op}: {what} disagree ({a} vs {b})")
+
+
+# -- kv_cache_write -------------------------------------------------------------------------
+
+def _write_impl(cache, new, slot_mapping):
+    cache = np.asarray(cache)
+    out = np.array(cache, copy=True)                                     # (P, BS, K, E)
+    P, BS = cache.shape[:2]
+    flat = out.reshape((P * BS,) + cache.shape[2:])                     # (P*BS, K, E), a view of out
+    slots = np.asarray(slot_mapping).reshape(-1)                        # (N,)
+    keep = (slots >= 0) & (slots < P * BS)
+    flat[slots[keep]] = np.asarray(new).reshape((-1,) + cache.shape[2:])[keep].astype(cache.dtype)
+    return out
+
+
+def _write_shape(cache, new, slot_mapping):
+    op = "kv_cache_write"
+    _rank(cache, 4, op, "cache (pages, block_size, kv_heads, head_dim)")
+    _rank(new, 3, op, "new (tokens, kv_heads, head_dim)")
+    _rank(slot_mapping, 1, op, "slot_mapping (tokens,)")
+    if cache.shape is not None and new.shape is not None:
+        _same(op, "cache and new kv_heads", cache.shape[2], new.shape[1])
+        _same(op, "cache and new head_dim", cache.shape[3], new.shape[2])
+    if new.shape is not None and slot_mapping.shape is not None:
+        _same(op, "new tokens and slot_mapping length", new.shape[0], slot_mapping.shape[0])
+    return cache.shape
+
+
+kv_cache_write_p = Primitive("kv_cache_write", impl=_write_impl, shape_rule=_write_shape,
+                             dtype_rule=lambda cache, new, slot_mapping: cache.dtype,
+                             hlo="stablehlo.scatter", render="serving.kv_cache_write",
+                             nondiff_argnums=(2,), inference_only=True)
+
+
+def kv_cache_write(cache, new, slot_mapping):
+    """``cache`` (P, BS, K, E) with ``new`` (N, K, E) stored at ``slot_mapping`` (N,); -1 skips."""
+    return kv_cache_write_p.bind(cache, new, slot_mapping)
+
+
+# -- paged_attention ------------------------------------------------------------------------
+
+def paged_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, positions, *,
+                              window=None, scale=None):
+    """The definition of ``paged_attention``, in ``tlaloc.numpy`` (runs eagerly or traced).
+
+    q (B, T, H, E); k_cache, v_cache (P, BS, K, E); block_tables (B, M) int; seq_lens (B,)
+    int; positions (B, T) int -> (B, T, H, E) float32.
+    """
+    B, T, H, E = q.shape
+    BS, K = k_cache.shape[1], k_cache.shape[2]
+    M = block_tables.shape[1]
+    S, G = M * BS, H // K
+    scale = float(E) ** -0.5 if scale is None else float(scale)
+    keys = tnp.reshape(tnp.take(k_cache, block_tables, axis=0), (B, S, K, E))     # (B, S, K, E)
+    values = tnp.reshape(tnp.take(v_cache, block_tables, axis=0), (B, S, K, E))   # (B, S, K, E)
+    keys, values = tnp.astype(keys, tnp.float32), tnp.astype(values, tnp.float32)
+    qg = tnp.transpose(tnp.reshape(tnp.astype(q, tnp.float32), (B, T, K, G, E)), (0, 2, 3, 1, 4))  # (B, K, G, T, E)
+    kt = tnp.transpose(keys, (0, 2, 3, 1))[:, :, None]                            # (B, K, 1, E, S)
+    vt = tnp.transpose(values, (0, 2, 1, 3))[:, :, None]                          # (B, K, 1, S, E)
+    scores = tnp.matmul(qg, kt) * np.float32(scale)                               # (B, K, G, T, S)
+    k_pos = np.arange(S, dtype=np.int32)[None, None, :]                           # (1, 1, S)
+    q_pos = tnp.astype(positions, tnp.int32)[:, :, None]                          # (B, T, 1)
+    lens = tnp.astype(seq_lens, tnp.int32)[:, None, None]                         # (B, 1, 1)
+    allowed = tnp.logical_and(tnp.less_equal(k_pos, q_pos), tnp.less(k_pos, lens))   # (B, T, S)
+    if window is not None:
+        allowed = tnp.logical_and(allowed, tnp.greater(k_pos, q_pos - int(window)))
+    scores = tnp.where(allowed[:, None, None], scores, _F32_MIN)                  # (B, K, G, T, S)
+    probs = tnp.softmax(scores, axis=-1)                                          # (B, K, G, T, S)
+    out = tnp.matmul(probs, vt)                                                   # (B, K, G, T, E)
+    return tnp.reshape(tnp.transpose(out, (0, 3, 1, 2, 4)), (B, T, H, E))         # (B, T, H, E)
+
+
+def _attention_impl(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window, scale):
+    out = paged_attention_reference(np.asarray(q), np.asarray(k_cache), np.asarray(v_cache),
+                                    np.asarray(block_tables), np.asarray(seq_lens), np.asarray(positions),
+                                    window=window, scale=scale)
+    return np.asarray(out, np.float32)
+
+
+def _attention_shape(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window, scale):
+    op = "paged_attention"
+    _rank(q, 4, op, "q (batch, tokens, heads, head_dim)")
+    _rank(k_cache, 4, op, "k_cache (pages, block_size, kv_heads, head_dim)")
+    _rank(v_cache, 4, op, "v_cache (pages, block_size, kv_heads, head_dim)")
+    _rank(block_tables, 2, op, "block_tables (batch, max_pages)")
+    _rank(seq_lens, 1, op, "seq_lens (batch,)")
+    _rank(positions, 2, op, "positions (batch, tokens)")
+    if k_cache.shape is not None and v_cache.shape is not None:
+        for a, b in zip(k_cache.shape, v_cache.shape):
+            _same(op, "k_cache and v_cache shapes", a, b)
+    if q.shape is not None and k_cache.shape is not None:
+        _same(op, "q and k_cache head_dim", q.shape[3], k_cache.shape[3])
+        H, K = q.shape[2], k_cache.shape[2]
+        if type(H) is int and type(K) is int and H % K:
+            raise ShapeError(f"{op}: {H} query heads do not split into groups over {K} kv heads")
+    if q.shape is not None:
+        for name, a in (("block_tables", block_tables), ("seq_lens", seq_lens), ("positions", positions)):
+            if a.shape is not None:
+                _same(op, f"q batch and {name} batch", q.shape[0], a.shape[0])
+        if positions.shape is not None:
+            _same(op, "q tokens and positions tokens", q.shape[1], positions.shape[1])
+    return q.shape
+
+
+paged_attention_p = Primitive("paged_attention", impl=_attention_impl, shape_rule=_attention_shape,
+                              dtype_rule=lambda *avals, **params: np.dtype(np.float32),
+                              render="serving.paged_attention", nondiff_argnums=(3, 4, 5),
+                              inference_only=True)
+
+
+def paged_attention(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window=None, scale=None):
+    """Attention of ``q`` (B, T, H, E) over paged keys and values; see the module docstring."""
+    return paged_attention_p.bind(q, k_cache, v_cache, block_tables, seq_lens, positions,
+                                  window=None if window is None else int(window),
+                                  scale=None if scale is None else float(scale))
+
+
+# -- sort_descending ------------------------------------------------------------------------
+
+def _sort_impl(x):
+    x = np.asarray(x)
+    order = np.argsort(-x, axis=-1, kind="stable")                      # (..., n) largest first
+    return np.take_along_axis(x, order, axis=-1), order.astype(np.int32)
+
+
+sort_descending_p = Primitive("sort_descending", impl=_sort_impl,
+                              shape_rule=lambda x: (x.shape, x.shape),
+                              dtype_rule=lambda x: (x.dtype, np.dtype(np.int32)),
+                              hlo="stablehlo.sort", render="serving.sort_descending",
+                              multiple_results=True, inference_only=True)
+
+
+def sort_descending(x):
+    """``(values, indices)`` of ``x`` (..., n) sorted largest first along the last axis (stable)."""
+    return tuple(sort_descending_p.bind(x))
+
+
+PRIMITIVES = (kv_cache_write_p, paged_attention_p, sort_descending_p)
+
+__all__ = ["kv_cache_write", "paged_attention", "paged_attention_reference", "sort_descending",
+           "kv_cache_write_p", "paged_attention_p", "sort_descending_p", "PRIMITIVES"]

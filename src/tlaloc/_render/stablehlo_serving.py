@@ -1,0 +1,91 @@
+"""StableHLO lowerings of the serving primitives (``tlaloc._prims.serving``).
+
+* ``kv_cache_write``: one ``stablehlo.scatter`` of token rows into the pool viewed as
+  ``(P*BS, K, E)``; a negative slot is moved out of range, which XLA's scatter skips
+  (the same contract JAX's ``mode="drop"`` relies on), so padding writes nothing.
+* ``sort_descending``: ``stablehlo.sort`` of (values, iota) on the last axis with a
+  ``GT`` comparator, stable, so ties keep the lower index first.
+* ``paged_attention``: its definition (``paged_attention_reference``, written with
+  ``tlaloc.numpy``) is traced at the node's concrete types, specialised, and emitted
+  in place: the lowering *is* the reference, as JAX's ``lower_fun`` does.
+
+Importing this module adds the three rules to ``stablehlo_rules.LOWERINGS`` and
+installs them, so the lowering table stays complete (``unlowered() == []``) once the
+primitives are declared.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._core.aval import AbstractValue
+from .._core.graph import Literal
+from .._prims import serving as _sp
+from . import stablehlo_rules
+from .stablehlo import I64, i64s, ints, out_aval
+
+I32 = np.dtype(np.int32)
+
+
+def _kv_cache_write(em, node, cache, new, slots):
+    dt, sh = out_aval(node)
+    P, BS, K, E = sh
+    c = em.reshape(em.value(cache), (P * BS, K, E))                           # (P*BS, K, E)
+    n = int(node.inputs[1].aval.shape[0])
+    upd = em.value(new, dt)                                                   # (N, K, E) in the pool dtype
+    s = em.value(slots, I64)                                                  # (N,)
+    oob = em.const(P * BS, I64, (n,))
+    s = em.select(em.compare("LT", s, em.const(0, I64, (n,))), oob, s)        # padding -> out of range
+    idx = em.reshape(s, (n, 1))                                               # (N, 1)
+    dims = ("#stablehlo.scatter<update_window_dims = [1, 2], inserted_window_dims = [0], "
+            "scatter_dims_to_operand_dims = [0], index_vector_dim = 1>")
+    with em.region([(dt, ()), (dt, ())]) as ((_, b), body):
+        em.ret([b])                                                           # overwrite
+    out = em.op("stablehlo.scatter", [c, idx, upd], (dt, (P * BS, K, E)),
+                attrs={"scatter_dimension_numbers": dims, "indices_are_sorted": "false",
+                       "unique_indices": "false"}, regions=[body])
+    return em.reshape(out, sh)
+
+
+def _sort_descending(em, node, x):
+    (dt, sh), (it, _) = out_aval(node, 0), out_aval(node, 1)
+    v = em.value(x, dt)
+    axis = len(sh) - 1
+    idx = em.op("stablehlo.iota", [], (it, sh), attrs={"iota_dimension": f"{axis} : i64"})
+    with em.region([(dt, ()), (dt, ()), (it, ()), (it, ())]) as ((a, b, _ai, _bi), body):
+        em.ret([em.compare("GT", a, b)])
+    outs = em.op("stablehlo.sort", [v, idx], [(dt, sh), (it, sh)],
+                 attrs={"dimension": f"{axis} : i64", "is_stable": "true"}, regions=[body])
+    return list(outs)
+
+
+def lower_by_reference(fn):
+    """A lowering rule that traces ``fn(*inputs, **params)`` (tlaloc.numpy code) at the
+    node's concrete input types, specialises it and emits it inline."""
+    def rule(em, node, *ins):
+        from .._core.builder import Builder
+        from .._core.specialize import specialize
+        avals = [AbstractValue(np.dtype(v.aval.dtype), tuple(int(d) for d in v.aval.shape)) for v in node.inputs]
+        vals = [em.value(x) for x in ins]
+        b = Builder(name=node.prim.name)
+        with b.active():
+            args = [b.new_input(a) for a in avals]
+            out = fn(*args, **dict(node.params))
+            graph = b.finish(list(out) if node.prim.multiple_results else [out])
+        graph = specialize(graph, avals)
+        outs = em.lower_graph(graph, vals)
+        outs = [em.value(o, o.aval.dtype, tuple(o.aval.shape)) if isinstance(o, Literal) else o for o in outs]
+        return outs if node.prim.multiple_results else outs[0]
+    rule.reference = fn
+    return rule
+
+
+LOWERINGS = {
+    "kv_cache_write": _kv_cache_write,
+    "sort_descending": _sort_descending,
+    "paged_attention": lower_by_reference(_sp.paged_attention_reference),
+}
+
+stablehlo_rules.LOWERINGS.update(LOWERINGS)
+stablehlo_rules.install()
+
+__all__ = ["LOWERINGS", "lower_by_reference"]
