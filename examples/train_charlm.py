@@ -107,7 +107,7 @@ def last_logits(model, ids):
 def sample(model, stoi, itos, prompt, n, block, backend, temperature=0.8, seed=0):
     """Generate ``n`` characters after ``prompt``, each from the last ``block`` characters
     (eager NumPy while the context is short; one compiled program for full windows)."""
-    model = tl._pytree.tree_map(np.asarray, model)
+    model = nn.to_numpy(model)                                        # host arrays for the eager calls
     full = tl.jit(last_logits) if backend == "xla" else last_logits
     rng = np.random.default_rng(seed)
     ids = [stoi.get(c, stoi.get("?", 0)) for c in prompt]

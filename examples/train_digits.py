@@ -102,12 +102,8 @@ def make_trainer(model, opt, loss_fn, example_batch, backend, clip=1.0):
     return interpreted_step
 
 
-def to_numpy(tree):
-    return tl._pytree.tree_map(np.asarray, tree)
-
-
 def accuracy(model, x, y, prep):
-    logits = np.asarray(to_numpy(model)(prep(x)))                    # eager NumPy forward
+    logits = np.asarray(nn.to_numpy(model)(prep(x)))                 # eager NumPy forward
     return float((logits.argmax(-1) == y).mean())
 
 

@@ -1,8 +1,15 @@
 """The ``tlaloc`` command.
 
+    tlaloc export MODEL OUT_DIR [--batch 1,2,4,8] [--context 64,256,1024] [--block-size 16]
+                                [--dtype f32|bf16] [--weights int8]
+    tlaloc generate ARTIFACT --prompt "..." [--max-new-tokens 64] [--chat] [--temperature 0] [--seed S]
+    tlaloc embed ARTIFACT --text "..." [--text "..."]
+    tlaloc serve ARTIFACT [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+    tlaloc export-triton ARTIFACT REPO_DIR [--model-name NAME] [--streaming] [--copy|--link]
     tlaloc bench [--quick] [--clock cpu] [--threads 1] [--only eager jit ...]
 
-``bench`` runs ``benchmarks/run_all.py`` of the tlaloc checkout this package
+The serving commands import their modules only when run, so ``tlaloc --help`` stays
+fast. ``bench`` runs ``benchmarks/run_all.py`` of the tlaloc checkout this package
 is installed from (or the one in the current directory) in a fresh Python
 process, and passes its exit code on. Other commands (``serve``) are added by
 their own issues, one function per command below.
@@ -59,6 +66,144 @@ def bench(quick: bool = typer.Option(False, "--quick", help="small sizes, few re
     if only:
         cmd += ["--only", *only]
     raise typer.Exit(subprocess.call(cmd, env=dict(os.environ)))
+
+
+def _fail(message: str, code: int = 2):
+    typer.echo(f"tlaloc: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _load(artifact: str):
+    from tlaloc.serving._load import load_engine
+    try:
+        return load_engine(artifact)
+    except (RuntimeError, OSError, ValueError) as exc:
+        _fail(f"cannot load {artifact}: {exc}")
+
+
+@app.command()
+def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gguf file"),
+           out_dir: str = typer.Argument(..., help="the artifact directory to create"),
+           batch: str = typer.Option("1,2,4,8", help="batch-size ladder"),
+           context: str = typer.Option("64,256,1024", help="context-length ladder (multiples of --block-size)"),
+           block_size: int = typer.Option(16, help="token slots per KV page"),
+           dtype: str = typer.Option("f32", help="f32 or bf16: weights and KV pools as stored"),
+           weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights"),
+           name: Optional[str] = typer.Option(None, help="the model name the artifact reports"),
+           overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT_DIR if it exists")) -> None:
+    """Export a model to a serving artifact (StableHLO programs, weights, tokenizer, manifest)."""
+    try:
+        from tlaloc.serving.export import export as export_artifact
+    except ImportError as exc:
+        _fail(f"export is not available in this build: {exc}")
+    from tlaloc.errors import TlalocError
+    try:
+        summary = export_artifact(model, out_dir, batch=batch, context=context, block_size=block_size,
+                                  dtype=dtype, weights=weights, name=name, overwrite=overwrite)
+    except (TlalocError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    typer.echo(f"wrote {summary.path}: {summary.kind}, {summary.num_programs} programs, "
+               f"{summary.weight_bytes / 2**20:.1f} MiB of weights, {summary.total_bytes / 2**20:.1f} MiB "
+               f"in all, {summary.seconds:.1f} s")
+
+
+@app.command()
+def generate(artifact: str = typer.Argument(..., help="an artifact directory (tlaloc export)"),
+             prompt: str = typer.Option(..., help="the prompt text"),
+             max_new_tokens: int = typer.Option(64, help="tokens to generate at most"),
+             chat: bool = typer.Option(False, "--chat", help="wrap the prompt in the model's chat template"),
+             temperature: float = typer.Option(0.0, help="0 is greedy"),
+             top_k: Optional[int] = typer.Option(None), top_p: Optional[float] = typer.Option(None),
+             seed: Optional[int] = typer.Option(None)) -> None:
+    """Generate text for a prompt, streamed to the terminal as it is made."""
+    import time
+
+    from tlaloc.serving._detok import TextStream
+    from tlaloc.serving._prompts import render_chat
+    from tlaloc.serving.openai_schema import OpenAIError
+    engine = _load(artifact)
+    if engine.kind != "decoder":
+        _fail(f"{artifact} is an encoder artifact; use `tlaloc embed`")
+    text = prompt
+    if chat:
+        try:
+            text = render_chat(engine.chat_template, [{"role": "user", "content": prompt}],
+                               bos_token=getattr(engine, "bos_token", "") or "",
+                               eos_token=getattr(engine, "eos_token", "") or "")
+        except OpenAIError as exc:
+            _fail(exc.message)
+    ids = list(engine.tokenizer.encode(text, add_special_tokens=not chat).ids)
+    try:
+        rid = engine.submit(ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                            top_p=top_p, seed=seed,
+                            stop_ids=tuple(getattr(engine, "eos_token_ids", None) or ()))
+    except ValueError as exc:
+        _fail(str(exc))
+    stream, start, count = TextStream(engine.tokenizer), time.perf_counter(), 0
+    while engine.has_work():
+        for event in engine.step():
+            if event.request_id != rid:
+                continue
+            if event.error:
+                _fail(f"generation failed: {event.error}", 1)
+            count += len(event.token_ids)
+            piece = stream.push(event.token_ids) + (stream.finish() if event.finished else "")
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    seconds = time.perf_counter() - start
+    typer.echo("")
+    typer.echo(f"[{count} tokens in {seconds:.2f} s, {count / max(seconds, 1e-9):.1f} tokens/s]", err=True)
+
+
+@app.command()
+def embed(artifact: str = typer.Argument(..., help="an encoder artifact directory"),
+          text: List[str] = typer.Option(..., help="a text to embed (repeatable)")) -> None:
+    """Embed texts with an encoder artifact and print a summary of each vector."""
+    import numpy as np
+    engine = _load(artifact)
+    if engine.kind != "encoder":
+        _fail(f"{artifact} is a decoder artifact; use `tlaloc generate`")
+    try:
+        vectors = np.asarray(engine.embed(list(text)))                     # (n, dim)
+    except ValueError as exc:
+        _fail(str(exc))
+    for item, vector in zip(text, vectors):
+        head = ", ".join(f"{x:+.4f}" for x in vector[:6])
+        typer.echo(f"{item[:40]!r}: dim {vector.shape[0]}, norm {np.linalg.norm(vector):.4f}, [{head}, ...]")
+    if len(vectors) > 1:
+        unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        typer.echo("cosine similarities:\n" + np.array2string(unit @ unit.T, precision=4))
+
+
+@app.command()
+def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlaloc export)"),
+          host: str = typer.Option("127.0.0.1", help="address to bind (loopback by default)"),
+          port: int = typer.Option(8000, help="TCP port"),
+          api_key: Optional[str] = typer.Option(None, envvar="TLALOC_API_KEY",
+                                                help="require 'Authorization: Bearer KEY' (all but /health)"),
+          log_level: str = typer.Option("info", help="uvicorn log level")) -> None:
+    """Serve an artifact over an OpenAI-compatible HTTP API (completions, chat, embeddings, /metrics)."""
+    from tlaloc.serving.server import run_server
+    run_server(_load(artifact), host=host, port=port, api_key=api_key, log_level=log_level)
+
+
+@app.command("export-triton")
+def export_triton(artifact: str = typer.Argument(..., help="an artifact directory (tlaloc export)"),
+                  repo_dir: str = typer.Argument(..., help="the Triton model repository to write into"),
+                  model_name: Optional[str] = typer.Option(None, help="Triton model name (default: from "
+                                                           "the artifact's manifest or folder name)"),
+                  streaming: bool = typer.Option(False, "--streaming", help="decoupled model: one "
+                                                 "response per token batch (gRPC streaming)"),
+                  max_batch_size: int = typer.Option(8, help="Triton dynamic-batching limit"),
+                  link: bool = typer.Option(False, "--link", help="point at ARTIFACT instead of copying it")) -> None:
+    """Write a Triton model repository (Python backend) that serves an artifact."""
+    from tlaloc.serving.triton_repo import write_repository
+    try:
+        path = write_repository(artifact, repo_dir, model_name=model_name, streaming=streaming,
+                                max_batch_size=max_batch_size, copy_artifact=not link)
+    except (OSError, ValueError) as exc:
+        _fail(str(exc))
+    typer.echo(f"wrote Triton model {path}; serve with: tritonserver --model-repository {repo_dir}")
 
 
 def command_names() -> list:

@@ -96,3 +96,52 @@ def f_vjp_aux(x):
 def j_vjp_aux(x):
     y = jnp.sin(x) * x
     return y, (y * y).sum()
+
+
+def f_unused_argument(x, y):
+    return (x * x).sum()
+
+
+def j_unused_argument(x, y):
+    return (x * x).sum()
+
+
+def f_constant_branch(x):
+    # one branch returns a Python constant (no dependence on x)
+    if x.sum() > 0:
+        return 1.5
+    return (x * x).sum()
+
+
+def j_constant_branch(x):
+    if x.sum() > 0:
+        return 1.5
+    return (x * x).sum()
+
+
+def f_list_params(params, x):
+    # params: [w1 (d, h), w2 (h,)] as a list
+    return np.tanh(np.tanh(x @ params[0]) @ params[1]).sum()
+
+
+def j_list_params(params, x):
+    return jnp.tanh(jnp.tanh(x @ params[0]) @ params[1]).sum()
+
+
+def f_rnn(w, u, h0, xs):
+    # w: (h, h), u: (h, d), h0: (h,), xs: (T, d); matrix @ vector inside a loop
+    h = h0
+    loss = 0.0
+    for t in range(xs.shape[0]):
+        h = np.tanh(w @ h + u @ xs[t])
+        loss = loss + (h * h).sum() * (t + 1)
+    return loss
+
+
+def j_rnn(w, u, h0, xs):
+    h = h0
+    loss = 0.0
+    for t in range(xs.shape[0]):
+        h = jnp.tanh(w @ h + u @ xs[t])
+        loss = loss + (h * h).sum() * (t + 1)
+    return loss

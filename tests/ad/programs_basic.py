@@ -223,3 +223,39 @@ def f_scalar_arg(s, x):
 
 def j_scalar_arg(s, x):
     return jnp.exp(s) * (x * s).sum() + s ** 3
+
+
+# -- tlaloc.numpy spelled out, and stop_gradient -----------------------------------------------
+
+def f_tnp_library(x, v):
+    # x: (n, k), v: (k,)
+    a = tnp.logsumexp(x, axis=1).sum() + (tnp.softmax(x, axis=-1) * v).sum()
+    b = (tnp.log_softmax(x, axis=0) ** 2).mean() + tnp.einsum("nk,k->n", x, v).sum()
+    c = tnp.cumsum(v, axis=0).prod() + tnp.logaddexp(x[0], v).sum() + np.trace(np.outer(v, v))
+    return a + b + c + tnp.var(x, axis=0).sum()
+
+
+def j_tnp_library(x, v):
+    a = jax.scipy.special.logsumexp(x, axis=1).sum() + (jax.nn.softmax(x, axis=-1) * v).sum()
+    b = (jax.nn.log_softmax(x, axis=0) ** 2).mean() + jnp.einsum("nk,k->n", x, v).sum()
+    c = jnp.cumsum(v, axis=0).prod() + jnp.logaddexp(x[0], v).sum() + jnp.trace(jnp.outer(v, v))
+    return a + b + c + jnp.var(x, axis=0).sum()
+
+
+def f_stop_gradient(x):
+    m = tnp.stop_gradient(x.mean())
+    return ((x - m) ** 2).sum() * tnp.stop_gradient(x[0]) + x[0]
+
+
+def j_stop_gradient(x):
+    m = jax.lax.stop_gradient(x.mean())
+    return ((x - m) ** 2).sum() * jax.lax.stop_gradient(x[0]) + x[0]
+
+
+def f_arange_weights(x):
+    # np.arange with a length read from the argument's shape
+    return (x * np.arange(len(x))).sum() + (x[::-1] * x * np.arange(1, x.shape[0] + 1)).sum()
+
+
+def j_arange_weights(x):
+    return (x * jnp.arange(len(x))).sum() + (x[::-1] * x * jnp.arange(1, x.shape[0] + 1)).sum()

@@ -1,7 +1,10 @@
 """Programs with nested functions, closures and calls to other user functions,
 each next to its JAX twin."""
+import jax
 import jax.numpy as jnp
 import numpy as np
+
+import tlaloc as tl
 
 
 # -- module-level helpers (called from the programs below) ------------------------------
@@ -194,3 +197,62 @@ def f_builtins_on_arrays(x):
 
 def j_builtins_on_arrays(x):
     return jnp.abs(x[0]) + jnp.maximum(x[1], x[2]) + jnp.minimum(x[0], x[1]) * 2.0 + (x[0] + x[1] * x[2])
+
+
+def helper_first_above(v, t):
+    # returns from inside its loop
+    for i in range(len(v)):
+        if v[i] > t:
+            return v[i] * t
+    return t * 0.0
+
+
+def f_early_return_helper_in_loop(x):
+    s = 0.0
+    for k in range(3):
+        s = s + helper_first_above(x, 0.5 * k + x[0] * 0.1)
+    return s
+
+
+def j_early_return_helper_in_loop(x):
+    s = 0.0
+    for k in range(3):
+        t = 0.5 * k + x[0] * 0.1
+        for i in range(len(x)):
+            if x[i] > t:
+                s = s + x[i] * t
+                break
+    return s
+
+
+# -- a transformed function called inside a differentiated one (second order) -----------------
+
+def inner_piecewise(x):
+    s = 0.0
+    for i in range(len(x)):
+        if x[i] > 0:
+            s = s + x[i] ** 3
+        else:
+            s = s + np.sin(x[i])
+    return s
+
+
+def f_grad_of_grad(x):
+    return (grad_inner_piecewise(x) * x).sum()
+
+
+def j_inner_piecewise(x):
+    s = 0.0
+    for i in range(len(x)):
+        if x[i] > 0:
+            s = s + x[i] ** 3
+        else:
+            s = s + jnp.sin(x[i])
+    return s
+
+
+def j_grad_of_grad(x):
+    return (jax.grad(j_inner_piecewise)(x) * x).sum()
+
+
+grad_inner_piecewise = tl.grad(inner_piecewise)

@@ -29,7 +29,7 @@ def test_matches_jax(case):
     checks.check_case_against_jax(case)
 
 
-@pytest.mark.parametrize("case", _params("fd"))
+@pytest.mark.parametrize("case", _params("fd", [c for c in CASES if c.fd]))
 def test_matches_central_differences(case):
     checks.check_case_against_fd(case)
 

@@ -71,4 +71,4 @@ def test_interpreter_backend_matches():
     x, w = np.ones((4, 3)), np.full((3, 2), 0.1)
     np.testing.assert_allclose(tl.jit(f, backend="interpreter")(x, w), np.asarray(tl.jit(f)(x, w)), rtol=1e-12)
     with pytest.raises(tl.ArgumentError, match="backend"):
-        tl.jit(f, backend="iree")
+        tl.jit(f, backend="tpu")

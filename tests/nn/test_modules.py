@@ -43,6 +43,8 @@ def test_tree_of_modules_and_helpers():
     seq = nn.Sequential(nn.Linear(3, 4, key=0), nn.relu, nn.Linear(4, 2, key=1))
     assert isinstance(seq[1], nn.Lambda) and len(seq) == 3
     assert nn.num_params(seq) == 3 * 4 + 4 + 4 * 2 + 2
+    host = nn.to_numpy(seq)
+    assert type(host) is nn.Sequential and all(type(l) is np.ndarray for l in _pytree.leaves(host))
     f64 = nn.astype(seq, np.float64)
     assert all(l.dtype == np.float64 for l in _pytree.leaves(f64))
     x = np.random.default_rng(0).standard_normal((5, 3))

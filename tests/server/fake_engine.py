@@ -219,3 +219,23 @@ class _Release:
 
     def __exit__(self, *exc):
         self._lock.release()
+
+
+def load_fake(artifact_dir: str) -> FakeEngine:
+    """An ``engine_factory`` for Triton tests: a FakeEngine of the kind the manifest names."""
+    import json
+    import os
+    with open(os.path.join(artifact_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    return FakeEngine(kind=manifest.get("kind", "decoder"), model_name=manifest["model"]["name"])
+
+
+def write_fake_artifact(path, kind: str = "decoder", name: str = "fake-tiny") -> str:
+    """A directory that looks like an artifact to ``triton_repo`` (manifest only)."""
+    import json
+    import os
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "manifest.json"), "w") as f:
+        json.dump({"schema": "tlaloc.serving.artifact", "schema_version": 1, "kind": kind,
+                   "model": {"name": name}}, f)
+    return str(path)

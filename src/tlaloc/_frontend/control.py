@@ -151,7 +151,14 @@ class ControlLowerer:
         if isinstance(it, SymbolicRange):
             self.lower_for_range(node, it.start, it.stop, it.step, None)
         elif isinstance(it, range):
-            self.lower_for_range(node, it.start, it.stop, it.step, None)
+            from .structure import StaticMutation
+            saved = (self.b, dict(self.env), self.in_loop)
+            try:
+                self.lower_for_range(node, it.start, it.stop, it.step, None)
+            except StaticMutation:
+                # the body appends to a Python list (or similar): unroll the static range
+                self.b, self.env, self.in_loop = saved[0], saved[1], saved[2]
+                self.lower_static_for(node, list(it))
         elif is_symbolic(it):
             from .calls import symbolic_len
             self.lower_for_range(node, 0, symbolic_len(it), 1, it)

@@ -127,7 +127,11 @@ class ExprLowerer:
         result = None
         for op, comp in zip(node.ops, node.comparators):
             right = self.expr(comp)
-            if type(op) in (ast.Is, ast.IsNot, ast.In, ast.NotIn):
+            if type(op) in (ast.Is, ast.IsNot) and (is_symbolic(left) or is_symbolic(right)):
+                # identity is static: an array is never None, and a value is itself
+                same = left is right
+                val = same if isinstance(op, ast.Is) else not same
+            elif type(op) in (ast.Is, ast.IsNot, ast.In, ast.NotIn):
                 if is_symbolic(left) or is_symbolic(right):
                     raise self.src.error(node, f"`{type(op).__name__}` on an array is not supported; "
                                                f"compare values with == or !=")
@@ -328,6 +332,16 @@ class ExprLowerer:
             return self._checked(eq, args, kwargs, node)
         if isinstance(fn, (type(print),)) and not symbolic:
             return self._static_call(fn, args, kwargs, node)
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, (list, dict)) and getattr(fn, "__name__", "") in _CONTAINER_METHODS:
+            # list.append / dict.update on a Python container built in the function: fine in
+            # straight-line code; inside an `if`/loop on an array both paths would mutate it
+            if self.b is not self.ctx.root:
+                from .structure import StaticMutation
+                raise self.src.error(node, f"`{fn.__name__}` on a Python {type(owner).__name__} inside an `if` "
+                                           f"or loop on an array value; build the list before the branch "
+                                           f"or use tnp.stack / tl.scan", StaticMutation)
+            return self._static_call(fn, args, kwargs, node)
         mod = getattr(fn, "__module__", "") or ""
         if mod.startswith("tlaloc") or isinstance(getattr(fn, "__self__", None), Value):
             return self._checked(fn, args, kwargs, node)
@@ -365,6 +379,9 @@ class ExprLowerer:
             return fn(*args, **kwargs)
         except Exception as e:
             raise self.src.error(node, f"{type(e).__name__} while evaluating a static call: {e}") from None
+
+
+_CONTAINER_METHODS = ("append", "extend", "insert", "pop", "update", "setdefault", "__setitem__")
 
 
 def _has_symbolic(idx) -> bool:

@@ -11,3 +11,10 @@ from ..errors import FenceError
 
 class StructureNeeded(FenceError):
     pass
+
+
+class StaticMutation(FenceError):
+    """A Python container is mutated inside a region (a branch or loop body).
+
+    A ``for`` over a static ``range`` catches it and unrolls the loop instead,
+    so the mutation happens once per iteration, in order."""

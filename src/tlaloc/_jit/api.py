@@ -1,11 +1,17 @@
 """``tl.jit``: compile a function (or a transformed one, ``tl.jit(tl.grad(f))``)
-through DXIR → specialisation → StableHLO → XLA (PJRT).
+through DXIR → specialisation → StableHLO → XLA (PJRT) or IREE.
 
     f_fast = tl.jit(f)                     # compiles at the first call per signature
     f_fast(x, w)                           # device arrays out (np.asarray reads them)
     tl.jit(f).lower(x, w).as_text()        # the StableHLO module
     tl.jit(f).lower(x, w).compile()        # ahead of time
     tl.jit(step, donate_argnums=(0,))      # updates argument 0's buffer in place
+    tl.jit(f, backend="iree")              # the same StableHLO through IREE (llvm-cpu, local-sync)
+    tl.jit(step, mesh=mesh, in_shardings=(P(None, "model"), P("data", None)))   # SPMD (tlaloc.sharding)
+
+Transforms compile too: ``tl.grad``/``tl.value_and_grad``, ``tl.jvp``,
+``tl.vmap``, and ``tl.jacfwd``/``tl.jacrev``/``tl.hessian`` (as a vmap over the
+basis; see ``tlaloc._jit.transformed``).
 
 One compile per signature: argument structure, shapes and dtypes, and the
 values of ``static_argnums``; set ``TLALOC_LOG_COMPILES=1`` to log each compile
@@ -15,9 +21,9 @@ The pipeline, and where later stages plug in:
 
     graph (DXIR, definition time)
       → specialize(graph, avals)                  tlaloc._core.specialize
-      → [recognize + coarsen: DXIR → DXIR]        (a pass on the specialised graph)
-      → emit_module(graph, donate=...)            tlaloc._render.stablehlo  [+ sdy shardings]
-      → Executable(program, platform)             tlaloc._runtime.pjrt      [IREE: a sibling runtime]
+      → coarsen(graph) → decompose(graph, target) tlaloc._recognize (claimed ops stay, as custom_call)
+      → emit_module(graph, donate, shardings)     tlaloc._render.stablehlo  (+ Shardy attributes)
+      → Executable(program)                       tlaloc._runtime.pjrt (one device, or SPMD) | .iree
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ from .._core.interpreter import eval_graph
 from .._core.specialize import specialize
 from ..errors import ArgumentError
 from .lowering import Source, source_for
+from .transformed import shape_dependent
 from .stages import Compiled, Lowered
 
 log = logging.getLogger("tlaloc.jit")
@@ -56,7 +63,15 @@ def _array_types() -> tuple:
 
 
 _ARRAY_TYPES = frozenset(_array_types())
-_BACKENDS = ("xla", "interpreter")
+_BACKENDS = ("xla", "iree", "interpreter")
+
+
+def _iree_array_types() -> frozenset:
+    try:
+        from iree.runtime import DeviceArray
+        return frozenset({np.ndarray, DeviceArray})
+    except ImportError:                                    # pragma: no cover
+        return frozenset({np.ndarray})
 
 
 def _as_tuple(nums, name, n_max=None):
@@ -88,9 +103,15 @@ def _leaf_aval(x) -> AbstractValue:
 class Jitted:
     """The callable ``tl.jit`` returns; see the module docstring."""
 
-    def __init__(self, fun, backend="xla", static_argnums=(), donate_argnums=(), platform=None):
+    def __init__(self, fun, backend="xla", static_argnums=(), donate_argnums=(), platform=None, mesh=None,
+                 in_shardings=None, out_shardings=None, recognize=True):
         if backend not in _BACKENDS:
             raise ArgumentError(f"jit: backend must be one of {_BACKENDS}, got {backend!r}")
+        if backend == "iree":
+            from .._runtime.iree import _iree
+            _iree()                         # refuse now when IREE is not installed
+            if platform not in (None, "cpu"):
+                raise ArgumentError(f"jit: backend='iree' runs on the CPU (llvm-cpu), not platform={platform!r}")
         self.fun = fun
         self.backend = backend
         self.platform = platform            # None: "cuda" where that PJRT backend exists, else "cpu"
@@ -98,6 +119,14 @@ class Jitted:
         self.donate_argnums = _as_tuple(donate_argnums, "donate_argnums")
         if set(self.static_argnums) & set(self.donate_argnums):
             raise ArgumentError("jit: an argument cannot be both static and donated")
+        if (in_shardings is not None or out_shardings is not None) and mesh is None:
+            raise ArgumentError("jit: in_shardings/out_shardings name mesh axes; pass the mesh too: "
+                                "tl.jit(f, mesh=tl.sharding.Mesh({'data': 4}), in_shardings=...)")
+        if mesh is not None and backend == "interpreter":
+            raise ArgumentError("jit: a mesh needs backend='xla' (the interpreter runs on one device)")
+        self.mesh, self.in_shardings, self.out_shardings = mesh, in_shardings, out_shardings
+        self.recognize = recognize
+        self._array_types = _iree_array_types() if backend == "iree" else _ARRAY_TYPES
         self._cache: dict = {}
         self._fast: dict = {}           # (dtype, shape) per array argument -> (compiled, source)
         self._sources: dict = {}
@@ -133,19 +162,22 @@ class Jitted:
             trees.append(tree)
         return tuple(statics), trees, dyn
 
-    def _source(self, statics, trees) -> Source:
-        key = (statics, tuple(trees))
+    def _source(self, statics, trees, flat_avals) -> Source:
+        shaped = shape_dependent(self.fun)
+        key = (statics, tuple(trees), tuple(flat_avals) if shaped else None)
         src = self._sources.get(key)
         if src is None:
-            src = self._sources[key] = source_for(self.fun, trees, dict(statics))
+            src = self._sources[key] = source_for(self.fun, trees, dict(statics),
+                                                  list(flat_avals) if shaped else None)
         return src
 
     def _prepare(self, args):
         statics, trees, flat = self._split(args)
-        src = self._source(statics, trees)
+        flat_avals = [_leaf_aval(x) for x in flat]
+        src = self._source(statics, trees, flat_avals)
         closure = [g() for g in src.closure_getters]
         leaves = list(flat) + closure
-        avals = [_leaf_aval(x) for x in leaves]
+        avals = flat_avals + [_leaf_aval(x) for x in closure]
         key = (statics, tuple(trees), tuple((a.dtype.str, a.shape, a.weak) for a in avals))
         return src, key, trees, flat, leaves, avals
 
@@ -170,15 +202,60 @@ class Jitted:
             if pos in {a % len(trees) for a in self.donate_argnums}:
                 donate.extend(range(k, k + n))
             k += n
-        return Lowered(graph, src, donate, self._platform(), name=self.__name__, statics=statics)
+        shardings = None if self.mesh is None else self._shardings(src, trees, graph, n_flat)
+        return Lowered(graph, src, donate, "cpu" if self.backend == "iree" else self._platform(),
+                       name=self.__name__, statics=statics, backend=self.backend, shardings=shardings,
+                       recognize=self.recognize)
+
+    def _shardings(self, src, trees, graph, n_flat):
+        """Per program input and output: the mesh axes of each dim (``tlaloc.sharding``)."""
+        from .. import sharding as shd
+        mesh = self.mesh
+        if not isinstance(mesh, shd.Mesh):
+            raise ArgumentError(f"jit: mesh must be a tl.sharding.Mesh, got {type(mesh).__name__}")
+        dyn = [t for t in trees if t is not None]
+        spec = self.in_shardings
+        if isinstance(spec, (tuple, list)) and not isinstance(spec, shd.PartitionSpec):
+            if len(spec) != len(trees):
+                raise ArgumentError(f"jit: in_shardings has {len(spec)} entries but {self.__name__} takes "
+                                    f"{len(trees)} positional arguments")
+            spec = [s for s, t in zip(spec, trees) if t is not None]
+        else:
+            spec = [spec] * len(dyn)
+        leaf_specs = []
+        for k, (s, t) in enumerate(zip(spec, dyn)):
+            leaf_specs.extend(shd.expand(s, t, f"in_shardings[{k}]"))
+        names = [v.aval.names for v in src.graph.inputs]
+        ins = []
+        for k, v in enumerate(graph.inputs):
+            s = leaf_specs[k] if k < n_flat else None          # closure arrays: replicated
+            dims = shd.resolve(mesh, s, v.aval.shape, names[k] if k < len(names) else None,
+                               f"in_shardings (input `{v.hint or k}`)")
+            ins.append(tuple(() for _ in v.aval.shape) if dims is None else dims)
+        out_spec = self.out_shardings
+        if src.out_tree is not None:
+            out_leaf_specs = shd.expand(out_spec, src.out_tree, "out_shardings")
+        elif out_spec is None or isinstance(out_spec, (shd.PartitionSpec, shd.AxisRules)):
+            out_leaf_specs = [out_spec] * len(graph.outputs)
+        else:
+            raise ArgumentError("jit: the result structure of this function is not known before it runs; give "
+                                "out_shardings as one PartitionSpec (or None) for every output")
+        out_names = [getattr(o.aval, "names", None) for o in src.graph.outputs]
+        outs = []
+        for k, o in enumerate(graph.outputs):
+            shape = tuple(o.aval.shape)
+            outs.append(shd.resolve(mesh, out_leaf_specs[k], shape, out_names[k] if k < len(out_names) else None,
+                                    f"out_shardings (output {k})"))
+        return shd.Shardings(mesh, tuple(ins), tuple(outs))
 
     def __call__(self, *args, **kwargs):
         if kwargs:
             raise ArgumentError(f"jit: pass the arguments of {self.__name__} positionally "
                                 f"(got keywords {sorted(kwargs)})")
-        if self.backend == "xla" and not self.static_argnums:
+        if self.backend != "interpreter" and not self.static_argnums:
+            types = self._array_types
             try:
-                fast = tuple((a.dtype, a.shape) for a in args if type(a) in _ARRAY_TYPES)
+                fast = tuple((a.dtype, a.shape) for a in args if type(a) in types)
             except AttributeError:
                 fast = None
             if fast is not None and len(fast) == len(args):
@@ -198,7 +275,7 @@ class Jitted:
             compiled = self._compile(key, src, trees, avals, len(flat))
         src.check(args, trees, leaves)
         outs = compiled.call_flat(leaves)
-        if not self.static_argnums and all(type(a) in _ARRAY_TYPES for a in args) and not src.closure_getters:
+        if not self.static_argnums and all(type(a) in self._array_types for a in args) and not src.closure_getters:
             self._fast[tuple((a.dtype, a.shape) for a in args)] = (compiled, src)
         return src.finish(args, trees, outs)
 
@@ -238,14 +315,18 @@ class Jitted:
         return len(self._cache)
 
 
-def jit(fun=None, *, backend: str = "xla", static_argnums=(), donate_argnums=(), platform=None):
-    """Compile ``fun`` with XLA, once per argument signature.
+def jit(fun=None, *, backend: str = "xla", static_argnums=(), donate_argnums=(), platform=None, mesh=None,
+        in_shardings=None, out_shardings=None, recognize=True):
+    """Compile ``fun`` with XLA (or IREE), once per argument signature.
 
     Args:
       fun: a Python function using ``tlaloc.numpy``/NumPy, or a transformed
-        function (``tl.grad(f)``, ``tl.value_and_grad(f)``).
-      backend: ``"xla"`` (StableHLO through PJRT) or ``"interpreter"`` (the
-        NumPy reference on the same DXIR, for checking).
+        function (``tl.grad(f)``, ``tl.value_and_grad(f)``, ``tl.jvp(f)``,
+        ``tl.vmap(f)``, ``tl.jacfwd``/``tl.jacrev``/``tl.hessian``).
+      backend: ``"xla"`` (StableHLO through PJRT), ``"iree"`` (the same
+        StableHLO through IREE: llvm-cpu, local-sync driver; float64 math IREE
+        cannot link, e.g. ``tanh``, is refused by name), or ``"interpreter"``
+        (the NumPy reference on the same DXIR, for checking).
       static_argnums: positional arguments passed as Python values (hashable);
         each new value compiles anew.
       donate_argnums: positional arguments whose buffers the program may
@@ -253,6 +334,12 @@ def jit(fun=None, *, backend: str = "xla", static_argnums=(), donate_argnums=(),
         device array cannot be used again.
       platform: ``"cpu"`` or ``"cuda"``; by default CUDA where its PJRT plugin and a
         GPU exist, else the CPU.
+      mesh: a ``tl.sharding.Mesh``: the program is partitioned over its devices
+        (XLA's SPMD partitioner, Shardy annotations).
+      in_shardings / out_shardings: per argument (and result), a
+        ``PartitionSpec``, ``None`` or ``axis_rules(...)`` (see ``tlaloc.sharding``).
+      recognize: find coarse patterns (attention, RMSNorm, RoPE, SwiGLU,
+        cross-entropy) and let kernels claim them (``tlaloc._recognize``).
 
     Returns:
       A callable with ``fun``'s signature returning device arrays (in
@@ -260,11 +347,11 @@ def jit(fun=None, *, backend: str = "xla", static_argnums=(), donate_argnums=(),
 
     Usable as ``@tl.jit`` or ``@tl.jit(static_argnums=1)``.
     """
+    opts = dict(backend=backend, static_argnums=static_argnums, donate_argnums=donate_argnums, platform=platform,
+                mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings, recognize=recognize)
     if fun is None:
-        return functools.partial(jit, backend=backend, static_argnums=static_argnums,
-                                 donate_argnums=donate_argnums, platform=platform)
-    return Jitted(fun, backend=backend, static_argnums=static_argnums, donate_argnums=donate_argnums,
-                  platform=platform)
+        return functools.partial(jit, **opts)
+    return Jitted(fun, **opts)
 
 
 __all__ = ["jit", "Jitted"]

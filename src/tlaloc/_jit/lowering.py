@@ -30,6 +30,7 @@ class Source:
     closure_getters: list
     finish: Callable          # (args, trees, flat outputs) -> the function's result
     check: Callable           # (args, trees, leaves) -> None or raise
+    out_tree: object = None   # the result's structure where known (for out_shardings)
 
 
 class _Globals(dict):
@@ -60,12 +61,19 @@ def _with_statics(fn, statics: dict):
     return g
 
 
-def source_for(fun, trees, statics: dict) -> Source:
+def source_for(fun, trees, statics: dict, arg_avals=None) -> Source:
     """The graph of ``fun`` for arguments with pytree structures ``trees``
-    (``None`` for a static argument, whose value is in ``statics``)."""
+    (``None`` for a static argument, whose value is in ``statics``) and, for
+    transforms whose graph depends on shapes (vmap, Jacobians), leaf avals
+    ``arg_avals``."""
     t = getattr(fun, "__tlaloc_transformed__", None)
     if t is not None:
-        return _transformed_source(t, trees, statics)
+        if statics:
+            raise ArgumentError("jit: static_argnums with a transformed function (tl.jit(tl.grad(f), "
+                                "static_argnums=...)) is not supported yet; close over the value instead")
+        from .transformed import transformed_source
+        src = transformed_source(t, trees, arg_avals)
+        return src if src is not None else _transformed_source(t, trees, statics)
     from .._frontend.lower import lower_function
     if not hasattr(fun, "__code__"):
         raise ArgumentError(f"jit: expected a Python function, got {type(fun).__name__}")
@@ -85,7 +93,7 @@ def source_for(fun, trees, statics: dict) -> Source:
         if len(args) > n_params:
             raise ArgumentError(f"{fun.__name__}: takes {n_params} positional arguments, got {len(args)}")
 
-    return Source(lowered.graph, list(lowered.closure_getters), finish, check)
+    return Source(lowered.graph, list(lowered.closure_getters), finish, check, out_tree)
 
 
 def _transformed_source(t, trees, statics) -> Source:
@@ -110,4 +118,5 @@ def _transformed_source(t, trees, statics) -> Source:
         else:
             t.check_args(args, trees, flat, lowered)
 
-    return Source(graph, list(lowered.closure_getters), finish, check)
+    as_lowered = entry.get("as_lowered")
+    return Source(graph, list(lowered.closure_getters), finish, check, getattr(as_lowered, "out_tree", None))

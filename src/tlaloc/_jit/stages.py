@@ -1,11 +1,16 @@
 """The ahead-of-time stages of ``tl.jit``: ``Lowered`` (StableHLO text) and
-``Compiled`` (an XLA executable).
+``Compiled`` (an XLA or IREE executable).
 
     lowered = tl.jit(f).lower(x, w)
     print(lowered.as_text())              # the verified StableHLO module
     blob = lowered.serialize("f.mlirbc")  # a portable artifact (StableHLO bytecode)
     compiled = lowered.compile()
     compiled(x, w)                        # same arguments as f
+    lowered.recognized                    # coarsened ops the recognizers found
+
+``Lowered`` runs the middle of the pipeline on the specialised graph:
+recognize + coarsen (``tlaloc._recognize``), then decompose every coarsened op
+that no kernel claims for the target (its forward body is inlined), then emit.
 """
 from __future__ import annotations
 
@@ -21,29 +26,50 @@ class Lowered:
 
     Attributes:
       graph: the specialised DXIR graph (concrete shapes and dtypes).
-      program: the emitted ``Program`` (text, avals, donation aliases, checks).
+      coarsened: ``graph`` with recognized patterns as coarsened ops.
+      recognized: the coarsened ops found (``[(op name, params)]``).
+      program: the emitted ``Program`` (text, avals, donation aliases, checks, shardings).
+      backend: ``"xla"`` or ``"iree"``.
     """
 
-    def __init__(self, graph, source, donate, platform, name="f", statics=()):
+    def __init__(self, graph, source, donate, platform, name="f", statics=(), backend="xla", shardings=None,
+                 recognize=True):
         from .._render.stablehlo import emit_module
+        from .._recognize import coarsen, decompose, summary
         self.statics = tuple(statics)        # ((position, value), ...) bound while lowering
         self.graph = graph
         self.source = source
         self.platform = platform
+        self.backend = backend
         self.name = name
-        self.program = emit_module(graph, name=name, donate=donate)
+        if recognize:
+            self.coarsened = coarsen(graph)
+            self.recognized = summary(self.coarsened)
+            emitted = decompose(self.coarsened, target=target_name(backend, platform))
+        else:
+            self.coarsened, self.recognized, emitted = graph, [], graph
+        self.emitted_graph = emitted
+        self.program = emit_module(emitted, name=name, donate=donate, shardings=shardings)
 
     def as_text(self) -> str:
         """The StableHLO module, as MLIR prints it after verification."""
         return self.program.text
 
     def compile(self) -> "Compiled":
-        from .._runtime.pjrt import Executable
         names = [v.hint or f"argument {k}" for k, v in enumerate(self.graph.inputs)]
+        if self.backend == "iree":
+            from .._runtime.iree import Executable as IreeExecutable
+            return Compiled(IreeExecutable(self.program, graph=self.graph, arg_names=names), self)
+        if self.program.shardings is not None:
+            from .._runtime.pjrt import SpmdExecutable
+            return Compiled(SpmdExecutable(self.program, self.platform, arg_names=names), self)
+        from .._runtime.pjrt import Executable
         return Compiled(Executable(self.program, self.platform, arg_names=names), self)
 
     def serialize(self, path=None, target: str | None = None) -> bytes:
-        """The module as a portable StableHLO artifact (versioned bytecode).
+        """The module as a portable StableHLO artifact (versioned MLIR bytecode).
+
+        ``tlaloc._runtime.pjrt.Executable(blob, in_avals=...)`` compiles it again.
 
         Args:
           path: if given, the bytes are also written there (atomically).
@@ -66,7 +92,25 @@ class Lowered:
 
     def __repr__(self) -> str:
         ins = ", ".join(str(v.aval) for v in self.graph.inputs)
-        return f"<Lowered {self.name}({ins})>"
+        return f"<Lowered {self.name}({ins}) for {self.backend}>"
+
+
+def target_name(backend: str, platform: str) -> str:
+    """The kernel-claim target of a backend and platform: ``"cpu"``, ``"iree-llvm-cpu"``,
+    or the GPU's name (``"nvidia-h100"``) on CUDA."""
+    if backend == "iree":
+        return "iree-llvm-cpu"
+    if platform == "cuda":
+        try:
+            from .._runtime.pjrt import client
+            kind = client("cuda").local_devices()[0].device_kind.lower()
+        except Exception:                                  # pragma: no cover
+            return "cuda"
+        for arch in ("a100", "h100", "h200", "gb10"):
+            if arch in kind:
+                return f"nvidia-{arch}"
+        return "cuda"
+    return platform
 
 
 class Compiled:

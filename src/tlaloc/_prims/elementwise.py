@@ -5,8 +5,8 @@ both the VJP (``g · deriv``) and the JVP (``ẋ · deriv``) come from it, throu
 ``safe_mul`` so that an exactly-zero cotangent or tangent contributes exactly
 zero even where the derivative is infinite (sqrt, log, pow at 0).
 
-Conventions (tested with analytic values in tests/test_conventions.py):
-  * ``abs'(0) = 0`` and ``sign'(x) = 0`` (as JAX);
+Conventions (tested with analytic values in tests/ad/test_conventions.py):
+  * ``abs'(0) = 0`` (as PyTorch; jax 0.10's ``jnp.abs`` gives 1) and ``sign'(x) = 0``;
   * ``maximum``/``minimum`` at a tie give each operand half the cotangent (as JAX);
   * ``clamp`` passes the cotangent on the closed interval ``lo <= x <= hi``
     (as PyTorch; JAX's ``lax.clamp`` gives 0 at the bounds and ``jnp.clip`` 0.5);
@@ -273,7 +273,9 @@ _def_binary(pow_p, _pow_dx, _pow_dy)
 def _balanced(x, y, out):
     """1 where x wins, 0.5 at a tie, 0 where y wins (JAX's convention)."""
     from .selection import select
-    return select(equal(x, y), 0.5, select(equal(out, x), 1.0, 0.0))
+    from .broadcasting import cast_like
+    # weights in out's float dtype (a where over Python scalars alone would be float64)
+    return cast_like(select(equal(x, y), 0.5, select(equal(out, x), 1.0, 0.0)), out)
 
 
 _def_binary(max_p, _balanced, lambda x, y, o: _balanced(y, x, o))

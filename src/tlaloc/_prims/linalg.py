@@ -195,11 +195,17 @@ def _einsum_vjp(g, *xs, out, spec):
                               f"take the diagonal with tnp.diagonal first")
         others = [s for j, s in enumerate(ins) if j != i]
         avail = set(o + "".join(others))
-        kept = "".join(c for c in sub if c in avail or c == ".")
-        res = einsum(",".join([o] + others) + "->" + kept, g, *[x for j, x in enumerate(xs) if j != i])
-        if kept != sub:
+        missing = [k for k, c in enumerate(sub) if c != "." and c not in avail]
+        kept = "".join(c for c in sub if c == "." or c in avail)
+        # operands without '...' next to ones with it: keep the broadcast dims, sum_to drops them
+        lead = "..." if "..." not in sub and any("..." in s for s in others + [o]) else ""
+        if lead and missing:
+            raise NoRuleError(f"no VJP rule for `einsum` {spec!r}: operand {sub!r} has an index summed only "
+                              f"over itself next to '...' operands; sum it first")
+        res = einsum(",".join([o] + others) + "->" + lead + kept, g, *[x for j, x in enumerate(xs) if j != i])
+        if missing:
             from .shape_ops import expand_dims
-            res = expand_dims(res, tuple(k for k, c in enumerate(sub) if c not in kept))
+            res = expand_dims(res, tuple(missing))
             res = broadcast_like(res, xs[i])
         bars.append(sum_to(res, xs[i]))
     return tuple(bars)

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._core.primitive import Primitive
 from ._rules import accumulation_dtype, reduced_shape
-from .broadcasting import broadcast_like, expand_reduced
+from .broadcasting import broadcast_like, cast_like, expand_reduced
 from .elementwise import divide, equal, multiply, safe_mul
 from .selection import select
 
@@ -75,7 +75,7 @@ reduce_sum_p.vjp, reduce_sum_p.jvp = _sum_vjp, _sum_jvp
 
 def _chooser_vjp(g, x, out, axes, keepdims):
     out_k = out if keepdims else expand_reduced(out, x, axes, False)
-    hit = select(equal(x, broadcast_like(out_k, x)), 1.0, 0.0)
+    hit = cast_like(select(equal(x, broadcast_like(out_k, x)), 1.0, 0.0), x)
     w = divide(hit, reduce_sum(hit, axes, keepdims=True))
     return (safe_mul(broadcast_like(expand_reduced(g, x, axes, keepdims), x), w),)
 
@@ -84,7 +84,7 @@ def _chooser_jvp(t, x, out, axes, keepdims):
     if t[0] is None:
         return None
     out_k = out if keepdims else expand_reduced(out, x, axes, False)
-    hit = select(equal(x, broadcast_like(out_k, x)), 1.0, 0.0)
+    hit = cast_like(select(equal(x, broadcast_like(out_k, x)), 1.0, 0.0), x)
     w = divide(hit, reduce_sum(hit, axes, keepdims=True))
     return reduce_sum(safe_mul(t[0], w), axes, keepdims)
 

@@ -83,6 +83,7 @@ class Program:
     in_avals / out_avals: the argument and result types, in order.
     aliases: ``{input index: output index}`` for donated inputs.
     checks: messages of the run-time checks; their flags follow the outputs.
+    shardings: the mesh and per-value mesh axes of an SPMD program, or None.
     """
     text: str
     in_avals: list
@@ -90,6 +91,7 @@ class Program:
     aliases: dict
     checks: list
     name: str
+    shardings: object = None     # ``Shardings`` of an SPMD program (mesh, per-input/-output dims)
 
 
 class Emitter:
@@ -274,7 +276,7 @@ def out_aval(node, k: int = 0):
 
 # -- modules -------------------------------------------------------------------------------
 
-def emit_module(graph: Graph, *, name: str = "main", donate=()) -> Program:
+def emit_module(graph: Graph, *, name: str = "main", donate=(), shardings=None) -> Program:
     """Lower a specialised graph to a verified StableHLO module.
 
     Args:
@@ -283,6 +285,9 @@ def emit_module(graph: Graph, *, name: str = "main", donate=()) -> Program:
       donate: input indices whose buffers the program may overwrite; each is
         aliased (``tf.aliasing_output``) to the first unaliased output of the
         same type.
+      shardings: ``Shardings`` (a mesh and per-input / per-output mesh axes per
+        dim): written as Shardy attributes (``sdy.mesh``, ``sdy.sharding``) and
+        ``mhlo.num_partitions``; ``None`` for a one-device program.
     Raises:
       NoRuleError: a primitive without a lowering (named).
       GraphError: the emitted module does not verify (with the MLIR diagnostic).
@@ -298,18 +303,36 @@ def emit_module(graph: Graph, *, name: str = "main", donate=()) -> Program:
     results = outs + flags
     em.ret(results, op="func.return")
     aliases = _aliases(in_vals, outs, donate)
+    in_sdy, out_sdy = _sdy_attrs(shardings, len(in_vals), len(outs), len(flags))
     params = []
     for k, v in enumerate(in_vals):
-        extra = f" {{tf.aliasing_output = {aliases[k]} : i32}}" if k in aliases else ""
+        attrs = ([f"tf.aliasing_output = {aliases[k]} : i32"] if k in aliases else []) + in_sdy[k]
+        extra = f" {{{', '.join(attrs)}}}" if attrs else ""
         params.append(f"{v.name}: {v.ty}{extra}")
-    res_t = ", ".join(v.ty for v in results)
+    res_t = ", ".join(v.ty + (f" {{{', '.join(a)}}}" if a else "") for v, a in zip(results, out_sdy))
     body = "\n".join("    " + line for line in em._blocks[0])
     sym = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    text = (f"module @jit_{sym} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{\n"
-            f"  func.func public @main({', '.join(params)}) -> ({res_t}) {{\n{body}\n  }}\n}}\n")
+    parts = 1 if shardings is None else shardings.mesh.size
+    mesh = "" if shardings is None else f"  {shardings.mesh.sdy_text()}\n"
+    text = (f"module @jit_{sym} attributes {{mhlo.num_partitions = {parts} : i32, mhlo.num_replicas = 1 : i32}} "
+            f"{{\n{mesh}  func.func public @main({', '.join(params)}) -> ({res_t}) {{\n{body}\n  }}\n}}\n")
     module = parse(text)
     return Program(str(module), [v.aval for v in graph.inputs], [(v.dtype, v.shape) for v in outs],
-                   aliases, [m for _, m in em.checks], sym)
+                   aliases, [m for _, m in em.checks], sym, shardings)
+
+
+def _sdy_attrs(shardings, n_in, n_out, n_flags):
+    """``sdy.sharding`` attribute text per argument and per result (empty lists without a mesh).
+    Run-time check flags are replicated; an unspecified output is left to the partitioner."""
+    if shardings is None:
+        return [[] for _ in range(n_in)], [[] for _ in range(n_out + n_flags)]
+    from ..sharding import sdy_sharding
+
+    def attr(dims):
+        return [] if dims is None else [f"sdy.sharding = {sdy_sharding(dims)}"]
+    ins = [attr(d) for d in shardings.inputs]
+    outs = [attr(d) for d in shardings.outputs] + [attr(())] * n_flags
+    return ins, outs
 
 
 def _aliases(in_vals, outs, donate) -> dict:

@@ -1,5 +1,5 @@
 """StableHLO text helpers: exact ``dense<...>`` literals, and parsing/verifying
-modules with the MLIR bindings jaxlib ships (func, StableHLO and CHLO dialects)."""
+modules with the MLIR bindings jaxlib ships (func, StableHLO, CHLO and Shardy dialects)."""
 from __future__ import annotations
 
 import functools
@@ -69,14 +69,15 @@ def _registry():
 
 
 def mlir_context():
-    """A fresh MLIR context with the func, StableHLO and CHLO dialects loaded."""
+    """A fresh MLIR context with the func, StableHLO, CHLO and Shardy (``sdy``) dialects loaded."""
     from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import chlo, stablehlo
+    from jaxlib.mlir.dialects import chlo, sdy, stablehlo
     ctx = ir.Context()
     ctx.append_dialect_registry(_registry())
     ctx.load_all_available_dialects()
     stablehlo.register_dialect(ctx)
     chlo.register_dialect(ctx)
+    sdy.register_dialect(ctx)
     return ctx
 
 

@@ -7,6 +7,9 @@ and run it on device arrays.
   portable artifact's bytes) once; calling it takes NumPy arrays, Python
   numbers or device arrays and returns device arrays (``np.asarray`` reads
   them). Device arrays passed back in stay on the device.
+* ``SpmdExecutable(program)`` compiles a program with Shardy shardings for a
+  device mesh and runs it partitioned (XLA's SPMD partitioner), one shard per
+  device.
 * Float64 needs ``jax_enable_x64`` before the first transfer (otherwise
   float64 input silently becomes float32); importing this module sets it.
 
@@ -126,6 +129,79 @@ class Executable:
         return self.client.serialize_executable(self._exe)
 
 
+class SpmdExecutable:
+    """A program partitioned over a device mesh by XLA's SPMD partitioner (Shardy).
+
+    The program's ``shardings`` name the mesh; its size is the number of
+    partitions, one per device (the first ``mesh.size`` devices of ``platform``).
+    Calling it takes NumPy arrays, numbers or device arrays; each argument is
+    placed with the sharding XLA compiled for it (a device array already placed
+    that way is used as it is). Results are global device arrays (``np.asarray``
+    gathers them), sharded as compiled.
+    """
+
+    def __init__(self, program, platform: str = "cpu", arg_names=None):
+        from jaxlib import _jax as xc
+        jax = _jax()
+        from jax._src.sharding_impls import GSPMDSharding
+        mesh = program.shardings.mesh
+        self.client = client(platform)
+        devices = self.client.local_devices()
+        if len(devices) < mesh.size:
+            raise ArgumentError(
+                f"{mesh!r} needs {mesh.size} devices but the {platform} backend has {len(devices)} here; for "
+                f"virtual CPU devices set XLA_FLAGS=--xla_force_host_platform_device_count={mesh.size} before "
+                f"jax starts (before the first tl.jit call or jax import)")
+        self.devices = tuple(devices[:mesh.size])
+        self.in_avals = [(np.dtype(a.dtype), tuple(a.shape)) for a in program.in_avals]
+        self.out_avals = list(program.out_avals)
+        self.checks = list(program.checks)
+        self.arg_names = arg_names or [f"argument {k}" for k in range(len(self.in_avals))]
+        opts = xc.CompileOptions()
+        build = opts.executable_build_options
+        build.num_partitions = mesh.size
+        build.num_replicas = 1
+        build.use_spmd_partitioning = True
+        build.use_shardy_partitioner = True
+        build.device_assignment = xc.DeviceAssignment.create(np.arange(mesh.size).reshape(1, mesh.size))
+        self._exe = self.client.compile_and_load(program.text, xc.DeviceList(self.devices), opts)
+        self.in_shardings = [GSPMDSharding(self.devices, s) for s in self._exe.get_parameter_shardings()]
+        self.out_shardings = [GSPMDSharding(self.devices, s) for s in self._exe.get_output_shardings()]
+        self._jax = jax
+
+    def __call__(self, *args):
+        bufs = [self.place(a, k) for k, a in enumerate(args)]
+        res = self._exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
+        shapes = [tuple(s) for _, s in self.out_avals] + [()] * len(self.checks)
+        outs = [self._jax.make_array_from_single_device_arrays(shape, sh, list(shards))
+                for shape, sh, shards in zip(shapes, self.out_shardings, res)]
+        if self.checks:
+            flags, outs = outs[len(outs) - len(self.checks):], outs[:len(outs) - len(self.checks)]
+            for flag, message in zip(flags, self.checks):
+                if bool(np.asarray(flag)):
+                    raise TlalocError(message)
+        return outs
+
+    def place(self, a, k: int):
+        """Argument ``k`` as a global device array with its compiled sharding."""
+        dtype, shape = self.in_avals[k]
+        target = self.in_shardings[k]
+        if _is_device_array(a):
+            if a.is_deleted():
+                raise ArgumentError(f"{self.arg_names[k]} was donated to an earlier call (donate_argnums) and "
+                                    f"its buffer is gone; pass the array that call returned instead")
+            if a.dtype == dtype and tuple(a.shape) == shape and hasattr(a, "sharding") and \
+                    a.sharding.is_equivalent_to(target, len(shape)):
+                return a
+        arr = np.asarray(a)
+        if arr.dtype != dtype:
+            arr = arr.astype(dtype)
+        if arr.shape != shape:
+            raise ArgumentError(f"{self.arg_names[k]} has shape {arr.shape}; this program was compiled "
+                                f"for {shape}")
+        return self._jax.device_put(arr, target)
+
+
 def _putter(device):
     """A fast host→device transfer (``batched_device_put``), else ``jax.device_put``."""
     jax = _jax()
@@ -165,4 +241,4 @@ def device_put(x, platform: str = "cpu"):
     return out
 
 
-__all__ = ["client", "has_platform", "Executable", "device_put"]
+__all__ = ["client", "has_platform", "Executable", "SpmdExecutable", "device_put"]

@@ -10,7 +10,7 @@ Layers are immutable: training returns new modules (``tl.optim``), and
 ``module.replace(weight=w)`` builds a changed copy. Every layer is written with
 ``tlaloc.numpy``, so ``tl.grad``, ``tl.capture`` and eager NumPy all run it.
 """
-from ._module import Module, static_field, num_params, astype
+from ._module import Module, static_field, num_params, astype, to_numpy
 from ._linear import Linear, Embedding, Dropout, Lambda, Sequential, MLP, SwiGLU
 from ._norm import LayerNorm, RMSNorm
 from ._conv import Conv2d, MaxPool2d, AvgPool2d, Flatten
@@ -20,7 +20,7 @@ from .functional import (relu, gelu, silu, sigmoid, tanh, softmax, log_softmax, 
 from . import init, functional
 
 __all__ = [
-    "Module", "static_field", "num_params", "astype",
+    "Module", "static_field", "num_params", "astype", "to_numpy",
     "Linear", "Embedding", "Dropout", "Lambda", "Sequential", "MLP", "SwiGLU",
     "LayerNorm", "RMSNorm", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten",
     "MultiHeadAttention", "TransformerBlock", "rope", "causal_mask",

@@ -110,3 +110,9 @@ def astype(tree, dtype):
         a = np.asarray(x)
         return a.astype(dtype) if a.dtype.kind == "f" else x
     return _pytree.tree_map(conv, tree)
+
+
+def to_numpy(tree):
+    """``tree`` with every leaf a ``numpy.ndarray`` (device arrays returned by ``tl.jit``
+    are copied to the host), e.g. to run a compiled-trained model eagerly."""
+    return _pytree.tree_map(np.asarray, tree)

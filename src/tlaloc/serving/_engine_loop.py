@@ -167,8 +167,8 @@ class EngineRunner:
             return dict(self._snapshot)
 
     def _submit(self, prompt_ids, params, request_id, sink, loop, future) -> None:
-        if future.cancelled():
-            return
+        if not future.set_running_or_notify_cancel():
+            return                                  # the caller gave up before we got to it
         try:
             rid = self.engine.submit(prompt_ids, request_id=request_id, **params)
         except Exception as exc:  # noqa: BLE001 - ValueError is the user's; others are reported too
@@ -221,6 +221,8 @@ class EngineRunner:
     def _embed(self, commands: list) -> None:
         group, size = [], 0
         for command in commands:
+            if not command[2].set_running_or_notify_cancel():
+                continue
             if group and size + len(command[1]) > self._embed_max_batch:
                 self._embed_group(group)
                 group, size = [], 0
@@ -256,7 +258,8 @@ class EngineRunner:
                 command = self._commands.get_nowait()
             except queue.Empty:
                 break
-            if command is not _STOP and command[0] in ("submit", "embed"):
+            if command is not _STOP and command[0] in ("submit", "embed") \
+                    and command[-1].set_running_or_notify_cancel():
                 command[-1].set_exception(RuntimeError(message))
 
     @staticmethod

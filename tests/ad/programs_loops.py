@@ -1,135 +1,10 @@
-"""Control-flow programs (if/elif/else, for, while, break, continue, return)
-for the reverse-mode table, each next to its JAX twin.
-
-JAX's eager ``jax.grad`` runs Python control flow on concrete values, so most
-twins are the same code over ``jax.numpy``; that makes the twin an independent
-derivative of the same program. Branch points are swept from both sides by the
-argument generators in ``cases.py``.
+"""Loop programs (for over range() with data-dependent trip counts, while on
+values, break, continue, return from anywhere, loop-carried overwrites) for the
+reverse-mode table, each next to its JAX twin (the same code over
+``jax.numpy``; JAX's eager ``grad`` runs the loops on concrete values).
 """
 import jax.numpy as jnp
 import numpy as np
-
-
-# -- if / elif / else on array values -----------------------------------------------
-
-def f_if_else(x):
-    if x.sum() > 0:
-        y = x * 2.0 + x ** 2
-    else:
-        y = -x ** 3
-    return (y * x).sum()
-
-
-def j_if_else(x):
-    if x.sum() > 0:
-        y = x * 2.0 + x ** 2
-    else:
-        y = -x ** 3
-    return (y * x).sum()
-
-
-def f_if_elif_else(x, w):
-    t = x @ w
-    if t > 1.0:
-        r = t * t
-    elif t > -1.0:
-        r = np.sin(t) * x[0]
-    else:
-        r = np.exp(t) + w[1]
-    return r
-
-
-def j_if_elif_else(x, w):
-    t = x @ w
-    if t > 1.0:
-        r = t * t
-    elif t > -1.0:
-        r = jnp.sin(t) * x[0]
-    else:
-        r = jnp.exp(t) + w[1]
-    return r
-
-
-def f_if_no_else(x):
-    y = x * 1.0
-    if x[0] > x[1]:
-        y = y * x[0]
-    return (y * y).sum()
-
-
-def j_if_no_else(x):
-    y = x * 1.0
-    if x[0] > x[1]:
-        y = y * x[0]
-    return (y * y).sum()
-
-
-def f_nested_if(x, y):
-    s = x.sum()
-    if s > 0:
-        if y.sum() > 0:
-            out = s * y.sum()
-        else:
-            out = s - (y * y).sum()
-    else:
-        if x[0] < y[0]:
-            out = (x * y).sum()
-        else:
-            out = s * s
-    return out
-
-
-def j_nested_if(x, y):
-    s = x.sum()
-    if s > 0:
-        if y.sum() > 0:
-            out = s * y.sum()
-        else:
-            out = s - (y * y).sum()
-    else:
-        if x[0] < y[0]:
-            out = (x * y).sum()
-        else:
-            out = s * s
-    return out
-
-
-def f_if_boolops(x):
-    # `and`, `or`, `not` and a chained comparison on array scalars
-    a = x[0]
-    if a > 0 and x[1] > 0:
-        r = a * x[1]
-    elif not (a > -0.5) or x[1] < -1.0:
-        r = a * a * a
-    elif -0.5 < a < 0.5:
-        r = np.exp(a)
-    else:
-        r = x.sum()
-    return r
-
-
-def j_if_boolops(x):
-    a = x[0]
-    if a > 0 and x[1] > 0:
-        r = a * x[1]
-    elif not (a > -0.5) or x[1] < -1.0:
-        r = a * a * a
-    elif -0.5 < a < 0.5:
-        r = jnp.exp(a)
-    else:
-        r = x.sum()
-    return r
-
-
-def f_if_ifexp(x):
-    # the conditional expression `a if c else b` on an array condition
-    y = x * x if x.sum() > 0 else x * 3.0
-    return y.sum()
-
-
-def j_if_ifexp(x):
-    y = x * x if x.sum() > 0 else x * 3.0
-    return y.sum()
 
 
 # -- for over range() with a data-dependent trip count -------------------------------
@@ -247,83 +122,6 @@ def j_loop_static_unrolled(x):
     return s.sum()
 
 
-# -- while with a value-dependent condition ----------------------------------------------
-
-def f_while_value(x):
-    # doubles until the value passes 10: the trip count depends on x
-    s = x[0] * x[1]
-    n = 0.0
-    while s < 10.0:
-        s = s * 2.0 + x[1] * s * 0.1
-        n = n + 1.0
-    return s + n
-
-
-def j_while_value(x):
-    s = x[0] * x[1]
-    n = 0.0
-    while s < 10.0:
-        s = s * 2.0 + x[1] * s * 0.1
-        n = n + 1.0
-    return s + n
-
-
-def f_while_counter_index(x):
-    # an integer counter indexes the argument inside a value-dependent while
-    s = 0.0
-    i = 0
-    while s < 3.0:
-        s = s + x[i % len(x)] ** 2
-        i += 1
-    return s
-
-
-def j_while_counter_index(x):
-    s = 0.0
-    i = 0
-    while s < 3.0:
-        s = s + x[i % len(x)] ** 2
-        i += 1
-    return s
-
-
-def f_while_nonlinear_carry(x):
-    # the carry enters its own update nonlinearly
-    s = x[0]
-    while s < 50.0:
-        s = s * s + x[1]
-    return s
-
-
-def j_while_nonlinear_carry(x):
-    s = x[0]
-    while s < 50.0:
-        s = s * s + x[1]
-    return s
-
-
-def f_while_break(x):
-    s = x[0]
-    k = 0
-    while k < 25:
-        s = s * 1.5 + x[1]
-        if s > 20.0:
-            break
-        k = k + 1
-    return s
-
-
-def j_while_break(x):
-    s = x[0]
-    k = 0
-    while k < 25:
-        s = s * 1.5 + x[1]
-        if s > 20.0:
-            break
-        k = k + 1
-    return s
-
-
 # -- break, continue, return anywhere ------------------------------------------------------
 
 def f_for_break(x):
@@ -414,24 +212,6 @@ def j_return_in_loop_acc(x):
     return s
 
 
-def f_return_in_while(x):
-    s = x[0]
-    while s < 100.0:
-        s = s * 3.0 + x[1]
-        if s < 0:
-            return s * x[1]
-    return s
-
-
-def j_return_in_while(x):
-    s = x[0]
-    while s < 100.0:
-        s = s * 3.0 + x[1]
-        if s < 0:
-            return s * x[1]
-    return s
-
-
 # -- logsumexp with loops, if and a running max ------------------------------------------------
 
 def f_logsumexp_loop(x):
@@ -474,27 +254,6 @@ def j_running_max_only(x):
 
 
 # -- combinations -------------------------------------------------------------------------------
-
-def f_while_in_for(x):
-    # a value-dependent while nested in a for; the inner trip count differs per i
-    t = 0.0
-    for i in range(len(x)):
-        s = x[i] * x[i] + 0.1
-        while s < 5.0:
-            s = s * 1.7 + x[i]
-        t = t + s
-    return t
-
-
-def j_while_in_for(x):
-    t = 0.0
-    for i in range(len(x)):
-        s = x[i] * x[i] + 0.1
-        while s < 5.0:
-            s = s * 1.7 + x[i]
-        t = t + s
-    return t
-
 
 def f_for_elem_break(x):
     # `for v in x` over an array's elements, with a break
@@ -558,3 +317,33 @@ def j_break_continue_mix(x, w):
                 break
             s = s + w[j] * x[i]
     return s
+
+
+def f_tuple_carry(x):
+    # a tuple of carries updated together (a Fibonacci-like recurrence)
+    a, b = x[0], x[1]
+    for i in range(len(x)):
+        a, b = b, a * 0.5 + b * x[i]
+    return a + b
+
+
+def j_tuple_carry(x):
+    a, b = x[0], x[1]
+    for i in range(len(x)):
+        a, b = b, a * 0.5 + b * x[i]
+    return a + b
+
+
+def f_last_after_loop(x):
+    # the value a loop left behind, read after the loop
+    last = x[0]
+    for i in range(len(x)):
+        last = x[i] * 2.0 + last * 0.0
+    return last * x[0]
+
+
+def j_last_after_loop(x):
+    last = x[0]
+    for i in range(len(x)):
+        last = x[i] * 2.0 + last * 0.0
+    return last * x[0]

@@ -1,0 +1,137 @@
+"""One HTTP generation request: its choices, submitted to the engine, streamed back as text.
+
+A request with P prompts and ``n`` choices submits P*n engine requests, named
+``{request_id}-{choice}``; choice ``i`` of prompt ``p`` has OpenAI index ``p*n + i`` and
+seed ``seed + i`` (so the ``n`` samples differ but replay). All choices share one
+asyncio queue that the engine thread feeds. :meth:`Generation.deltas` turns events into
+``(choice, text, finish_reason)`` as text becomes final; :meth:`Generation.close`
+cancels whatever is unfinished, which frees its KV pages (a client that went away, a
+stop string, an error).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+from ._detok import TextStream
+from .errors import QueueFullError
+from .openai_schema import OpenAIError
+
+_FINISH_REASONS = {"stop": "stop", "eos": "stop", "stop_token": "stop", "length": "length",
+                   "max_tokens": "length"}
+
+
+class ClientGone(Exception):
+    """The client disconnected while its answer was being generated."""
+
+
+@dataclasses.dataclass
+class Choice:
+    index: int
+    request_id: str
+    text: TextStream
+    tokens: int = 0
+    finish_reason: str | None = None
+    submitted: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+
+class Generation:
+    """Choices of one request. Use as ``await gen.start()``, iterate ``gen.deltas()``, ``gen.close()``.
+
+    Arguments:
+        runner: the server's :class:`~tlaloc.serving._engine_loop.EngineRunner`.
+        tokenizer: the engine's ``tokenizers.Tokenizer``.
+        request_id: the response id; engine requests are ``{request_id}-{choice}``.
+        prompts: token ids per prompt.
+        n: choices per prompt.
+        sampling: ``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``, ``seed``, ``stop_ids``.
+        stop: stop strings (the text ends before the first one).
+    """
+
+    def __init__(self, runner, tokenizer, *, request_id: str, prompts: list[list[int]], n: int,
+                 sampling: dict, stop: list[str]):
+        self.runner, self.request_id, self.prompts = runner, request_id, prompts
+        self.sampling, self.n = sampling, n
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.choices = [Choice(i, f"{request_id}-{i}", TextStream(tokenizer, stop))
+                        for i in range(len(prompts) * n)]
+        self._by_id = {c.request_id: c for c in self.choices}
+        self._next_check = 0.0
+
+    async def start(self) -> None:
+        """Submit every choice; a refusal cancels the ones already taken and raises a 400."""
+        for choice in self.choices:
+            sampling = dict(self.sampling)
+            if sampling.get("seed") is not None:
+                sampling["seed"] = sampling["seed"] + choice.index % self.n
+            choice.submitted = True              # before the await: a cancel then still reaches it
+            try:
+                await self.runner.submit(list(self.prompts[choice.index // self.n]), self.queue,
+                                         request_id=choice.request_id, **sampling)
+            except QueueFullError as exc:         # back-pressure: the client may retry later
+                self.close()
+                raise OpenAIError(429, str(exc), type="server_error", code="queue_full") from None
+            except ValueError as exc:             # over capacity, bad ids: the engine's refusal
+                self.close()
+                raise OpenAIError(400, str(exc), param="prompt", code="invalid_prompt") from None
+            except RuntimeError as exc:          # the engine thread is shutting down or died
+                self.close()
+                raise OpenAIError(503, str(exc), type="server_error", code="engine_unavailable") from None
+
+    async def deltas(self, is_disconnected=None, poll_s: float = 0.25):
+        """Yield ``(choice, text, finish_reason)``: new final text, and the reason once a choice ends.
+
+        ``is_disconnected`` (an async callable) is polled while waiting; when it says so,
+        :class:`ClientGone` is raised (the caller's ``close()`` then cancels).
+        """
+        while not all(c.done for c in self.choices):
+            event = await self._next_event(is_disconnected, poll_s)
+            choice = self._by_id.get(event.request_id)
+            if choice is None or choice.done:
+                continue
+            if event.error:
+                raise OpenAIError(500, f"generation failed: {event.error}", type="server_error",
+                                  code="engine_error")
+            choice.tokens += len(event.token_ids)
+            delta = choice.text.push(event.token_ids)
+            if choice.text.stopped:
+                choice.finish_reason = "stop"
+                if not event.finished:
+                    self.runner.cancel(choice.request_id)
+            elif event.finished:
+                delta += choice.text.finish()
+                choice.finish_reason = _FINISH_REASONS.get(event.finish_reason or "", event.finish_reason
+                                                          or "stop")
+            if delta or choice.done:
+                yield choice, delta, choice.finish_reason
+
+    async def _next_event(self, is_disconnected, poll_s: float):
+        if is_disconnected is None:
+            return await self.queue.get()
+        while True:                      # events may never pause, so check the clock, not just timeouts
+            now = time.monotonic()
+            if now >= self._next_check:
+                self._next_check = now + poll_s
+                if await is_disconnected():
+                    raise ClientGone()
+            try:
+                return await asyncio.wait_for(self.queue.get(), poll_s)
+            except asyncio.TimeoutError:
+                continue
+
+    def close(self) -> None:
+        """Cancel every choice that is still running (frees its pages). Safe to call twice."""
+        for choice in self.choices:
+            if choice.submitted and not choice.done:
+                choice.finish_reason = "cancelled"
+                self.runner.cancel(choice.request_id)
+
+    def usage(self) -> dict:
+        prompt = sum(len(p) for p in self.prompts)
+        completion = sum(c.tokens for c in self.choices)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

@@ -1,0 +1,274 @@
+"""``export(model_path, out_dir, ...)``: a Hugging Face folder or GGUF file -> a serving artifact.
+
+    from tlaloc.serving.export import export
+    export("SmolLM2.gguf", "smol-art", batch=(1, 2, 4, 8), context=(64, 256, 1024))
+
+What ``tlaloc export MODEL OUT_DIR [--batch 1,2,4,8] [--context 64,256,1024]
+[--block-size 16] [--dtype f32|bf16] [--weights int8]`` runs. The artifact (see
+:mod:`tlaloc.serving.manifest`) holds one StableHLO program per bucket, built by the
+tracing front end from the model code with the paged primitives, the weights as
+safetensors, the tokenizer, and a manifest with every file's sha256. The same model
+and options give byte-identical artifacts. The directory appears atomically: it is
+written beside ``out_dir`` and renamed into place.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import tempfile
+import time
+
+import numpy as np
+
+from ..errors import ArgumentError
+from . import manifest as mf
+from .weights_format import FORMATS, flatten, stored_tensors
+
+log = logging.getLogger("tlaloc.serving")
+WEIGHTS_FILE = "weights.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+DEFAULT_CHUNK = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSummary:
+    """What ``export`` wrote: the directory, how many programs, bytes of weights and in all, seconds taken."""
+    path: str
+    kind: str
+    num_programs: int
+    weight_bytes: int
+    total_bytes: int
+    seconds: float
+
+
+def _ladder(values, name: str) -> list[int]:
+    if isinstance(values, str):
+        values = [v for v in values.split(",") if v.strip()]
+    try:
+        out = sorted({int(v) for v in values})
+    except (TypeError, ValueError):
+        raise ArgumentError(f"export: {name} must be a list of positive integers like 1,2,4,8; got {values!r}") from None
+    if not out or out[0] < 1:
+        raise ArgumentError(f"export: {name} must be a list of positive integers like 1,2,4,8; got {values!r}")
+    return out
+
+
+def _check_options(cfg, batch, context, block_size, dtype, weights, prefill_chunk):
+    from ..models import EncoderConfig
+    if dtype not in ("f32", "bf16"):
+        raise ArgumentError(f"export: dtype={dtype!r}; use 'f32' or 'bf16'")
+    if weights not in (None, "int8", "f32", "bf16"):
+        raise ArgumentError(f"export: weights={weights!r}; use None (same as dtype) or 'int8'")
+    limit = cfg.max_position_embeddings
+    if context[-1] > limit:
+        raise ArgumentError(f"export: context {context[-1]} is longer than the model's max_position_embeddings="
+                            f"{limit}; use a context ladder up to {limit}")
+    if isinstance(cfg, EncoderConfig):
+        return
+    if block_size < 1:
+        raise ArgumentError(f"export: block_size must be positive, got {block_size}")
+    bad = [c for c in context if c % block_size]
+    if bad:
+        raise ArgumentError(f"export: every context must be a multiple of block_size={block_size}; "
+                            f"{', '.join(map(str, bad))} is not")
+    if prefill_chunk is not None and prefill_chunk < 1:
+        raise ArgumentError(f"export: prefill_chunk must be positive, got {prefill_chunk}")
+
+
+def _jsonable(x):
+    if dataclasses.is_dataclass(x):
+        return {f.name: _jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def _program_entry(name, mode, B, C, T, inputs, outputs, donate, text) -> dict:
+    return {"name": name, "mode": mode, "batch": B, "context": C, "tokens": T,
+            "file": f"programs/{name}.mlir",
+            "cache_key": mf.sha256_bytes(f"tlaloc-serving/{mf.SCHEMA_VERSION}\n".encode() + text.encode()),
+            "inputs": [s.name for s in inputs],
+            "request_slots": [s.to_json() for s in inputs if s.role not in ("kv_pool", "weight", "weight_scale")],
+            "outputs": [s.to_json() for s in outputs],
+            "donate": [[int(i), int(o)] for i, o in sorted(donate.items())]}
+
+
+def _decoder_programs(cfg, stored, batch, context, block_size, chunk, num_pages, kv_dtype, bar):
+    from .programs import Slot, decoder_step, kv_slots, lower, request_slots, weight_slots
+    kv = kv_slots(cfg, num_pages, block_size, kv_dtype)
+    ws = weight_slots(stored)
+    step = decoder_step(cfg, [s.name for s in ws], cfg.num_layers)
+    programs, texts = [], {}
+    for mode in ("prefill", "decode"):
+        for B in batch:
+            for C in context:
+                T = 1 if mode == "decode" else min(C, chunk)
+                name = f"{mode}_b{B}_c{C}"
+                inputs = request_slots(B, T, C // block_size) + kv + ws
+                outputs = [Slot("next_token_ids", "next_token_ids", np.dtype(np.int32), (B,))] + kv
+                t0 = time.perf_counter()
+                program = lower(step, inputs, name, donate=range(9, 9 + len(kv)))
+                log.info("export: %s traced and emitted in %.2f s", name, time.perf_counter() - t0)
+                if sorted(program.aliases.items()) != [(9 + k, 1 + k) for k in range(len(kv))]:
+                    raise AssertionError(f"{name}: KV pools not aliased one to one: {program.aliases}")
+                programs.append(_program_entry(name, mode, B, C, T, inputs, outputs, program.aliases, program.text))
+                texts[name] = program.text
+                bar.update(1)
+    return programs, texts, kv
+
+
+def _encoder_programs(cfg, stored, batch, context, bar):
+    from .programs import Slot, encoder_embed, lower, weight_slots
+    ws = weight_slots(stored)
+    fn = encoder_embed(cfg, [s.name for s in ws])
+    programs, texts = [], {}
+    for B in batch:
+        for C in context:
+            name = f"embed_b{B}_c{C}"
+            inputs = [Slot("token_ids", "token_ids", np.dtype(np.int32), (B, C)),
+                      Slot("attention_mask", "attention_mask", np.dtype(np.int32), (B, C))] + ws
+            outputs = [Slot("embeddings", "embeddings", np.dtype(np.float32), (B, cfg.hidden_size))]
+            program = lower(fn, inputs, name)
+            programs.append(_program_entry(name, "embed", B, C, C, inputs, outputs, {}, program.text))
+            texts[name] = program.text
+            bar.update(1)
+    return programs, texts
+
+
+def _write(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _safetensors_bytes(tensors: dict, fmt: str) -> bytes:
+    from safetensors import TensorSpec, serialize
+    alive = {name: np.ascontiguousarray(a) for name, a in tensors.items()}   # the pointers below stay valid
+    specs = {name: TensorSpec(dtype=a.dtype.name, shape=list(a.shape), data_ptr=a.ctypes.data, data_len=a.nbytes)
+             for name, a in alive.items()}
+    return bytes(serialize(specs, metadata={"format": "tlaloc", "weights": fmt}))
+
+
+def _model_name(model_path: str) -> str:
+    base = os.path.basename(os.path.normpath(model_path))
+    return base[:-5] if base.endswith(".gguf") else base
+
+
+def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), block_size: int = 16,
+           dtype: str = "f32", weights: str | None = None, prefill_chunk: int | None = None,
+           num_pages: int | None = None, name: str | None = None, overwrite: bool = False,
+           progress: bool | None = None) -> ExportSummary:
+    """Export a model to a serving artifact directory.
+
+    Args:
+      model_path: a Hugging Face folder (config.json + safetensors [+ tokenizer.json]) or a .gguf file.
+      out_dir: the artifact directory to create (refused if it exists, unless ``overwrite``).
+      batch: the batch-size ladder (list or "1,2,4,8").
+      context: the context-length ladder; each a multiple of ``block_size`` (decoders).
+      block_size: token slots per KV page.
+      dtype: "f32" or "bf16": how weights and KV pools are stored (programs compute in f32).
+      weights: None (as ``dtype``) or "int8" (per-output-channel scales).
+      prefill_chunk: tokens per prefill step, at most (default min(256, max context)).
+      num_pages: KV pages per layer, the scratch page included (default 1 + max batch *
+        max context / block_size: every row at full context at once).
+      name: the model name the artifact reports (default: the file or folder name).
+      progress: show a progress bar (default: when stderr is a terminal).
+
+    Returns:
+      An ExportSummary. Raises ArgumentError for a bad option, naming it.
+    """
+    from tqdm import tqdm
+
+    from ..models import EncoderConfig, load
+    t_start = time.perf_counter()
+    model_path, out_dir = os.fspath(model_path), os.fspath(out_dir)
+    if os.path.exists(out_dir) and not overwrite:
+        raise ArgumentError(f"export: {out_dir} exists; choose a new directory or pass overwrite=True")
+    batch, context = _ladder(batch, "batch"), _ladder(context, "context")
+    model = load(model_path)
+    cfg = model.config
+    _check_options(cfg, batch, context, block_size, dtype, weights, prefill_chunk)
+    fmt = "int8" if weights == "int8" else dtype
+    stored = stored_tensors(flatten(model.weights), fmt)
+    kv_dtype = np.dtype(np.float32) if dtype == "f32" else np.dtype("bfloat16")
+    is_encoder = isinstance(cfg, EncoderConfig)
+    chunk = min(prefill_chunk or DEFAULT_CHUNK, context[-1])
+    pages = num_pages or 1 + batch[-1] * context[-1] // block_size
+    count = len(batch) * len(context) * (1 if is_encoder else 2)
+    with tqdm(total=count, desc=f"export {_model_name(model_path)}", unit="program",
+              disable=None if progress is None else not progress) as bar:
+        if is_encoder:
+            programs, texts = _encoder_programs(cfg, stored, batch, context, bar)
+            kv = None
+        else:
+            if pages < 2:
+                raise ArgumentError(f"export: num_pages={pages}; at least 2 (page 0 is scratch)")
+            programs, texts, kv_list = _decoder_programs(cfg, stored, batch, context, block_size, chunk, pages,
+                                                         kv_dtype, bar)
+            kv = {"block_size": block_size, "num_pages": pages, "scratch_page": 0, "dtype": kv_dtype.name,
+                  "layout": ["pages", "block_size", "kv_heads", "head_dim"],
+                  "slots": [s.to_json() for s in kv_list]}
+    files: dict[str, bytes] = {f"programs/{n}.mlir": t.encode("utf-8") for n, t in texts.items()}
+    files[WEIGHTS_FILE] = _safetensors_bytes(stored, fmt)
+    tok = None
+    if model.tokenizer is not None:
+        files[TOKENIZER_FILE] = model.tokenizer.backend.to_str().encode("utf-8")
+        tok = {"file": TOKENIZER_FILE, "chat_template": model.tokenizer.chat_template,
+               "bos_token": model.tokenizer.bos_token, "eos_token": model.tokenizer.eos_token}
+    import jaxlib
+    from .. import __version__
+    manifest = {
+        "schema": mf.SCHEMA, "schema_version": mf.SCHEMA_VERSION,
+        "kind": "encoder" if is_encoder else "decoder",
+        "model": {"name": name or _model_name(model_path), "architecture": cfg.architecture,
+                  "model_type": cfg.model_type, "config": _jsonable(cfg)},
+        "buckets": {"batch": batch, "context": context, "prefill_chunk": None if is_encoder else chunk},
+        "kv": kv,
+        "weights": {"file": WEIGHTS_FILE, "format": fmt,
+                    "slots": [{"name": n, "role": "weight_scale" if n.endswith(".scale") else "weight",
+                               "dtype": a.dtype.name, "shape": list(a.shape)} for n, a in stored.items()]},
+        "programs": programs,
+        "tokenizer": tok,
+        "producer": {"tlaloc": __version__, "jaxlib": jaxlib.__version__},
+        "files": {rel: {"sha256": mf.sha256_bytes(data), "bytes": len(data)} for rel, data in sorted(files.items())},
+    }
+    _write_atomically(out_dir, files, mf.dumps(manifest), overwrite)
+    total = sum(len(d) for d in files.values())
+    summary = ExportSummary(out_dir, manifest["kind"], len(programs), len(files[WEIGHTS_FILE]), total,
+                            time.perf_counter() - t_start)
+    log.info("export: %s -> %s: %d programs, %.1f MB in %.1f s", model_path, out_dir, summary.num_programs,
+             total / 1e6, summary.seconds)
+    return summary
+
+
+def _write_atomically(out_dir: str, files: dict, manifest_bytes: bytes, overwrite: bool) -> None:
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.tmp-", dir=parent)
+    try:
+        os.chmod(tmp, 0o755)
+        os.makedirs(os.path.join(tmp, "programs"))
+        for rel, data in files.items():
+            _write(os.path.join(tmp, rel), data)
+        _write(os.path.join(tmp, mf.MANIFEST), manifest_bytes)      # last: a manifest means a complete artifact
+        if os.path.exists(out_dir):
+            if not overwrite:
+                raise ArgumentError(f"export: {out_dir} appeared while exporting; not replacing it")
+            old = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.old-", dir=parent)
+            os.rmdir(old)
+            os.rename(out_dir, old)
+            os.rename(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+__all__ = ["export", "ExportSummary"]

@@ -1,0 +1,126 @@
+"""The serving programs: their slots, and the functions the tracing front end turns into StableHLO.
+
+A decoder program serves one (mode, batch B, context C) bucket. Prefill programs take
+``T = min(C, prefill_chunk)`` tokens per row, decode programs one; both are the same
+traced function (:func:`decoder_step`) at different shapes. Inputs, in order::
+
+    token_ids (B, T) i32     positions (B, T) i32     block_tables (B, C/BS) i32
+    seq_lens (B,) i32        slot_mapping (B, T) i32  temperature (B,) f32
+    top_k (B,) i32           top_p (B,) f32           uniforms (B,) f32
+    kv.<l>.k, kv.<l>.v (P, BS, K, E) per layer        (donated)
+    weights, by slot name (see weights_format)
+
+Outputs: ``next_token_ids`` (B,) i32, then every pool (aliased to its input). A row's
+sampled token comes from its last real token (the last one with ``slot_mapping >= 0``).
+Padding: token 0, position 0, slot -1; a padding row has seq_len 1 and a block table of
+zeros (page 0, the scratch page).
+
+An encoder program (mode ``embed``) takes ``token_ids`` and ``attention_mask`` (B, C) i32
+and the weights, and returns ``embeddings`` (B, D) float32.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .. import numpy as tnp
+from .._core.aval import AbstractValue
+from .._core.specialize import specialize
+from .._frontend.tracing import trace_region
+from .._render import stablehlo_serving  # noqa: F401  (registers the paged primitives' lowerings)
+from .._render.stablehlo import emit_module
+from ..models import DecoderConfig, decoder_hidden, encode, lm_head
+from .paged import PagedBackend
+from .sampling import sample_tokens
+from .weights_format import dequantize
+
+I32, F32 = np.dtype(np.int32), np.dtype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One program input or output: its name, role (manifest.ROLES), dtype and shape."""
+    name: str
+    role: str
+    dtype: np.dtype
+    shape: tuple
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "role": self.role, "dtype": np.dtype(self.dtype).name, "shape": list(self.shape)}
+
+    @property
+    def aval(self) -> AbstractValue:
+        return AbstractValue(np.dtype(self.dtype), tuple(self.shape))
+
+
+class _Proto:
+    """A stand-in argument carrying only an aval: the tracing front end makes it an input."""
+
+    def __init__(self, aval):
+        self.aval = aval
+
+
+def request_slots(B: int, T: int, M: int) -> list[Slot]:
+    """The per-step inputs of a decoder program (see the module docstring)."""
+    return [Slot("token_ids", "token_ids", I32, (B, T)), Slot("positions", "positions", I32, (B, T)),
+            Slot("block_tables", "block_tables", I32, (B, M)), Slot("seq_lens", "seq_lens", I32, (B,)),
+            Slot("slot_mapping", "slot_mapping", I32, (B, T)), Slot("temperature", "temperature", F32, (B,)),
+            Slot("top_k", "top_k", I32, (B,)), Slot("top_p", "top_p", F32, (B,)),
+            Slot("uniforms", "uniforms", F32, (B,))]
+
+
+def kv_slots(cfg: DecoderConfig, num_pages: int, block_size: int, kv_dtype) -> list[Slot]:
+    shape = (num_pages, block_size, cfg.num_kv_heads, cfg.head_dim)
+    return [Slot(f"kv.{layer}.{kind}", "kv_pool", np.dtype(kv_dtype), shape)
+            for layer in range(cfg.num_layers) for kind in ("k", "v")]
+
+
+def weight_slots(stored: dict) -> list[Slot]:
+    return [Slot(name, "weight_scale" if name.endswith(".scale") else "weight", np.dtype(a.dtype), tuple(a.shape))
+            for name, a in stored.items()]
+
+
+def decoder_step(cfg: DecoderConfig, weight_names: list, n_layers: int):
+    """The function traced into every decoder program: flat inputs -> [next ids, pools...]."""
+    n_req = 9
+
+    def step(*flat):
+        token_ids, positions, block_tables, seq_lens, slot_mapping, temperature, top_k, top_p, uniforms = flat[:n_req]
+        pools = flat[n_req:n_req + 2 * n_layers]
+        weights = dequantize(dict(zip(weight_names, flat[n_req + 2 * n_layers:])))
+        backend = PagedBackend(pools[0::2], pools[1::2], block_tables, seq_lens, slot_mapping)
+        h = decoder_hidden(cfg, weights, token_ids, positions, backend)           # (B, T, D)
+        B, T = token_ids.shape
+        real = tnp.sum(tnp.astype(slot_mapping >= 0, tnp.int32), axis=1)          # (B,) real tokens per row
+        last = tnp.maximum(real - 1, 0)                                           # (B,)
+        pick = tnp.equal(np.arange(T, dtype=np.int32)[None, :], last[:, None])    # (B, T)
+        h_last = tnp.sum(tnp.where(pick[:, :, None], h, np.float32(0.0)), axis=1)  # (B, D)
+        logits = lm_head(cfg, weights, h_last)                                    # (B, V)
+        ids = sample_tokens(logits, temperature, top_k, top_p, uniforms)          # (B,)
+        outs = [ids]
+        for layer in range(n_layers):
+            outs += [backend.k_pools[layer], backend.v_pools[layer]]
+        return outs
+    return step
+
+
+def encoder_embed(cfg, weight_names: list):
+    """The function traced into every encoder program: (ids, mask, *weights) -> [embeddings]."""
+    def embed(token_ids, attention_mask, *ws):
+        weights = dequantize(dict(zip(weight_names, ws)))
+        return [encode(cfg, weights, token_ids, attention_mask)]                  # (B, D)
+    return embed
+
+
+def lower(fn, inputs: list[Slot], name: str, donate=()):
+    """Trace ``fn`` over ``inputs`` with the tracing front end, specialise, emit StableHLO.
+
+    Returns the ``Program`` (text, avals, aliases).
+    """
+    graph, _, _ = trace_region(fn, [_Proto(s.aval) for s in inputs], name)
+    graph = specialize(graph, [s.aval for s in inputs], name=name)
+    return emit_module(graph, name=name, donate=list(donate))
+
+
+__all__ = ["Slot", "request_slots", "kv_slots", "weight_slots", "decoder_step", "encoder_embed", "lower"]

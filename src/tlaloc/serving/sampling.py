@@ -1,0 +1,74 @@
+"""Token sampling inside the serving programs, written with ``tlaloc.numpy`` (traced into each program).
+
+Per row, the same recipe as the eager reference (:func:`tlaloc.serving.generate.sample_next`):
+``temperature == 0`` is greedy (argmax; the lowest id wins a tie). Otherwise the logits
+are divided by the temperature, sorted largest first, cut to the ``top_k`` largest
+(``0`` keeps all), then to the smallest set whose probability reaches ``top_p``
+(``>= 1`` keeps all; the best token is always kept), renormalised, and the token whose
+cumulative probability first exceeds the row's uniform draw ``u`` in [0, 1) is taken.
+
+The uniform draws come in as an input: the runtime draws them on the host from each
+request's own seeded generator (``numpy.random.default_rng``), so a request's samples
+depend on its seed only, never on which other requests share its batch.
+
+The sort runs only when some row samples (a ``tl.cond`` on ``any(temperature > 0)``);
+an all-greedy batch pays for one argmax.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import numpy as tnp
+from .._frontend.tracing import cond
+from .._prims.serving import sort_descending
+
+
+def prefix_sum(x):
+    """Inclusive prefix sum along the last axis of x (B, n) in log2(n) shifted adds (B, n).
+
+    (A log-step scan: a ``reduce_window`` cumsum is O(n^2) on XLA's CPU back end, and
+    n is the vocabulary here.)
+    """
+    B, n = x.shape
+    d = 1
+    while d < n:
+        shifted = tnp.concatenate([tnp.zeros((B, d), x.dtype), x[:, :n - d]], axis=-1)  # (B, n)
+        x = x + shifted
+        d *= 2
+    return x
+
+
+def _draw(logits, temperature, top_k, top_p, uniforms, greedy):
+    B, V = logits.shape
+    t = tnp.where(temperature > 0, temperature, np.float32(1.0))                 # (B,)
+    vals, order = sort_descending(logits / t[:, None])                            # (B, V) each, best first
+    rank = np.arange(V, dtype=np.int32)[None, :]                                  # (1, V)
+    k = tnp.where(top_k > 0, tnp.minimum(top_k, V), V)                            # (B,)
+    in_k = tnp.less(rank, k[:, None])                                             # (B, V)
+    e = tnp.where(in_k, tnp.exp(vals - vals[:, :1]), np.float32(0.0))             # (B, V)
+    probs = e / tnp.sum(e, axis=-1, keepdims=True)                                # (B, V)
+    before = prefix_sum(probs) - probs                                            # (B, V) mass ahead
+    in_p = tnp.logical_or(tnp.less(before, top_p[:, None]), (top_p >= 1.0)[:, None])
+    kept = tnp.logical_and(in_k, in_p)                                            # (B, V)
+    p = tnp.where(kept, probs, np.float32(0.0))
+    p = p / tnp.sum(p, axis=-1, keepdims=True)                                    # (B, V)
+    n_kept = tnp.sum(tnp.astype(kept, tnp.int32), axis=-1)                        # (B,)
+    below = tnp.less_equal(prefix_sum(p), uniforms[:, None])                      # (B, V)
+    choice = tnp.minimum(tnp.sum(tnp.astype(below, tnp.int32), axis=-1), n_kept - 1)  # (B,)
+    picked = tnp.where(tnp.equal(rank, choice[:, None]), order, 0)                # (B, V)
+    sampled = tnp.sum(picked, axis=-1)                                            # (B,) int32
+    return tnp.where(temperature > 0, tnp.astype(sampled, tnp.int32), greedy)
+
+
+def _keep(logits, temperature, top_k, top_p, uniforms, greedy):
+    return greedy
+
+
+def sample_tokens(logits, temperature, top_k, top_p, uniforms):
+    """Token ids (B,) int32 from logits (B, V) float32.
+
+    temperature (B,) float32 (0: greedy); top_k (B,) int32 (0: off); top_p (B,) float32
+    (1: off); uniforms (B,) float32 in [0, 1), one draw per sampling row.
+    """
+    greedy = tnp.astype(tnp.argmax(logits, axis=-1), tnp.int32)                   # (B,)
+    return cond(tnp.any(temperature > 0), _draw, _keep, logits, temperature, top_k, top_p, uniforms, greedy)

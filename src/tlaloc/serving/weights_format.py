@@ -1,0 +1,116 @@
+"""How an artifact stores weights, and how a program turns its weight inputs back into the model's pytree.
+
+Slot names flatten the model's weights pytree with dots: ``embed``, ``norm``,
+``lm_head``, ``layers.<i>.<name>`` (decoders); ``word``, ``position``, ...,
+``layers.<i>.<name>`` (the encoder). Formats:
+
+``f32``   every tensor float32.
+``bf16``  every tensor bfloat16; programs convert to float32 and compute in float32.
+``int8``  every matrix int8 with one float32 scale per output channel, stored as
+          ``<name>.scale``: matrices are (in, out) so the scale is (out,); embedding tables
+          (rows are tokens or positions, also the tied output head's channels) get one
+          scale per row. ``q = round(w / s)``, ``s = max|w| / 127`` over the channel;
+          programs compute ``q * s`` in float32. Vectors (norms, biases) stay float32.
+"""
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+
+from .. import numpy as tnp
+
+FORMATS = ("f32", "bf16", "int8")
+#: tables indexed by row (token, position or type ids): quantized per row
+_TABLES = {"embed", "word", "position", "token_type"}
+
+
+def flatten(weights: dict) -> dict[str, np.ndarray]:
+    """``{"layers": ({"wq": a}, ...), "embed": b}`` -> ``{"layers.0.wq": a, "embed": b}`` (natural order)."""
+    flat = {}
+
+    def walk(prefix, node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(f"{prefix}{k}.", v)
+        elif isinstance(node, (list, tuple)):
+            for i, v in enumerate(node):
+                walk(f"{prefix}{i}.", v)
+        else:
+            flat[prefix[:-1]] = np.asarray(node)
+    walk("", weights)
+    return {k: flat[k] for k in sorted(flat, key=_natural)}
+
+
+def _natural(key: str):
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", key) if t]
+
+
+def unflatten(flat: dict):
+    """The inverse of :func:`flatten` (numbered levels become tuples)."""
+    root: dict = {}
+    for name, value in flat.items():
+        parts = name.split(".")
+        node = root
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return _tuples(root)
+
+
+def _tuples(node):
+    if not isinstance(node, dict):
+        return node
+    if node and all(k.isdigit() for k in node):
+        return tuple(_tuples(node[str(i)]) for i in range(len(node)))
+    return {k: _tuples(v) for k, v in node.items()}
+
+
+def is_table(name: str) -> bool:
+    return name.split(".")[-1] in _TABLES
+
+
+def quantize_int8(name: str, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(q int8, scale float32): per row for tables, per output column for (in, out) matrices."""
+    w = np.asarray(w, np.float32)
+    axis = 1 if is_table(name) else 0
+    amax = np.max(np.abs(w), axis=axis)                                   # (channels,)
+    scale = np.where(amax > 0, amax / np.float32(127.0), np.float32(1.0)).astype(np.float32)
+    s = scale[:, None] if axis == 1 else scale[None, :]
+    q = np.clip(np.rint(w / s), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def stored_tensors(flat: dict, fmt: str) -> dict[str, np.ndarray]:
+    """The tensors the artifact's safetensors file holds for ``fmt``."""
+    out = {}
+    for name, w in flat.items():
+        w = np.asarray(w, np.float32)
+        if fmt == "int8" and w.ndim == 2:
+            out[name], out[name + ".scale"] = quantize_int8(name, w)
+        elif fmt == "bf16":
+            out[name] = w.astype(ml_dtypes.bfloat16)
+        else:
+            out[name] = np.ascontiguousarray(w)
+    return out
+
+
+def dequantize(stored: dict) -> dict:
+    """The float32 weights a program computes with, from its weight inputs (traced or eager)."""
+    flat = {}
+    for name, v in stored.items():
+        if name.endswith(".scale"):
+            continue
+        scale = stored.get(name + ".scale")
+        if scale is not None:
+            s = scale[:, None] if is_table(name) else scale[None, :]
+            flat[name] = tnp.astype(v, tnp.float32) * s
+        elif np.dtype(v.dtype) != np.float32:
+            flat[name] = tnp.astype(v, tnp.float32)
+        else:
+            flat[name] = v
+    return unflatten(flat)
+
+
+__all__ = ["FORMATS", "flatten", "unflatten", "quantize_int8", "stored_tensors", "dequantize", "is_table"]

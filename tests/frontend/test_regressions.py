@@ -1,0 +1,78 @@
+"""Regression tests for bugs found while building on the engine (one test per bug)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tlaloc as tl
+import tlaloc.numpy as tnp
+
+jax.config.update("jax_enable_x64", True)
+
+
+def relu_sum(x):
+    return tnp.maximum(x, 0.0).sum()
+
+
+def test_max_tie_weights_keep_float32():
+    # the tie mask was a float64 where(...) over Python scalars -> f32/f64 mix error
+    g = tl.grad(relu_sum)(np.array([1.0, 0.0, -1.0], np.float32))
+    assert g.dtype == np.float32
+    np.testing.assert_array_equal(g, np.array([1.0, 0.5, 0.0], np.float32))
+
+
+def colmax_sum(x):
+    return tnp.max(x, axis=0).sum()
+
+
+def test_reduce_max_ties_keep_float32():
+    g = tl.grad(colmax_sum)(np.array([[1.0, 2.0], [1.0, 0.0]], np.float32))
+    assert g.dtype == np.float32
+    np.testing.assert_array_equal(g, [[0.5, 1.0], [0.5, 0.0]])
+
+
+def einsum_ellipsis(w, x):
+    return tnp.sum(tnp.einsum("...c,oc->...o", x, w) ** 2)
+
+
+def test_einsum_vjp_with_ellipsis_next_to_plain_operand():
+    rng = np.random.default_rng(0)
+    w, x = rng.normal(size=(2, 3)), rng.normal(size=(2, 5, 3))
+    got = tl.grad(einsum_ellipsis, argnums=(0, 1))(w, x)
+    want = jax.grad(lambda w, x: jnp.sum(jnp.einsum("...c,oc->...o", x, w) ** 2), argnums=(0, 1))(w, x)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def optional_bias(x, b):
+    y = x * 2.0
+    if b is not None:
+        y = y + b
+    return y.sum()
+
+
+def test_is_none_on_an_array_is_static():
+    np.testing.assert_array_equal(tl.grad(optional_bias)(np.ones(2), np.ones(2)), [2.0, 2.0])
+
+
+def list_in_static_loop(x):
+    outs = []
+    for k in range(3):
+        outs.append(x * k)
+    return (outs[0] + outs[1] + outs[2]).sum()
+
+
+def list_in_array_loop(x):
+    outs = []
+    for i in range(len(x)):
+        outs.append(x[i])
+    return x.sum()
+
+
+def test_list_append_in_a_static_range_unrolls():
+    np.testing.assert_array_equal(tl.grad(list_in_static_loop)(np.ones(2)), [3.0, 3.0])
+
+
+def test_list_append_in_a_loop_on_an_array_is_refused():
+    with pytest.raises(tl.FenceError, match="`append` on a Python list"):
+        tl.grad(list_in_array_loop)

@@ -1,0 +1,91 @@
+"""Fixtures: the app over a FakeEngine (in-process), and a real uvicorn on 127.0.0.1.
+
+Every server here binds loopback on a free port, and every fixture stops what it
+started, even when the test fails.
+"""
+import socket
+import threading
+import time
+
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from tlaloc.serving.server import create_app
+
+from .fake_engine import FakeEngine
+
+API_KEY = "sk-test-key"
+
+
+@pytest.fixture
+def fake():
+    return FakeEngine()
+
+
+@pytest.fixture
+def client(fake):
+    with TestClient(create_app(fake)) as c:
+        yield c
+
+
+@pytest.fixture
+def encoder():
+    return FakeEngine(kind="encoder", model_name="fake-encoder", max_context=64)
+
+
+@pytest.fixture
+def encoder_client(encoder):
+    with TestClient(create_app(encoder, embed_window_s=0.01)) as c:
+        yield c
+
+
+class LiveServer:
+    """uvicorn serving ``app`` on 127.0.0.1:<free port> in a thread; ``stop()`` always returns."""
+
+    def __init__(self, app):
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("uvicorn did not start within 10 s")
+            time.sleep(0.01)
+        return self
+
+    def stop(self):
+        self.server.should_exit = True
+        self._thread.join(10)
+        self._sock.close()
+
+
+@pytest.fixture
+def live():
+    """Start a live server over an engine: ``live(engine, **create_app_kwargs) -> LiveServer``."""
+    started = []
+
+    def start(engine, **kwargs):
+        server = LiveServer(create_app(engine, **kwargs)).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def wait_for(predicate, timeout=5.0, what="condition"):
+    """Poll ``predicate`` (bounded); fail the test naming ``what`` if it never holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
