@@ -11,22 +11,29 @@ of the real model; the tokens produced are meaningless.
 * 5. decode: greedy, KV cache on, batch 1 and 8, float32 and bfloat16 weights;
   a 16-token prompt is prefilled first (not timed), then ``new_tokens`` single
   token steps are timed. tokens/s = batch × new_tokens / time.
-  Roofline: the memory read bandwidth measured here (the best of a NumPy
-  and a torch sum over 512 MiB, on the chosen clock) divided by the weight bytes read per step (all
-  parameters, the tied embedding counted once as the LM head; the KV cache is
-  small at this context and ignored), times the batch.
-* 6. prefill: one forward pass over a 512-token prompt (64 with --quick), batch 1, float32.
+  Roofline: the memory read bandwidth measured here (the best of a NumPy and
+  a torch sum over 512 MiB, on the chosen clock) divided by the weight bytes
+  read per step (all parameters, the tied embedding counted once as the LM
+  head; the KV cache is small at this context and ignored), times the batch.
+* 6. prefill: a 512-token prompt (64 with --quick), batch 1, float32.
 
-``--quick`` keeps 2 of the 30 layers, 4 new tokens and batch 1 only (a smoke run, not a measurement).
+tlaloc: the same checkpoint saved with ``save_pretrained``, exported with
+``tlaloc.serving.export`` (f32 or bf16 storage; batch buckets 1 and 8, context
+64; for prefill a batch-1 bucket of 528 tokens with a 512-token chunk) and run by
+``tlaloc.serving.Engine`` (submit, then step until done; decode time is from the
+first generated token to the last). Greedy tokens of sequence 0 are compared
+with transformers'. Without ``tlaloc.serving.Engine`` the tlaloc column says why.
 
-tlaloc's side needs ``tlaloc.serving.Engine`` (the serving issue); until it
-exists the tlaloc column says so and the peer's numbers are still printed.
+``--quick``: 2 of the 30 layers, batch 1, float32, 4 new tokens, a 64-token
+prefill from a single artifact (a smoke run, not a measurement).
+
 Goals (issue 9): decode ≥ 2× transformers and ≥ 60% of the roofline; prefill ≥ 2× transformers.
 """
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -77,30 +84,45 @@ def build_model(torch, transformers, dtype, layers=None):
     return model, n_params
 
 
-def decode_tokens_per_s(torch, model, batch: int, new_tokens: int, repeats: int) -> common.Timing:
-    """Seconds per generated token (per sequence step / batch) over ``repeats`` runs."""
-    ids = torch.randint(0, SMOLLM2_135M["vocab_size"], (batch, 16), generator=torch.Generator().manual_seed(1))
-    samples = []
+def decode_tokens_per_s(torch, model, prompts, new_tokens: int, repeats: int) -> tuple:
+    """(Timing of seconds per generated token over the batch, greedy token ids of sequence 0)."""
+    ids = torch.tensor(prompts)
+    batch = len(prompts)
+    samples, tokens = [], []
     with torch.inference_mode():
         for _ in range(repeats + 1):                                   # the first run warms up
             out = model(ids, use_cache=True)
             cache, nxt = out.cache, out.logits[:, -1].argmax(-1, keepdim=True)
+            tokens = [int(nxt[0, 0])]
             t0 = common.now()
             for _ in range(new_tokens):
                 out = model(nxt, cache=cache, use_cache=True)
                 cache, nxt = out.cache, out.logits[:, -1].argmax(-1, keepdim=True)
+                tokens.append(int(nxt[0, 0]))
             samples.append((common.now() - t0) / (new_tokens * batch))
-    return common.Timing(samples[1:])
+    return common.Timing(samples[1:]), tokens
 
 
-def prefill_time(torch, model, tokens: int, repeats: int) -> common.Timing:
-    ids = torch.randint(0, SMOLLM2_135M["vocab_size"], (1, tokens), generator=torch.Generator().manual_seed(2))
+def prefill_time(torch, model, prompt, repeats: int) -> common.Timing:
+    ids = torch.tensor([prompt])
     with torch.inference_mode():
         return common.time_calls(lambda: model(ids, use_cache=True), repeats=repeats, warmup=1)
 
 
 def _tok_s(t) -> str:
     return f"{1 / t.median:.1f} tok/s" if isinstance(t, common.Timing) else "—"
+
+
+def _roof(t, roof) -> str:
+    return f"{100 / t.median / roof:.0f}%" if isinstance(t, common.Timing) else "—"
+
+
+def _try(what, fn):
+    """``fn()``, or the reason it failed (a string), so that the peer's numbers still print."""
+    try:
+        return fn()
+    except Exception as e:
+        return f"{what}: {type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}"
 
 
 def run(quick: bool = False, repeats=None):
@@ -113,37 +135,79 @@ def run(quick: bool = False, repeats=None):
     if torch is None or transformers is None:
         common.print_skipped("decode/prefill", "torch or transformers not installed")
         return None
+    import llm_tlaloc as T
     common.torch_threads(torch)
     repeats = repeats or (2 if quick else 5)
     bw, how = read_bandwidth(torch)
     print(f"measured read bandwidth: {bw / 1e9:.1f} GB/s ({how})")
-    rows = []
-    configs = [("float32", 1), ("float32", 8), ("bfloat16", 1), ("bfloat16", 8)]
-    if quick:
-        configs = [("float32", 1), ("bfloat16", 1)]
-    new_tokens = 4 if quick else 32
     layers = 2 if quick else 30
+    batches = (1,) if quick else (1, 8)
+    dtypes = ("float32",) if quick else ("float32", "bfloat16")
+    new_tokens = 4 if quick else 32
+    prefill_tokens = 64 if quick else 512
     shape = "" if layers == 30 else f", {layers} of 30 layers"
-    for dtype_name in ("float32", "bfloat16"):
-        batches = [b for d, b in configs if d == dtype_name]
-        if not batches:
-            continue
-        model, n_params = build_model(torch, transformers, getattr(torch, dtype_name), layers)
-        weight_bytes = n_params * (4 if dtype_name == "float32" else 2)
-        for b in batches:
-            t = decode_tokens_per_s(torch, model, b, new_tokens, repeats)
-            roof = b * bw / weight_bytes                             # tokens/s
-            rows.append(common.Row(f"decode {dtype_name} batch {b} ({new_tokens} tokens{shape})",
-                                   {"tlaloc": why_tl or "not measured", "transformers": t},
-                                   note=f"transformers {_tok_s(t)}, {100 * (1 / t.median) / roof:.0f}% of the "
-                                        f"roofline {roof:.1f} tok/s ({weight_bytes / 1e6:.0f} MB/step)"))
-        if dtype_name == "float32":
-            tokens = 64 if quick else 512
-            t = prefill_time(torch, model, tokens, repeats)
-            per_tok = common.Timing([s / tokens for s in t.samples])
-            rows.append(common.Row(f"prefill float32 batch 1, {tokens} tokens{shape} (time per token)",
-                                   {"tlaloc": why_tl or "not measured", "transformers": per_tok},
-                                   note=f"transformers {_tok_s(per_tok)}"))
+    vocab = SMOLLM2_135M["vocab_size"]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tlaloc-bench-") as tmp:
+        model, n_params = build_model(torch, transformers, torch.float32, layers)
+        ckpt = None if why_tl else _try("checkpoint", lambda: T.save_checkpoint(model, os.path.join(tmp, "hf")))
+        for dtype_name in dtypes:
+            if dtype_name == "bfloat16":
+                model = model.to(torch.bfloat16)
+            weight_bytes = n_params * (4 if dtype_name == "float32" else 2)
+            engine, note_tl = why_tl or ckpt, ""
+            if isinstance(ckpt, str) and not why_tl and os.path.isdir(ckpt):
+                context = (128,) if quick else (64,)
+                art = _try("export", lambda: T.export_artifact(
+                    ckpt, os.path.join(tmp, f"art-{dtype_name}"), dtype="f32" if dtype_name == "float32" else "bf16",
+                    batch=batches, context=context, prefill_chunk=prefill_tokens if quick else None))
+                engine = art if isinstance(art, str) else _try("load", lambda: T.load_engine(art[0]))
+                if not isinstance(engine, str):
+                    engine, load_s = engine
+                    note_tl = f"; export {art[1]:.0f} s, load {load_s:.1f} s"
+            for b in batches:
+                prompts = T._prompts(b, 16, vocab)
+                t_hf, hf_tokens = decode_tokens_per_s(torch, model, prompts, new_tokens, repeats)
+                t_tl, agree = engine, ""
+                if not isinstance(engine, str):
+                    got = _try("decode", lambda: T.decode_timing(engine, b, new_tokens, repeats, vocab))
+                    t_tl = got if isinstance(got, str) else got[0]
+                    if not isinstance(got, str):
+                        k = min(8, len(got[1]), len(hf_tokens))
+                        agree = f"; greedy tokens {'agree' if got[1][:k] == hf_tokens[:k] else 'DIFFER'} ({k})"
+                roof = b * bw / weight_bytes                          # tokens/s
+                goal = ""
+                if isinstance(t_tl, common.Timing):
+                    ok = t_tl.median <= t_hf.median / 2 and 1 / t_tl.median >= 0.6 * roof
+                    goal = f"goal {'met' if ok else 'missed'}; "
+                rows.append(common.Row(
+                    f"decode {dtype_name} batch {b} ({new_tokens} tokens{shape})",
+                    {"tlaloc": t_tl, "transformers": t_hf},
+                    note=f"{goal}tok/s: tlaloc {_tok_s(t_tl)}, transformers {_tok_s(t_hf)}; roofline "
+                         f"{roof:.1f} tok/s ({weight_bytes / 1e6:.0f} MB/step): tlaloc {_roof(t_tl, roof)}, "
+                         f"transformers {_roof(t_hf, roof)}{agree}{note_tl}"))
+            if dtype_name == "float32":
+                prompt = T._prompts(1, prefill_tokens, vocab)[0]
+                t_hf = prefill_time(torch, model, prompt, repeats)
+                t_tl = engine
+                if not quick and not isinstance(engine, str):           # a bucket that holds the long prompt
+                    art = _try("export", lambda: T.export_artifact(
+                        ckpt, os.path.join(tmp, "art-prefill"), dtype="f32", batch=(1,),
+                        context=(prefill_tokens + 16,), prefill_chunk=prefill_tokens))
+                    t_tl = art if isinstance(art, str) else _try("load", lambda: T.load_engine(art[0]))
+                    if not isinstance(t_tl, str):
+                        t_tl = _try("prefill", lambda e=t_tl[0]: T.prefill_timing(e, prefill_tokens, repeats, vocab))
+                elif not isinstance(engine, str):
+                    t_tl = _try("prefill", lambda: T.prefill_timing(engine, prefill_tokens, repeats, vocab))
+                per = {k: (common.Timing([x / prefill_tokens for x in v.samples]) if isinstance(v, common.Timing)
+                           else v) for k, v in (("tlaloc", t_tl), ("transformers", t_hf))}
+                goal = ""
+                if isinstance(per["tlaloc"], common.Timing):
+                    goal = f"goal {'met' if per['tlaloc'].median <= per['transformers'].median / 2 else 'missed'}; "
+                rows.append(common.Row(
+                    f"prefill float32 batch 1, {prefill_tokens} tokens{shape} (time per token)", per,
+                    note=f"{goal}tok/s: tlaloc {_tok_s(per['tlaloc'])}, transformers {_tok_s(per['transformers'])}; "
+                         f"tlaloc: submit to first token, transformers: one forward"))
         del model
     common.print_table(rows, ["transformers"])
     print(f"\n(seconds per token: median ± half the IQR over {repeats} runs, {common.CLOCK_NAME} clock; "

@@ -74,10 +74,11 @@ def _fail(message: str, code: int = 2):
 
 
 def _load(artifact: str):
+    from tlaloc.errors import TlalocError
     from tlaloc.serving._load import load_engine
     try:
         return load_engine(artifact)
-    except (RuntimeError, OSError, ValueError) as exc:
+    except (TlalocError, RuntimeError, OSError, ValueError) as exc:
         _fail(f"cannot load {artifact}: {exc}")
 
 
@@ -119,7 +120,7 @@ def generate(artifact: str = typer.Argument(..., help="an artifact directory (tl
     import time
 
     from tlaloc.serving._detok import TextStream
-    from tlaloc.serving._prompts import render_chat
+    from tlaloc.serving._prompts import chat_prompt
     from tlaloc.serving.openai_schema import OpenAIError
     engine = _load(artifact)
     if engine.kind != "decoder":
@@ -127,9 +128,7 @@ def generate(artifact: str = typer.Argument(..., help="an artifact directory (tl
     text = prompt
     if chat:
         try:
-            text = render_chat(engine.chat_template, [{"role": "user", "content": prompt}],
-                               bos_token=getattr(engine, "bos_token", "") or "",
-                               eos_token=getattr(engine, "eos_token", "") or "")
+            text = chat_prompt(engine, [{"role": "user", "content": prompt}])
         except OpenAIError as exc:
             _fail(exc.message)
     ids = list(engine.tokenizer.encode(text, add_special_tokens=not chat).ids)

@@ -116,21 +116,9 @@ def _arr(*v):
     return np.array(v, dtype=np.float64)
 
 
-# -- known engine bugs (strict xfails; see each reason) ---------------------------------------
-
-_ADDAT_FANCY = ("front end: `a[idx] += v` with an index ARRAY is lowered to index_add, which applies "
-                "np.add.at (repeated indices accumulate); NumPy's `a[idx] += v` is buffered "
-                "(a[idx] = a[idx] + v, the last repeated write wins), so the forward value itself "
-                "differs from NumPy's (108 vs 60 for idx=[0,2,2,1]) and so does the gradient")
-
-_VJP_SOURCE = ("API: tl.source(vjp_fn) raises ArgumentError 'is not a tlaloc-transformed function; pass "
-               "the result of tl.grad / tl.vjp ...' for the vjp_fn that tl.vjp returns (_VJPFunction has no "
-               "__tlaloc_transformed__), so the rendered fwd/bwd module of a vjp cannot be read or re-run")
-
-_SOURCE_STALE_ENTRY = ("API: tl.source(g) returns the module built at definition time, where every parameter is "
-                       "one array, even after g was called with a list argument (Transformed.source prefers the "
-                       "(None, None) entry); for f(params, x) using params[0] that module indexes an array, so "
-                       "the printed code is not the code that ran and fails on the list's leaves")
+# -- known engine bugs: none open. Fixed ones are regression cases in the table: addat_fancy_repeated
+# (NumPy's buffered `a[idx] += v`), the vjp cases' source check (tl.source(vjp_fn)) and list_params'
+# source check (tl.source shows the module of the most recent call).
 
 
 # -- the table ---------------------------------------------------------------------------
@@ -265,8 +253,7 @@ CASES: list[Case] = [
     Case("setitem_fancy_repeated", S.f_setitem_fancy_repeated, S.j_setitem_fancy_repeated,
          lambda r: [(randn(r, 5), np.array([0, 2, 2, 1, 2]))]),
     Case("addat_fancy_repeated", S.f_addat_fancy_repeated, S.j_addat_fancy_repeated,
-         lambda r: [(randn(r, 5), np.array([0, 2, 2, 1, 2]))],
-         xfail={"jax": _ADDAT_FANCY, "fd": _ADDAT_FANCY}),
+         lambda r: [(randn(r, 5), np.array([0, 2, 2, 1, 2]))]),
     Case("setitem_2d_loops", S.f_setitem_2d_loops, S.j_setitem_2d_loops, lambda r: [(randn(r, 3, 4), randn(r, 4))],
          argnums=(0, 1)),
     Case("alias_write", S.f_alias_write, S.j_alias_write, lambda r: [(randn(r, 3),)]),
@@ -292,7 +279,7 @@ CASES: list[Case] = [
          argnums=(0, 1)),
     Case("constant_branch", A.f_constant_branch, A.j_constant_branch, lambda r: [(pos(r, 3),), (-pos(r, 3),)]),
     Case("list_params", A.f_list_params, A.j_list_params, lambda r: [([randn(r, 3, 4), randn(r, 4)], randn(r, 5, 3))],
-         argnums=(0, 1), xfail={"source": _SOURCE_STALE_ENTRY}),
+         argnums=(0, 1)),
     Case("rnn", A.f_rnn, A.j_rnn, lambda r: [(0.5 * randn(r, 4, 4), randn(r, 4, 3), randn(r, 4), randn(r, 5, 3)),
                                              (0.5 * randn(r, 2, 2), randn(r, 2, 3), randn(r, 2), randn(r, 1, 3))],
          argnums=(0, 1, 2, 3)),
@@ -305,12 +292,10 @@ CASES: list[Case] = [
     Case("value_and_grad_loop", K.f_for_branch, K.j_for_branch,
          lambda r: [(randn(r, 4, 3), randn(r, 3)), (randn(r, 6, 3), randn(r, 3))], argnums=1,
          mode="value_and_grad"),
-    Case("vjp_vector", A.f_vjp_vector, A.j_vjp_vector, lambda r: [(randn(r, 3), randn(r, 4, 3))], mode="vjp",
-         xfail={"source": _VJP_SOURCE}),
+    Case("vjp_vector", A.f_vjp_vector, A.j_vjp_vector, lambda r: [(randn(r, 3), randn(r, 4, 3))], mode="vjp"),
     Case("vjp_tuple_out", A.f_vjp_tuple_out, A.j_vjp_tuple_out, lambda r: [(randn(r, 3), randn(r, 4, 3))],
-         mode="vjp", xfail={"source": _VJP_SOURCE}),
-    Case("vjp_aux", A.f_vjp_aux, A.j_vjp_aux, lambda r: [(randn(r, 5),)], mode="vjp_aux",
-         xfail={"source": _VJP_SOURCE}),
+         mode="vjp"),
+    Case("vjp_aux", A.f_vjp_aux, A.j_vjp_aux, lambda r: [(randn(r, 5),)], mode="vjp_aux"),
 ]
 
 BY_NAME = {c.name: c for c in CASES}

@@ -48,9 +48,9 @@ def test_completion_prompt_forms_and_n(client, fake):
     choices = r.json()["choices"]
     assert [c["index"] for c in choices] == [0, 1, 2, 3]
     assert all(c["finish_reason"] == "length" for c in choices)
-    seeds = sorted(s["seed"] for s in fake.submitted.values())
-    assert seeds == [7, 7, 8, 8]                                          # seed + choice within a prompt
-    first = fake.expected_ids([1, 2, 3], 5, temperature=0.8, seed=7)
+    seeds = [s["seed"] for s in fake.submitted.values()]
+    assert seeds == [(7, 0), (7, 0, 1), (7, 1), (7, 1, 1)]               # as Engine.generate seeds prompts
+    first = fake.expected_ids([1, 2, 3], 5, temperature=0.8, seed=(7, 0))
     assert choices[0]["text"] == decode(fake, first)
 
 
@@ -59,7 +59,7 @@ def test_max_tokens_and_sampling_fields_reach_the_engine(client, fake):
                                              "top_p": 0.9, "top_k": 5, "seed": 3})
     assert r.status_code == 200
     s = next(iter(fake.submitted.values()))
-    assert (s["max_new_tokens"], s["temperature"], s["top_p"], s["top_k"], s["seed"]) == (3, 0.5, 0.9, 5, 3)
+    assert (s["max_new_tokens"], s["temperature"], s["top_p"], s["top_k"], s["seed"]) == (3, 0.5, 0.9, 5, (3, 0))
     assert r.json()["usage"]["completion_tokens"] == 3
 
 

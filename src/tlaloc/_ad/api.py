@@ -193,6 +193,7 @@ class _VJPFunction:
     def __init__(self, parent, residuals, entry, out_tree, arg_trees):
         self._parent, self._res, self._entry = parent, residuals, entry
         self._out_tree, self._arg_trees = out_tree, arg_trees
+        self.__tlaloc_transformed__ = parent        # tl.source(vjp_fn): the fwd/bwd module
 
     def __call__(self, ct):
         leaves, tree = _pytree.flatten(ct)

@@ -111,6 +111,7 @@ class Transformed:
         closure = [g() for g in lowered.closure_getters]
         flat = [_as_array(x) for x in flat]
         self.check_args(args, trees, flat, lowered, entry)
+        self._last_entry = entry
         outs = entry["fn"](*flat, *closure)
         if os.environ.get("TLALOC_CHECK_RENDER"):
             _check_against_interpreter(entry, flat + closure, outs)
@@ -120,7 +121,8 @@ class Transformed:
         pass
 
     def source(self) -> str:
-        entry = self._entries.get((None, None)) or next(iter(self._entries.values()), None)
+        entry = (getattr(self, "_last_entry", None) or self._entries.get((None, None))
+                 or next(iter(self._entries.values()), None))
         if entry is None:
             raise ArgumentError(f"{self.name} takes pytree arguments; call it once, then ask for its source "
                                 f"(the structure of the arguments is part of the derivative)")

@@ -183,9 +183,15 @@ class ExprLowerer:
                 return getattr(obj, node.attr)
             if hasattr(Value, node.attr):
                 return getattr(obj, node.attr)
-            from .structure import StructureNeeded
-            raise self.src.error(node, f"arrays have no attribute `{node.attr}` (if this argument is a "
-                                       f"dataclass, its structure is read at the first call)", StructureNeeded)
+            if hasattr(tnp, node.attr) and hasattr(np.ndarray, node.attr):
+                fn = getattr(tnp, node.attr)           # x.trace(), x.diagonal(), ... as tnp.f(x, ...)
+                return lambda *a, **k: fn(obj, *a, **k)
+            if obj.var in self.ctx.root.inputs:
+                from .structure import StructureNeeded
+                raise self.src.error(node, f"arrays have no attribute `{node.attr}` (if this argument is a "
+                                           f"dataclass, its structure is read at the first call)", StructureNeeded)
+            raise self.src.error(node, f"arrays have no attribute `{node.attr}` inside a differentiated "
+                                       f"function; use the tlaloc.numpy function instead")
         try:
             return getattr(obj, node.attr)
         except AttributeError:

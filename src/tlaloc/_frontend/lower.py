@@ -184,10 +184,13 @@ class Lowerer(ExprLowerer, ControlLowerer):
             base = self.expr(t.value)
             idx = self.index(t.slice)
             v = self.expr(node.value)
-            if isinstance(node.op, ast.Add):
+            if isinstance(node.op, ast.Add) and _scalar_index(idx):
+                # one element or a slice: NumPy's read-add-write is an add in place
                 from .._prims.indexing import index_add
-                new = index_add(base, idx, v)      # repeated indices accumulate
+                new = index_add(base, idx, v)
             else:
+                # an index array: NumPy reads all, adds, then writes (with a repeated
+                # index the last write wins); np.add.at accumulates instead
                 from .._prims.indexing import index_set
                 from .. import numpy as tnp
                 new = index_set(base, idx, binop(type(node.op), tnp._getitem(base, idx), v))
@@ -354,6 +357,19 @@ class Lowerer(ExprLowerer, ControlLowerer):
 
     def call_transformed(self, transformed, args, kwargs, node):
         return transformed.lower_call(self, args, kwargs, node)
+
+
+def _scalar_index(idx) -> bool:
+    """True when no part of a subscript can be an index array (ints, slices, None,
+    ..., and symbolic values known to be 0-d)."""
+    parts = idx if isinstance(idx, tuple) else (idx,)
+    for p in parts:
+        if p is None or p is Ellipsis or isinstance(p, (int, np.integer, slice)):
+            continue
+        if is_symbolic(p) and p.aval.shape == ():
+            continue
+        return False
+    return True
 
 
 def _closure_dict(fn) -> dict:

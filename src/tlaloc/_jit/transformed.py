@@ -27,7 +27,7 @@ from .._core.aval import AbstractValue
 from .._core.builder import Builder
 from .._core.graph import Graph
 from .._core.passes import dce, inline
-from ..errors import ArgumentError, NoRuleError
+from ..errors import ArgumentError
 
 _LEAF = _pytree.TreeDef("leaf")
 SHAPE_DEPENDENT = ("vmap", "jacfwd", "jacrev")
@@ -102,9 +102,11 @@ def _vmap_source(t, trees, arg_avals, Source):
 # -- jacfwd / jacrev / hessian: vmap over a basis -------------------------------------------------
 
 def _jacobian_source(t, trees, arg_avals, Source):
+    from .._ad import vmap as _vmap  # noqa: F401  (registers every batching rule)
     from .._ad.batching import batch_graph, batched
     from .._ad.forward import jvp_graph
     from .._ad.reverse import vjp_graph
+    from .._core.specialize import specialize
     from .. import numpy as tnp
 
     if any(tr != _LEAF for tr in trees):
@@ -120,7 +122,8 @@ def _jacobian_source(t, trees, arg_avals, Source):
         raise ArgumentError(f"jit of {t.name}: the function must return one array, got structure {low.out_tree!r}")
     closure_avals = [_aval.of(np.asarray(g())) for g in low.closure_getters]
     in_avals = list(arg_avals) + closure_avals
-    out_av = _out_aval(graph, in_avals)
+    graph = specialize(graph, in_avals)          # concrete avals: batching needs every size
+    out_av = graph.outputs[0].aval
     for a in argnums:
         if np.dtype(arg_avals[a].dtype).kind != "f":
             raise ArgumentError(f"{t.kind}: argument {a} has dtype {arg_avals[a].dtype}; differentiate with "
@@ -173,17 +176,6 @@ def _front_fn(batched):
     def place(pairs):
         return [(None, None) if v is None else (batched(v, d), 0) for v, d in pairs]
     return place
-
-
-def _out_aval(graph, in_avals) -> AbstractValue:
-    av = graph.outputs[0].aval
-    if av.is_concrete:
-        return av
-    from .._core.specialize import specialize
-    av = specialize(graph, in_avals).outputs[0].aval
-    if not av.is_concrete:                                  # pragma: no cover
-        raise NoRuleError(f"{graph.name}: the output shape is not known from the argument shapes")
-    return av
 
 
 __all__ = ["transformed_source", "shape_dependent"]

@@ -1,8 +1,11 @@
 """One HTTP generation request: its choices, submitted to the engine, streamed back as text.
 
 A request with P prompts and ``n`` choices submits P*n engine requests, named
-``{request_id}-{choice}``; choice ``i`` of prompt ``p`` has OpenAI index ``p*n + i`` and
-seed ``seed + i`` (so the ``n`` samples differ but replay). All choices share one
+``{request_id}-{choice}``; choice ``i`` of prompt ``p`` has OpenAI index ``p*n + i``.
+With a ``seed``, sample 0 of prompt ``p`` is seeded ``(seed, p)``, exactly as
+``Engine.generate(prompts, seed=seed)`` seeds prompt ``p`` (so the server's answers equal
+``generate``'s), and sample ``i > 0`` is seeded ``(seed, p, i)``: the ``n`` samples differ,
+and each replays. All choices share one
 asyncio queue that the engine thread feeds. :meth:`Generation.deltas` turns events into
 ``(choice, text, finish_reason)`` as text becomes final; :meth:`Generation.close`
 cancels whatever is unfinished, which frees its KV pages (a client that went away, a
@@ -20,6 +23,11 @@ from .openai_schema import OpenAIError
 
 _FINISH_REASONS = {"stop": "stop", "eos": "stop", "stop_token": "stop", "length": "length",
                    "max_tokens": "length"}
+
+
+def _choice_seed(seed: int, prompt: int, sample: int) -> tuple:
+    """``(seed, prompt)`` as ``Engine.generate`` seeds prompt ``prompt``; extra samples add their number."""
+    return (seed, prompt) if sample == 0 else (seed, prompt, sample)
 
 
 class ClientGone(Exception):
@@ -68,7 +76,7 @@ class Generation:
         for choice in self.choices:
             sampling = dict(self.sampling)
             if sampling.get("seed") is not None:
-                sampling["seed"] = sampling["seed"] + choice.index % self.n
+                sampling["seed"] = _choice_seed(sampling["seed"], choice.index // self.n, choice.index % self.n)
             choice.submitted = True              # before the await: a cancel then still reaches it
             try:
                 await self.runner.submit(list(self.prompts[choice.index // self.n]), self.queue,

@@ -1,15 +1,13 @@
 """Request fields -> prompt token ids, checked against the engine before it sees them.
 
 Completions take a string, a list of strings, a list of token ids or a list of lists
-of token ids; chats are rendered with the engine's Jinja chat template (sandboxed) and
-encoded without adding special tokens (the template spells them). Token ids outside the
+of token ids; chats are rendered with the engine's chat template and encoded without
+adding special tokens (the template spells them). Token ids outside the
 vocabulary and prompts that do not fit ``engine.max_context`` together with their
 ``max_tokens`` are refused with a 400 naming the prompt; the engine's own ``ValueError``
 stays the final word for anything else.
 """
 from __future__ import annotations
-
-import json
 
 from .openai_schema import OpenAIError
 
@@ -60,27 +58,24 @@ def check_capacity(prompts: list[list[int]], max_tokens: int, max_context: int, 
                 param=param, code="context_length_exceeded")
 
 
-def render_chat(template: str | None, messages: list[dict], *, bos_token: str = "",
-                eos_token: str = "") -> str:
-    """``messages`` rendered with a Hugging Face chat template, ending with the assistant's turn."""
-    if not template:
+def chat_prompt(engine, messages: list[dict]) -> str:
+    """``messages`` rendered with the engine's chat template, ending with the assistant's turn.
+
+    Uses ``engine.apply_chat_template`` when the engine has it (it knows the artifact's
+    BOS/EOS strings), else renders ``engine.chat_template`` with :mod:`tlaloc.serving.chat`.
+    """
+    if not engine.chat_template:
         raise OpenAIError(400, "this model has no chat template (none in its tokenizer files); use "
                                "/v1/completions with a prompt you format yourself",
                           param="messages", code="no_chat_template")
     import jinja2
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False, **_: json.dumps(
-        x, indent=indent, ensure_ascii=ensure_ascii)
-    env.globals["raise_exception"] = raise_exception
     try:
-        return env.from_string(template).render(messages=messages, add_generation_prompt=True,
-                                                bos_token=bos_token, eos_token=eos_token)
-    except jinja2.exceptions.TemplateError as exc:
+        if hasattr(engine, "apply_chat_template"):
+            return engine.apply_chat_template(messages)
+        from .chat import render_chat
+        return render_chat(engine.chat_template, messages, True,
+                           bos_token=getattr(engine, "bos_token", "") or "",
+                           eos_token=getattr(engine, "eos_token", "") or "")
+    except (jinja2.TemplateError, ValueError) as exc:
         raise OpenAIError(400, f"the chat template refused these messages: {exc}", param="messages",
                           code="invalid_messages") from None

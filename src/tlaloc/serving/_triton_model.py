@@ -89,7 +89,9 @@ class TritonPythonModel:
         if tensor is None:
             return default
         value = tensor.as_numpy().reshape(-1)[0]
-        return value.decode("utf-8") if isinstance(value, bytes) else value.item()
+        if isinstance(value, bytes):
+            return value.decode("utf-8")
+        return value.item() if hasattr(value, "item") else value
 
     def _submit(self, request):
         from tlaloc.serving._detok import TextStream
@@ -99,7 +101,8 @@ class TritonPythonModel:
         rid = self.engine.submit(ids, max_new_tokens=int(self._scalar(request, "max_tokens", _DEFAULT_MAX_TOKENS)),
                                  temperature=float(self._scalar(request, "temperature", 0.0)),
                                  top_k=int(top_k) if top_k else None, top_p=float(top_p) if top_p else None,
-                                 seed=None if seed is None else int(seed), stop_ids=self.stop_ids)
+                                 seed=None if seed is None else (int(seed), 0),   # as Engine.generate
+                                 stop_ids=self.stop_ids)
         return rid, TextStream(self.engine.tokenizer)
 
     def _response(self, text, token_ids, finish_reason):
@@ -195,7 +198,7 @@ class TritonPythonModel:
                     del live[event.request_id]
                     continue
                 delta = stream.push(event.token_ids) + (stream.finish() if event.finished else "")
-                if delta or event.finished:
+                if delta or event.token_ids or event.finished:
                     sender.send(self._response(delta, event.token_ids, event.finish_reason),
                                 flags=final if event.finished else 0)
                 if event.finished:

@@ -102,6 +102,7 @@ class Scheduler:
         self.running: list[Request] = []
         self._pending: list[Event] = []
         self._ids = itertools.count()
+        self.counters_by_bucket: dict = {}        # (mode, B, C) -> program calls
         self.counters = {"tokens_in": 0, "tokens_out": 0, "prefix_cache_hit_tokens": 0, "steps": 0,
                          "requests_finished": 0, "requests_cancelled": 0, "requests_failed": 0}
 
@@ -223,6 +224,7 @@ class Scheduler:
         B = self._bucket(self.batch, len(rows), "batch")
         C = self._bucket(self.context, max(start + n for _, start, n in rows), "context")
         T, BS = self.program_tokens(mode, C), self.block_size
+        self.counters_by_bucket[(mode, B, C)] = self.counters_by_bucket.get((mode, B, C), 0) + 1
         a = {"token_ids": np.zeros((B, T), np.int32), "positions": np.zeros((B, T), np.int32),
              "block_tables": np.zeros((B, C // BS), np.int32), "seq_lens": np.ones((B,), np.int32),
              "slot_mapping": np.full((B, T), -1, np.int32), "temperature": np.zeros((B,), np.float32),

@@ -170,9 +170,7 @@ class _Api:
         self.check_kind("decoder", "/v1/chat/completions")
         messages = [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})}
                     for m in body.messages]
-        text = _prompts.render_chat(self.engine.chat_template, messages,
-                                    bos_token=getattr(self.engine, "bos_token", "") or "",
-                                    eos_token=getattr(self.engine, "eos_token", "") or "")
+        text = _prompts.chat_prompt(self.engine, messages)
         ids = list(self.tokenizer.encode(text, add_special_tokens=False).ids)
         _prompts.check_token_ids(self.tokenizer, ids, "the rendered chat", "messages")
         max_tokens = body.max_completion_tokens or body.max_tokens or self.engine.max_context - len(ids)
