@@ -3,7 +3,8 @@ of ``tlaloc.serving.Engine`` (used by llm_inference.py and serving.py).
 
 The checkpoint is the seeded random ``LlamaForCausalLM`` that transformers builds for
 the peer, saved with ``save_pretrained``; ``eos_token_id`` is set to the last id so
-that greedy decoding of random weights does not stop early. Artifacts are exported
+that greedy decoding of random weights does not stop early, and a word-level
+tokenizer covers the vocabulary (the server detokenizes what it returns). Artifacts are exported
 with ``tlaloc.serving.export.export`` into a temporary folder per run.
 """
 from __future__ import annotations
@@ -15,7 +16,8 @@ import common
 
 
 def save_checkpoint(model, folder: str) -> str:
-    """``model`` (a transformers model) as a Hugging Face folder with an EOS id nothing emits."""
+    """``model`` (a transformers model) as a Hugging Face folder with an EOS id nothing emits
+    and a word-level tokenizer over the model's whole vocabulary (token ``i`` is ``<i>``)."""
     model.save_pretrained(folder)
     path = os.path.join(folder, "config.json")
     with open(path) as fh:
@@ -23,7 +25,15 @@ def save_checkpoint(model, folder: str) -> str:
     cfg["eos_token_id"] = cfg["vocab_size"] - 1
     with open(path, "w") as fh:
         json.dump(cfg, fh)
+    write_tokenizer(folder, cfg["vocab_size"])
     return folder
+
+
+def write_tokenizer(folder: str, vocab_size: int) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    tok = Tokenizer(models.WordLevel(vocab={f"<{i}>": i for i in range(vocab_size)}, unk_token="<0>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(os.path.join(folder, "tokenizer.json"))
 
 
 def export_artifact(folder: str, out: str, *, dtype: str, batch, context, prefill_chunk=None) -> tuple:

@@ -76,9 +76,23 @@ def oracle(t, args, call=None):
 
 def _run(t, args, backend, dtype, what):
     """Compare ``tl.jit(t)`` with ``t`` eagerly; returns "ok" or "refused: ..."."""
-    want = oracle(t, args)
+    return _compare(lambda f: f(*copy.deepcopy(args)), t, backend, dtype, what)
+
+
+def _compare(call, t, backend, dtype, what, ref=None):
+    """``call(tl.jit(t))`` against ``call(t)`` (the oracle; ``call(ref)`` when given). When
+    the oracle refuses (e.g. float64 constants next to float32 arguments), compiled code
+    must refuse alike."""
     try:
-        got = tl.jit(t, backend=backend)(*args)
+        want = call(ref) if ref is not None else oracle(t, None, call)
+    except tl.TlalocError as e:
+        try:
+            call(tl.jit(t, backend=backend))
+        except type(e):
+            return f"n/a: refused alike: {str(e).splitlines()[0][:100]}"
+        raise AssertionError(f"{what}: the reference refuses ({e}) but compiled code runs")
+    try:
+        got = call(tl.jit(t, backend=backend))
     except tl.TlalocError as e:
         msg = str(e)
         if any(r in msg for r in ALLOWED_REFUSALS):
@@ -123,15 +137,8 @@ def check_reverse(case, backend, dtype, limit=2):
 
 
 def _run_plain(fn, args, backend, dtype, what):
-    want = tl.jit(fn, backend="interpreter")(*copy.deepcopy(args))
-    try:
-        got = tl.jit(fn, backend=backend)(*args)
-    except tl.TlalocError as e:
-        if any(r in str(e) for r in ALLOWED_REFUSALS):
-            return f"refused: {str(e).splitlines()[0][:120]}"
-        raise
-    close(got, want, dtype, what)
-    return "ok"
+    return _compare(lambda f: f(*copy.deepcopy(args)), fn, backend, dtype, what,
+                    ref=tl.jit(fn, backend="interpreter"))
 
 
 def check_forward(case, backend, dtype, limit=1, jacobian=True):
@@ -139,20 +146,15 @@ def check_forward(case, backend, dtype, limit=1, jacobian=True):
     for args in _points(case, dtype, limit):
         r = _rng(case, "tangent")
         tangents = tuple(_tangent_like(a, r) for a in args)
-        t = tl.jvp(case.fn)
-        want = oracle(t, args, lambda f: f(copy.deepcopy(args), tangents))
-        try:
-            got = tl.jit(t, backend=backend)(args, tangents)
-        except tl.TlalocError as e:
-            if any(m in str(e) for m in ALLOWED_REFUSALS):
-                results.append(f"refused: {str(e).splitlines()[0][:120]}")
-                continue
-            raise
-        close(got, want, dtype, f"{case.name} jvp")
-        results.append("ok")
+        t = _make(tl.jvp, case.fn)
+        if isinstance(t, str):
+            return t
+        results.append(_compare(lambda f: f(copy.deepcopy(args), tangents), t, backend, dtype,
+                                f"{case.name} jvp"))
         a = _argnums(case, len(args))[0]
         if jacobian and _is_array(args[a]) and all(_is_array(x) for x in args) and _scalar_or_array_out(case, args):
-            results.append(_run(tl.jacfwd(case.fn, argnums=a), args, backend, dtype, f"{case.name} jacfwd"))
+            t = _make(tl.jacfwd, case.fn, argnums=a)
+            results.append(t if isinstance(t, str) else _run(t, args, backend, dtype, f"{case.name} jacfwd"))
     return _summary(results)
 
 
@@ -178,9 +180,13 @@ def check_hessian(case, backend, dtype, limit=1):
         if case.mode not in ("grad", "value_and_grad"):
             return "n/a: not a scalar program"
         a = _argnums(case, len(args))[0]
-        if not _is_float_array(args[a]) or np.ndim(tl.jit(case.fn, backend="interpreter")(*args)) != 0:
+        out = _primal(case, args)
+        if isinstance(out, str):
+            return out
+        if not _is_float_array(args[a]) or np.ndim(out) != 0:
             return "n/a: not a scalar function of a float array"
-        results.append(_run(tl.hessian(case.fn, argnums=a), args, backend, dtype, f"{case.name} hessian"))
+        t = _make(tl.hessian, case.fn, argnums=a)
+        results.append(t if isinstance(t, str) else _run(t, args, backend, dtype, f"{case.name} hessian"))
     return _summary(results)
 
 
@@ -188,6 +194,15 @@ MODES = {"reverse": check_reverse, "forward": check_forward, "vmap": check_vmap,
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+def _make(transform, fn, **kw):
+    """The transform, or "n/a: ..." where building it refuses the program (a float64
+    constant next to float32 arguments is refused when the transform is applied)."""
+    try:
+        return transform(fn, **kw)
+    except tl.DTypeError as e:
+        return f"n/a: refused when applied: {str(e).splitlines()[0][:100]}"
+
 
 def _summary(results):
     for r in results:
@@ -216,6 +231,14 @@ def _tangent_like(x, r):
     return tl._pytree.unflatten(t, out)
 
 
+def _primal(case, args):
+    """The program's value on ``args`` (the interpreter), or "n/a: ..." where it refuses them."""
+    try:
+        return tl.jit(case.fn, backend="interpreter")(*copy.deepcopy(args))
+    except tl.DTypeError as e:
+        return f"n/a: refused: {str(e).splitlines()[0][:100]}"
+
+
 def _scalar_or_array_out(case, args):
-    out = tl.jit(case.fn, backend="interpreter")(*copy.deepcopy(args))
-    return not isinstance(out, (tuple, list, dict)) and (isinstance(out, np.ndarray) or np.ndim(out) == 0)
+    out = _primal(case, args)
+    return not isinstance(out, (str, tuple, list, dict)) and (isinstance(out, np.ndarray) or np.ndim(out) == 0)

@@ -135,3 +135,38 @@ def test_openai_client_against_the_server(live):
     result = client.embeddings.create(model="fake-encoder", input=["one", "two"])     # base64 on the wire
     got = np.array([d.embedding for d in result.data], dtype=np.float32)
     np.testing.assert_array_equal(got, FakeEngine(kind="encoder").embed(["one", "two"]))
+
+
+def test_load_64_clients_some_malformed_some_hanging_up(live):
+    """64 concurrent clients, 10% malformed and 10% disconnecting mid-stream; bounded to 30 s."""
+    engine = FakeEngine(max_batch=16, step_latency_s=0.002, kv_pages_total=4096)
+    engine.eos_token_ids = ()
+    server = live(engine)
+
+    async def client_task(client, i):
+        if i % 10 == 3:                                       # malformed
+            r = await client.post(f"{server.url}/v1/chat/completions", content=b'{"messages": [',
+                                  headers={"content-type": "application/json"})
+            return ("malformed", r.status_code)
+        body = {"prompt": [5 + i % 50] * (1 + i % 20), "max_tokens": 30 + i, "stream": True}
+        async with client.stream("POST", f"{server.url}/v1/completions", json=body) as r:
+            lines, last = 0, None
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    lines, last = lines + 1, line
+                if i % 10 == 7 and lines == 3:                # hang up mid-stream
+                    return ("gone", r.status_code)
+            return ("done", r.status_code, last)
+
+    async def run():
+        async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=64)) as client:
+            return await asyncio.gather(*(client_task(client, i) for i in range(64)))
+
+    results = asyncio.run(asyncio.wait_for(run(), 30))
+    kinds = [r[0] for r in results]
+    assert kinds.count("malformed") == 7 and kinds.count("gone") == 6
+    assert all(r[1] == 400 for r in results if r[0] == "malformed")
+    assert all(r[1:] == (200, "data: [DONE]") for r in results if r[0] == "done")
+    wait_for(lambda: httpx.get(f"{server.url}/health", timeout=5).json()["kv_pages_used"] == 0,
+             what="every page to be freed")
+    assert len(engine.cancelled) == 6

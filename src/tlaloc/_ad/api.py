@@ -200,6 +200,12 @@ class _VJPFunction:
         if tree != self._out_tree:
             raise ArgumentError(f"vjp_fn: the cotangent must have the output's structure {self._out_tree!r}, "
                                 f"got {tree!r}")
+        for k, (c, o) in enumerate(zip(leaves, self._out_leaves)):
+            c, o = np.asarray(c), np.asarray(o)
+            if c.shape != o.shape or c.dtype != o.dtype:
+                raise ArgumentError(f"vjp_fn: cotangent {k} must have the output's shape and dtype "
+                                    f"{o.shape} {o.dtype}, got {c.shape} {c.dtype}; "
+                                    f"e.g. np.ones_like(out)")
         bars = self._entry["bwd"](*self._res, *[np.asarray(l) for l in leaves])
         out, k = [], 0
         for t in self._arg_trees:
@@ -245,6 +251,7 @@ class _VJPTransform(Transformed):
         entry.setdefault("bwd", entry["namespace"][entry["graphs"][1][1]])
         out_tree = lowered.out_tree.children[0] if self.has_aux else lowered.out_tree
         fn = _VJPFunction(self, residuals, entry, out_tree, lowered.arg_trees)
+        fn._out_leaves = outs[:n_main]
         if self.has_aux:
             return primal[0], fn, primal[1]
         return primal, fn

@@ -18,7 +18,7 @@ from .._core.verifier import verify
 from .._frontend.lower import LoweredFunction, lower_function
 from .._frontend.structure import StructureNeeded
 from .._render.python import render_module
-from ..errors import ArgumentError, FenceError
+from ..errors import ArgumentError, FenceError, TlalocError
 
 _LEAF = _pytree.TreeDef("leaf")
 
@@ -69,9 +69,10 @@ class Transformed:
                None if arg_avals is None else tuple(arg_avals))
         if key in self._entries:
             return self._entries[key]
+        base = self._entries.get((None, None))
         if (arg_avals is None and arg_trees is not None and all(t == _LEAF for t in arg_trees)
-                and (None, None) in self._entries):
-            return self._entries[(None, None)]
+                and base is not None and len(arg_trees) == len(base["lowered"].arg_trees)):
+            return base
         lowered = self.primal_lowering(None if arg_trees is None else list(arg_trees), arg_avals)
         functions, as_lowered = self.build(lowered)
         for g, *_ in functions:
@@ -89,18 +90,22 @@ class Transformed:
         return entry
 
     # -- calling ---------------------------------------------------------------------
-    def __call__(self, *args):
-        if all(type(a) is np.ndarray for a in args):          # fast path: plain arrays
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise ArgumentError(f"{self.name}: pass arguments positionally (got keywords "
+                                f"{', '.join(sorted(kwargs))}); parameters with defaults may be left out")
+        base = self._entries.get((None, None))
+        if (base is not None and len(args) == len(base["lowered"].arg_trees)
+                and all(type(a) is np.ndarray for a in args)):          # fast path: plain arrays
             flat, trees = list(args), [_LEAF] * len(args)
-            entry = self._entries.get((None, None)) or self._entry(trees)
+            entry = base
         else:
             flat, trees = [], []
             for a in args:
                 leaves, tree = _pytree.flatten(a)
                 flat.extend(leaves)
                 trees.append(tree)
-            entry = self._entry(trees if any(t != _LEAF for t in trees) or (None, None) not in self._entries
-                                else None)
+            entry = self._entry(trees)
         lowered = entry["lowered"]
         if len(args) != len(lowered.arg_trees):
             raise ArgumentError(f"{self.name}: takes {len(lowered.arg_trees)} positional arguments "
@@ -112,7 +117,10 @@ class Transformed:
         flat = [_as_array(x) for x in flat]
         self.check_args(args, trees, flat, lowered, entry)
         self._last_entry = entry
-        outs = entry["fn"](*flat, *closure)
+        try:
+            outs = entry["fn"](*flat, *closure)
+        except TlalocError as e:
+            raise _located(e, entry) from None
         if os.environ.get("TLALOC_CHECK_RENDER"):
             _check_against_interpreter(entry, flat + closure, outs)
         return self.finish(args, trees, list(outs), entry)
@@ -144,6 +152,34 @@ class Transformed:
             closure.append(lowerer._external(g(), ("transformed", id(self), id(g)), g, "closure"))
         outs = inline(lowered.graph, flat + closure)
         return _pytree.unflatten(lowered.out_tree, outs)
+
+
+def _located(err, entry):
+    """``err`` raised inside generated code, with the user's source line added.
+
+    The generated module has a ``# file:line: source`` (or ``# grad of: ...``)
+    comment before each block; the innermost generated frame's line maps back to it.
+    """
+    import sys
+    tb = sys.exc_info()[2]
+    lineno = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith("<tlaloc "):
+            lineno = tb.tb_lineno
+        tb = tb.tb_next
+    if lineno is None:
+        return err
+    lines = entry["source"].splitlines()
+    for k in range(min(lineno, len(lines)) - 1, -1, -1):
+        text = lines[k].strip()
+        if text.startswith("# ") and (":" in text):
+            where = text[2:]
+            msg = str(err)
+            try:
+                return type(err)(f"{msg} (in generated code, at: {where})")
+            except Exception:
+                return err
+    return err
 
 
 def _leaf_ranges(lowered):

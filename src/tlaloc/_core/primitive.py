@@ -25,6 +25,7 @@ from ..errors import NoRuleError
 
 REGISTRY: dict[str, "Primitive"] = {}
 _VALUE_TYPE = None
+_WEAK = (float, int, bool)
 
 
 def _load_value_type():
@@ -73,7 +74,13 @@ class Primitive:
             if type(a) is value_type:
                 from .builder import current_builder
                 return current_builder(a).add(self, args, params)
-        return self.impl(*args, **params)
+        out = self.impl(*args, **params)
+        if args and not self.multiple_results and all(type(a) in _WEAK for a in args):
+            # constant folding of Python scalars stays weak (NEP 50): 2.0 - 1.0 is the
+            # Python float 1.0, not a float64 that would later clash with float32 arrays
+            if getattr(out, "shape", None) == ():
+                return out.item()
+        return out
 
     def abstract_eval(self, *avals, **params):
         from .aval import AbstractValue

@@ -13,6 +13,7 @@ Anything outside the supported language raises ``FenceError`` with
 from __future__ import annotations
 
 import ast
+import inspect
 import builtins
 import dataclasses
 from typing import Any, Callable, Optional
@@ -179,7 +180,10 @@ class Lowerer(ExprLowerer, ControlLowerer):
         t = node.target
         if isinstance(t, ast.Name):
             cur = self.lookup(t.id, t)
-            self.env[t.id] = binop(type(node.op), cur, self.expr(node.value))
+            new = binop(type(node.op), cur, self.expr(node.value))
+            if is_symbolic(cur):
+                self._augassign_aliases(t, cur, new)
+            self.env[t.id] = new
         elif isinstance(t, ast.Subscript):
             base = self.expr(t.value)
             idx = self.index(t.slice)
@@ -242,6 +246,24 @@ class Lowerer(ExprLowerer, ControlLowerer):
             self._store_subscript_base(base_node.value, index_set(outer, self.index(base_node.slice), new))
         else:
             raise self.src.error(base_node, "subscript assignment needs a name on the left, e.g. `a[i] = v`")
+
+    def _augassign_aliases(self, target, cur, new):
+        """``b += v`` on a NumPy array writes in place: names bound to the same array see
+        it, and a view writes through to its base. We rebind aliases of an array of
+        known rank >= 1; where NumPy's answer depends on what we cannot see (the rank,
+        or a view's base), we refuse rather than guess."""
+        aliases = [n for n, v in self.env.items() if v is cur and n != target.id]
+        self._refuse_view_write(target, cur)
+        if not aliases:
+            return
+        rank = cur.aval.rank
+        if rank is None or rank == 0:
+            raise self.src.error(target, f"`{target.id}` and `{aliases[0]}` name the same value; whether "
+                                         f"`{target.id} {'+='} ...` changes `{aliases[0]}` depends on its rank in "
+                                         f"NumPy. Write `{target.id} = {target.id} + ...` for a new array, or "
+                                         f"annotate the rank")
+        for n in aliases:
+            self.env[n] = new
 
     _VIEW_PRIMS = ("getitem", "reshape", "transpose", "swapaxes", "expand_dims", "squeeze", "broadcast_to")
 
@@ -472,12 +494,17 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
       arg_avals: optional list of AbstractValue per leaf (from annotations or examples).
     """
     from .. import typing as _typing  # noqa: F401  (installs the typed-tensor hooks)
+    bound_self = None
+    if inspect.ismethod(fn):              # obj.method: `self` is a static object
+        bound_self, fn = fn.__self__, fn.__func__
     src = read_source(fn)
     fnode = src.node
     a = fnode.args
     if a.vararg or a.kwarg:
         raise src.error(fnode, "functions with *args or **kwargs cannot be transformed; name each parameter")
     params = [p.arg for p in a.posonlyargs + a.args]
+    if bound_self is not None:
+        self_name, params = params[0], params[1:]
     root = Builder(name=name or fn.__name__)
     ctx = Context(root, [], {}, [fn.__code__])
     scope = Scope(fn.__globals__, _closure_dict(fn))
@@ -488,7 +515,7 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
         from . import typing_hooks
         if typing_hooks.avals_from_annotations is not None:
             arg_avals = typing_hooks.avals_from_annotations(fn, params[:len(arg_trees)])
-    env = {}
+    env = {} if bound_self is None else {self_name: bound_self}
     leaf_index = 0
     with root.active():
         for pname, tree in zip(params, arg_trees):

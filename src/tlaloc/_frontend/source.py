@@ -37,8 +37,10 @@ def read_source(fn) -> FunctionSource:
     if code is None:
         raise FenceError(f"cannot read the source of {fn!r}: only Python functions can be transformed")
     try:
-        lines, start = inspect.getsourcelines(fn)
-        filename = inspect.getsourcefile(fn) or code.co_filename
+        # the code object, not the function: inspect.getsource follows __wrapped__
+        # (functools.wraps), which would silently drop a decorator's own code
+        lines, start = inspect.getsourcelines(code)
+        filename = inspect.getsourcefile(code) or code.co_filename
     except (OSError, TypeError) as e:
         raise FenceError(f"cannot read the source of `{fn.__name__}` ({e}); define it in a file, "
                          f"not in an interactive prompt or exec()") from None
@@ -61,7 +63,7 @@ def read_source(fn) -> FunctionSource:
 
 
 def _find(tree, fn, start):
-    name = fn.__name__
+    name = fn.__code__.co_name
     if name == "<lambda>":
         lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
         if len(lambdas) != 1:

@@ -43,7 +43,7 @@ class Lowered:
         self.backend = backend
         self.name = name
         if recognize:
-            self.coarsened = coarsen(graph)
+            self.coarsened = coarsen(graph, gradients=False)
             self.recognized = summary(self.coarsened)
             emitted = decompose(self.coarsened, target=target_name(backend, platform))
         else:

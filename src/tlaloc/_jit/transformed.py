@@ -122,8 +122,7 @@ def _jacobian_source(t, trees, arg_avals, Source):
         raise ArgumentError(f"jit of {t.name}: the function must return one array, got structure {low.out_tree!r}")
     closure_avals = [_aval.of(np.asarray(g())) for g in low.closure_getters]
     in_avals = list(arg_avals) + closure_avals
-    graph = specialize(graph, in_avals)          # concrete avals: batching needs every size
-    out_av = graph.outputs[0].aval
+    out_av = specialize(graph, in_avals).outputs[0].aval
     for a in argnums:
         if np.dtype(arg_avals[a].dtype).kind != "f":
             raise ArgumentError(f"{t.kind}: argument {a} has dtype {arg_avals[a].dtype}; differentiate with "
@@ -138,8 +137,9 @@ def _jacobian_source(t, trees, arg_avals, Source):
             x_shape = tuple(x_av.shape)
             if t.mode == "fwd":
                 jg, _ = jvp_graph(graph, tangent_mask=[k == a for k in range(len(graph.inputs))])
-                m = int(np.prod(x_shape))
-                basis = np.eye(m, dtype=x_av.dtype).reshape((m,) + x_shape)
+                jg = specialize(jg, in_avals + [x_av])       # after the transform (stop_gradient
+                m = int(np.prod(x_shape))                      # is gone once specialised); batching
+                basis = np.eye(m, dtype=x_av.dtype).reshape((m,) + x_shape)     # needs every size
                 tan_av = AbstractValue(np.dtype(x_av.dtype), (m,) + x_shape)
                 dims = [None] * len(graph.inputs) + [0]
                 bg, odims = batch_graph(jg, dims, in_avals + [tan_av], m, name=f"{t.name}_basis",
@@ -152,6 +152,7 @@ def _jacobian_source(t, trees, arg_avals, Source):
                 basis = np.eye(m, dtype=out_av.dtype).reshape((m,) + tuple(out_av.shape))
                 vg, _ = vjp_graph(graph, wrt=[k in argnums for k in range(len(graph.inputs))],
                                   with_primal=False)
+                vg = specialize(vg, in_avals + [out_av])
                 bar_av = AbstractValue(np.dtype(out_av.dtype), (m,) + tuple(out_av.shape))
                 dims = [None] * len(graph.inputs) + [0]
                 bg, _ = batch_graph(vg, dims, in_avals + [bar_av], m, name=f"{t.name}_basis",

@@ -260,8 +260,10 @@ def _pow_dx(x, y, out):
 
 
 def _pow_dy(x, y, out):
-    # x^y · log(x); 0 where x^y == 0 (JAX gives NaN at x == 0).
-    return safe_mul(out, log(x))
+    # x^y · log(x), and 0 wherever x == 0 (for every y: 0^y is 0, 1 or inf, and we
+    # take the derivative in y there as 0, as JAX does at y = 0; JAX gives NaN for y < 0).
+    from .selection import select
+    return select(equal(x, 0.0), 0.0, safe_mul(out, log(x)))
 
 
 def power(x, y): return pow_p.bind(x, y)

@@ -21,6 +21,10 @@ primitive              meaning
 
 All three are declared ``inference_only``: the reverse and forward transforms refuse
 them by name, and they have no batching rule, so ``vmap`` refuses them by name too.
+Like the kernel ops (``tlaloc.kernels.mosaic``), they are serving ops rather than core
+primitives (DESIGN §1 keeps that set small): they live in ``SERVING_OPS``, not in the
+core table, whose coverage tests expect a batching rule for every entry. Transforms
+read rules off a node's primitive, so they refuse these by name all the same.
 Their NumPy implementations are the reference the compiled programs are tested
 against; ``paged_attention``'s is written with ``tlaloc.numpy``, so the same function
 is its StableHLO lowering (``tlaloc._render.stablehlo_serving`` traces it).
@@ -33,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import numpy as tnp
-from .._core.primitive import Primitive
+from .._core.primitive import REGISTRY, Primitive
 from ..errors import ShapeError
 
 _F32_MIN = np.float32(np.finfo(np.float32).min)
@@ -184,7 +188,10 @@ def sort_descending(x):
     return tuple(sort_descending_p.bind(x))
 
 
-PRIMITIVES = (kv_cache_write_p, paged_attention_p, sort_descending_p)
+#: the serving ops, by name (kept out of the core primitive table, see the module docstring)
+SERVING_OPS = {p.name: p for p in (kv_cache_write_p, paged_attention_p, sort_descending_p)}
+for _name in SERVING_OPS:
+    REGISTRY.pop(_name, None)
 
 __all__ = ["kv_cache_write", "paged_attention", "paged_attention_reference", "sort_descending",
-           "kv_cache_write_p", "paged_attention_p", "sort_descending_p", "PRIMITIVES"]
+           "kv_cache_write_p", "paged_attention_p", "sort_descending_p", "SERVING_OPS"]

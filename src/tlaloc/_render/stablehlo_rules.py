@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from .._core.primitive import REGISTRY
 from ..errors import NoRuleError
-from . import (stablehlo_control, stablehlo_elementwise, stablehlo_index, stablehlo_linalg, stablehlo_scan,
-               stablehlo_structural)
+from . import (stablehlo_coarse, stablehlo_control, stablehlo_elementwise, stablehlo_index, stablehlo_linalg,
+               stablehlo_scan, stablehlo_structural)
 
 LOWERINGS: dict = {}
 for _table in (stablehlo_elementwise.LOWERINGS, stablehlo_structural.LOWERINGS,
                stablehlo_index.LOWERINGS, stablehlo_scan.LOWERINGS, stablehlo_linalg.LOWERINGS,
-               stablehlo_control.LOWERINGS):
+               stablehlo_control.LOWERINGS, stablehlo_coarse.LOWERINGS):
     LOWERINGS.update(_table)
 
 _SPECIALIZED = ("specialisation rewrites it to dot_general (tlaloc._core.specialize); "

@@ -9,9 +9,9 @@
   ``tlaloc.numpy``) is traced at the node's concrete types, specialised, and emitted
   in place: the lowering *is* the reference, as JAX's ``lower_fun`` does.
 
-Importing this module adds the three rules to ``stablehlo_rules.LOWERINGS`` and
-installs them, so the lowering table stays complete (``unlowered() == []``) once the
-primitives are declared.
+Importing this module sets ``lower`` on the three serving ops. Like the kernel ops they
+are not in the core primitive table (see ``tlaloc._prims.serving``), so the core
+lowering table (``stablehlo_rules``) is left as it is.
 """
 from __future__ import annotations
 
@@ -20,8 +20,7 @@ import numpy as np
 from .._core.aval import AbstractValue
 from .._core.graph import Literal
 from .._prims import serving as _sp
-from . import stablehlo_rules
-from .stablehlo import I64, i64s, ints, out_aval
+from .stablehlo import I64, out_aval
 
 I32 = np.dtype(np.int32)
 
@@ -85,7 +84,7 @@ LOWERINGS = {
     "paged_attention": lower_by_reference(_sp.paged_attention_reference),
 }
 
-stablehlo_rules.LOWERINGS.update(LOWERINGS)
-stablehlo_rules.install()
+for _name, _rule in LOWERINGS.items():
+    _sp.SERVING_OPS[_name].lower = _rule
 
 __all__ = ["LOWERINGS", "lower_by_reference"]

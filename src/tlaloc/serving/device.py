@@ -8,6 +8,9 @@ compiles several times faster and runs the same program, somewhat slower.
 """
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 
 from .._runtime import pjrt
@@ -21,9 +24,13 @@ class Program:
       platform: "cpu" or "cuda".
       arg_names, in_avals: per input, a name (for messages) and ``(dtype, shape)``.
       fast_compile: XLA backend optimisation level 0.
+      cache_path: a file for the compiled executable: read if it exists (no compile), else
+        written after compiling. Only point it into a directory you own: loading an
+        executable runs its code.
     """
 
-    def __init__(self, text: str, platform: str, arg_names: list, in_avals: list, fast_compile: bool = False):
+    def __init__(self, text: str, platform: str, arg_names: list, in_avals: list, fast_compile: bool = False,
+                 cache_path: str | None = None):
         from jaxlib import _jax as xc
         self.client = pjrt.client(platform)
         self.device = self.client.local_devices()[0]
@@ -32,7 +39,16 @@ class Program:
         options = xc.CompileOptions()
         if fast_compile:
             options.executable_build_options.debug_options.xla_backend_optimization_level = 0
-        self._exe = self.client.compile_and_load(text, xc.DeviceList((self.device,)), options)
+        devices = xc.DeviceList((self.device,))
+        self.from_cache = False
+        if cache_path is not None and os.path.isfile(cache_path):
+            with open(cache_path, "rb") as f:
+                self._exe = self.client.deserialize_executable(f.read(), devices, options)
+            self.from_cache = True
+        else:
+            self._exe = self.client.compile_and_load(text, devices, options)
+            if cache_path is not None:
+                _write_atomically(cache_path, self.client.serialize_executable(self._exe))
         self._put = pjrt._putter(self.device)
 
     def __call__(self, *args) -> list:
@@ -46,6 +62,19 @@ class Program:
             raise ValueError(f"{self.arg_names[k]}: got {a.dtype}{list(a.shape)}, the program takes "
                              f"{dtype}{list(shape)}")
         return self._put(a)
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def device_put(array: np.ndarray, platform: str):

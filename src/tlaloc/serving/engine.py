@@ -69,16 +69,20 @@ class Engine:
       precompile: compile every program now instead of on first use.
       fast_compile: compile with XLA's backend optimisation level 0 (several times faster to
         compile, slower to run; for tests and quick looks).
+      cache_dir: keep compiled executables here (default: ``$TLALOC_SERVING_CACHE``; none if
+        unset), keyed by the program's cache key, platform, options and jaxlib version, so a
+        restart loads them instead of compiling. Use a directory only you can write.
 
     Raises ArtifactError for a missing, tampered or unknown-schema artifact.
     """
 
     def __init__(self, artifact_dir, *, platform: str = "cpu", prefill_chunk: int | None = None,
                  max_waiting: int = 1024, verify: bool = True, precompile: bool = False,
-                 fast_compile: bool = False):
+                 fast_compile: bool = False, cache_dir: str | None = None):
         from . import device
         self._device = device
         self.fast_compile = bool(fast_compile)
+        self.cache_dir = cache_dir if cache_dir is not None else os.environ.get("TLALOC_SERVING_CACHE") or None
         self.path = os.fspath(artifact_dir)
         t0 = time.perf_counter()
         m = self.manifest = mf.read_manifest(self.path, verify=verify)
@@ -185,10 +189,16 @@ class Engine:
         for name in program["inputs"]:
             avals.append((_np_dtype(slots[name]["dtype"]), tuple(slots[name]["shape"])))
         t0 = time.perf_counter()
+        cache_path = None
+        if self.cache_dir:
+            import jaxlib
+            tag = f"{program['cache_key']}-{self.platform}-{'O0' if self.fast_compile else 'O2'}-jaxlib{jaxlib.__version__}"
+            cache_path = os.path.join(self.cache_dir, tag + ".xla")
         exe = self._device.Program(text.decode("utf-8"), self.platform, list(program["inputs"]), avals,
-                                   fast_compile=self.fast_compile)
-        log.info("engine: compiled %s in %.2f s (first use of bucket %s batch %d context %d)", program["name"],
-                 time.perf_counter() - t0, program["mode"], program["batch"], program["context"])
+                                   fast_compile=self.fast_compile, cache_path=cache_path)
+        log.info("engine: %s %s in %.2f s (first use of bucket %s batch %d context %d)",
+                 "loaded compiled" if exe.from_cache else "compiled", program["name"], time.perf_counter() - t0,
+                 program["mode"], program["batch"], program["context"])
         return exe
 
     def _args(self, program: dict, request: dict) -> list:

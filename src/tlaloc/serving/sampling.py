@@ -23,19 +23,27 @@ from .._frontend.tracing import cond
 from .._prims.serving import sort_descending
 
 
-def prefix_sum(x):
-    """Inclusive prefix sum along the last axis of x (B, n) in log2(n) shifted adds (B, n).
+_BLOCK = 32
+_UPPER = np.triu(np.ones((_BLOCK, _BLOCK), np.float32))                 # U[i, j] = 1 where i <= j
 
-    (A log-step scan: a ``reduce_window`` cumsum is O(n^2) on XLA's CPU back end, and
-    n is the vocabulary here.)
+
+def prefix_sum(x):
+    """Inclusive prefix sum along the last axis of x (B, n) float32 -> (B, n).
+
+    Blocked: sums within blocks of 32 are one matmul with a triangular matrix, and the
+    block totals' exclusive prefix sum (the same function, recursively) is added back.
+    A ``reduce_window`` cumsum is O(n^2) on XLA's CPU back end (n is the vocabulary
+    here) and a log-step scan costs many ops to compile; this is a few ops a level.
     """
     B, n = x.shape
-    d = 1
-    while d < n:
-        shifted = tnp.concatenate([tnp.zeros((B, d), x.dtype), x[:, :n - d]], axis=-1)  # (B, n)
-        x = x + shifted
-        d *= 2
-    return x
+    nb = -(-n // _BLOCK)
+    if nb * _BLOCK != n:
+        x = tnp.concatenate([x, tnp.zeros((B, nb * _BLOCK - n), x.dtype)], axis=-1)      # (B, nb*32)
+    within = tnp.reshape(tnp.matmul(tnp.reshape(x, (B * nb, _BLOCK)), _UPPER), (B, nb, _BLOCK))  # (B, nb, 32)
+    if nb > 1:
+        totals = within[:, :, _BLOCK - 1]                                                # (B, nb)
+        within = within + (prefix_sum(totals) - totals)[:, :, None]                      # + mass of earlier blocks
+    return tnp.reshape(within, (B, nb * _BLOCK))[:, :n]                                  # (B, n)
 
 
 def _draw(logits, temperature, top_k, top_p, uniforms, greedy):

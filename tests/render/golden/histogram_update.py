@@ -15,40 +15,64 @@ def dhistogram_update_dx(x, idx):
     res_stack = [None] * len(trips)
     res_stack_1 = [None] * len(trips)
     res_stack_2 = [None] * len(trips)
+    res_stack_3 = [None] * len(trips)
+    res_stack_4 = [None] * len(trips)
     for k_1 in range(len(trips)):
         j = trips[k_1]
         # golden_functions.py:46: acc[idx[j]] += x[j] ** 2
         v1 = lax.getitem(idx, j, spec=(('d', 0),))
         v2 = lax.getitem(x, j, spec=(('d', 0),))
         v3 = lax.integer_pow(v2, y=2)
-        acc_1 = lax.index_add(acc, v3, v1, spec=(('d', 0),))
+        v4 = lax.getitem(acc, v1, spec=(('d', 0),))
+        v5 = lax.add(v4, v3)
+        acc_1 = lax.index_set(acc, v5, v1, spec=(('d', 0),))
         res_stack[k_1] = v1
-        res_stack_1[k_1] = v3
-        res_stack_2[k_1] = v2
+        res_stack_1[k_1] = v5
+        res_stack_2[k_1] = v4
+        res_stack_3[k_1] = v3
+        res_stack_4[k_1] = v2
         acc = acc_1
     # golden_functions.py:47: return (acc * np.arange(1.0, 5.0)).sum()
-    v4 = lax.multiply(acc, np.asarray([1.0, 2.0, 3.0, 4.0], dtype=tnp.float64))
-    v5 = lax.reduce_sum(v4, axes=None, keepdims=False)
-    out_bar = lax.grad_seed(v5)
+    v6 = lax.multiply(acc, np.asarray([1.0, 2.0, 3.0, 4.0], dtype=tnp.float64))
+    v7 = lax.reduce_sum(v6, axes=None, keepdims=False)
+    out_bar = lax.grad_seed(v7)
     # grad of: return (acc * np.arange(1.0, 5.0)).sum()
-    v6 = lax.expand_reduced(out_bar, v4, axes=None, keepdims=False)
-    v_bar = lax.broadcast_like(v6, v4)
-    v7 = lax.safe_mul(v_bar, np.asarray([1.0, 2.0, 3.0, 4.0], dtype=tnp.float64))
-    acc_bar = lax.sum_to(v7, acc)
+    v8 = lax.expand_reduced(out_bar, v6, axes=None, keepdims=False)
+    v_bar = lax.broadcast_like(v8, v6)
+    v9 = lax.safe_mul(v_bar, np.asarray([1.0, 2.0, 3.0, 4.0], dtype=tnp.float64))
+    acc_bar = lax.sum_to(v9, acc)
     # grad of: for j in range(len(idx)):
-    v8 = lax.zeros_like(x)
-    v9, x_bar = acc_bar, v8
+    v10 = lax.zeros_like(x)
+    v11, x_bar = acc_bar, v10
     trips_1 = range(0, int(v0), 1)
     for k_2 in reversed(range(len(trips_1))):
         i = trips_1[k_2]
-        v10 = res_stack[k_2]
-        v11 = res_stack_1[k_2]
-        v12 = res_stack_2[k_2]
+        v12 = res_stack[k_2]
+        v13 = res_stack_1[k_2]
+        v14 = res_stack_2[k_2]
+        v15 = res_stack_3[k_2]
+        v16 = res_stack_4[k_2]
         # grad of: acc[idx[j]] += x[j] ** 2
-        v13 = lax.getitem(v9, v10, spec=(('d', 0),))
-        v_bar_1 = lax.sum_to(v13, v11)
-        v14 = lax.multiply(2.0, v12)
-        v_bar_2 = lax.safe_mul(v_bar_1, v14)
-        v15 = lax.index_add(x_bar, v_bar_2, i, spec=(('d', 0),))
-        x_bar = v15
+        v17 = lax.getitem(v11, v12, spec=(('d', 0),))
+        v18 = lax.getitem(v11, v12, spec=(('d', 0),))
+        v19 = lax.zeros_like(v18)
+        v20 = lax.add(v19, 1.0)
+        v21 = lax.reshape(v20, shape=(-1,))
+        v22 = lax.cumsum(v21, axis=0, reverse=False)
+        v23 = lax.reshape_like(v22, v18)
+        v24 = lax.zeros_like(v11)
+        v25 = lax.index_set(v24, v23, v12, spec=(('d', 0),))
+        v26 = lax.getitem(v25, v12, spec=(('d', 0),))
+        v27 = lax.equal(v26, v23)
+        v28 = lax.zeros_like(v17)
+        v29 = lax.select(v27, v17, v28)
+        acc_bar_1 = lax.index_set(v11, 0.0, v12, spec=(('d', 0),))
+        v_bar_1 = lax.sum_to(v29, v13)
+        v_bar_2 = lax.sum_to(v_bar_1, v14)
+        v_bar_3 = lax.sum_to(v_bar_1, v15)
+        acc_bar_2 = lax.index_add(acc_bar_1, v_bar_2, v12, spec=(('d', 0),))
+        v30 = lax.multiply(2.0, v16)
+        v_bar_4 = lax.safe_mul(v_bar_3, v30)
+        v31 = lax.index_add(x_bar, v_bar_4, i, spec=(('d', 0),))
+        v11, x_bar = acc_bar_2, v31
     return (x_bar,)
