@@ -93,10 +93,15 @@ def save_checkpoint(path, model, opt_state=None, *, step: int = 0, metadata: dic
         leaves, _, paths, structure = _flatten(name, tree)
         structures[name] = structure
         for p, leaf in zip(paths, leaves):
+            if p in tensors:
+                raise ArgumentError(f"save_checkpoint: two leaves have the path `{p}` (e.g. a dict key "
+                                    f"containing '.' next to a nested dict, or keys 1 and '1'); rename one")
             a = np.asarray(leaf)
             if a.dtype == object:
                 raise ArgumentError(f"save_checkpoint: leaf `{p}` is a {type(leaf).__name__}, not an array")
             tensors[p] = a if a.flags.c_contiguous else np.array(a, order="C")   # (keeps 0-d arrays 0-d)
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+        raise ArgumentError(f"save_checkpoint: step must be an int, got {step!r}")
     meta = {"tlaloc.format": FORMAT, "tlaloc.step": str(int(step)),
             "tlaloc.structure": json.dumps(structures, sort_keys=True)}
     for k, v in (metadata or {}).items():

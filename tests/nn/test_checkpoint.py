@@ -163,3 +163,14 @@ def test_file_mode_follows_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert (path.stat().st_mode & 0o777) == 0o644
+
+
+def test_colliding_paths_are_refused(tmp_path):
+    # regression: {"a.b": x, "a": {"b": y}} once saved one tensor and silently lost the other
+    from tlaloc import ArgumentError, save_checkpoint
+    with pytest.raises(ArgumentError, match="two leaves have the path"):
+        save_checkpoint(tmp_path / "c.safetensors", {"a.b": np.zeros(2), "a": {"b": np.ones(2)}})
+    with pytest.raises(ArgumentError, match="two leaves have the path"):
+        save_checkpoint(tmp_path / "c.safetensors", {1: np.zeros(2), "1": np.ones(2)})
+    with pytest.raises(ArgumentError, match="step must be an int"):
+        save_checkpoint(tmp_path / "c.safetensors", {"w": np.zeros(2)}, step=2.7)

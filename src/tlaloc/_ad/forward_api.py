@@ -183,4 +183,7 @@ def hessian(fun=None, argnums=0):
     """Hessian as forward over reverse: ``jacfwd(grad(f))``; shape ``x.shape + x.shape``."""
     if fun is None:
         return functools.partial(hessian, argnums=argnums)
+    if not isinstance(argnums, (int, np.integer)):
+        raise ArgumentError(f"hessian: argnums must be one int (got {argnums!r}); for blocks of a "
+                            f"Hessian use tl.jacfwd(tl.grad(f, argnums=i), argnums=j)")
     return jacfwd(_grad(fun, argnums=argnums), argnums=argnums)

@@ -50,7 +50,12 @@ class Transformed:
     def primal_lowering(self, arg_trees, arg_avals=None) -> LoweredFunction:
         inner = getattr(self.fn, "__tlaloc_transformed__", None)
         if inner is not None:
-            return inner.as_lowered(arg_trees, arg_avals)
+            lowered = inner.as_lowered(arg_trees, arg_avals)
+            if lowered is None:
+                raise ArgumentError(f"`{inner.name}` ({inner.kind}) cannot be nested inside another transform: "
+                                    f"jacfwd/jacrev/hessian must be outermost. Nest grad/jvp/vjp/vmap instead, "
+                                    f"e.g. tl.jacfwd(tl.grad(f)) or tl.hessian(f)")
+            return lowered
         custom = getattr(self.fn, "__tlaloc_lower__", None)
         if custom is not None:            # e.g. a tl.custom_vjp function
             return custom(arg_trees, arg_avals)

@@ -75,6 +75,29 @@ def _coarsened_node(ix: Index, m, gradients) -> Node:
     return Node(OPS[m.op], tuple(m.inputs), (out,), params, m.root.loc)
 
 
+# -- specialisation keeps a coarsened op (re-specialising a differentiated coarsened graph) ---------
+
+def _specialize_rule(name):
+    from .._core import specialize as _spec
+
+    def rule(*ins, fwd, **params):
+        avals = [_spec.aval(x) for x in ins]
+        if all(a is not None and a.is_concrete and (a.dtype, tuple(a.shape)) == (v.aval.dtype, tuple(v.aval.shape))
+               for a, v in zip(avals, fwd.inputs)):
+            return _spec.add_node(OPS[name], list(ins), dict(params, fwd=fwd))
+        return _spec.run(fwd, list(ins))[0]          # other shapes: the body, specialised
+    return rule
+
+
+def _install_specialize_rules():
+    from .._core import specialize as _spec
+    for name in OP_NAMES:
+        _spec.RULES[name] = _specialize_rule(name)
+
+
+_install_specialize_rules()
+
+
 def summary(graph: Graph) -> list:
     """``[(op name, attrs dict)]`` of the coarsened ops in ``graph`` (regions included)."""
     found = []
