@@ -171,6 +171,9 @@ def limit_threads(n: Optional[int]) -> None:
     Must run before the first jax computation (XLA reads XLA_FLAGS when its client starts)."""
     if not n:
         return
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(n)                  # for BLAS libraries loaded from now on
+    import numpy  # noqa: F401  (loads NumPy's BLAS, so that threadpoolctl below can limit it)
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen="
                                + ("false" if n == 1 else "true")
                                + f" intra_op_parallelism_threads={n}").strip()

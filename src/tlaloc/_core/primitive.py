@@ -26,6 +26,12 @@ from ..errors import NoRuleError
 REGISTRY: dict[str, "Primitive"] = {}
 _VALUE_TYPE = None
 _WEAK = (float, int, bool)
+_CONTAINERS = (list, tuple, type(None))
+
+import numpy as _np  # noqa: E402
+
+_NDARRAY = _np.ndarray
+_GENERIC = _np.generic
 
 
 def _load_value_type():
@@ -70,10 +76,17 @@ class Primitive:
         """Apply the primitive: eagerly with NumPy, or as a DXIR node when any
         argument is a symbolic ``Value``."""
         value_type = _VALUE_TYPE or _load_value_type()
+        foreign = False
         for a in args:
-            if type(a) is value_type:
+            t = type(a)
+            if t is value_type:
                 from .builder import current_builder
                 return current_builder(a).add(self, args, params)
+            if t is not _NDARRAY and t not in _WEAK and t not in _CONTAINERS and not isinstance(a, _GENERIC):
+                foreign = foreign or hasattr(a, "__array__")
+        if foreign:       # e.g. a JAX device array: computed on the host with NumPy, never dispatched away
+            args = tuple(_np.asarray(a) if (type(a) is not _NDARRAY and hasattr(a, "__array__")
+                                            and not isinstance(a, _GENERIC)) else a for a in args)
         out = self.impl(*args, **params)
         if args and not self.multiple_results and all(type(a) in _WEAK for a in args):
             # constant folding of Python scalars stays weak (NEP 50): 2.0 - 1.0 is the

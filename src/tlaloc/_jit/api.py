@@ -255,7 +255,7 @@ class Jitted:
         if self.backend != "interpreter" and not self.static_argnums:
             types = self._array_types
             try:
-                fast = tuple((a.dtype, a.shape) for a in args if type(a) in types)
+                fast = tuple((a.dtype, tuple(a.shape)) for a in args if type(a) in types)
             except AttributeError:
                 fast = None
             if fast is not None and len(fast) == len(args):
@@ -276,7 +276,7 @@ class Jitted:
         src.check(args, trees, leaves)
         outs = compiled.call_flat(leaves)
         if not self.static_argnums and all(type(a) in self._array_types for a in args) and not src.closure_getters:
-            self._fast[tuple((a.dtype, a.shape) for a in args)] = (compiled, src)
+            self._fast[tuple((a.dtype, tuple(a.shape)) for a in args)] = (compiled, src)
         return src.finish(args, trees, outs)
 
     def _compile(self, key, src, trees, avals, n_flat) -> Compiled:

@@ -49,7 +49,7 @@ class Lowered:
         else:
             self.coarsened, self.recognized, emitted = graph, [], graph
         self.emitted_graph = emitted
-        self.program = emit_module(emitted, name=name, donate=donate, shardings=shardings)
+        self.program = emit_module(emitted, name=name, donate=donate, shardings=shardings, backend=backend)
 
     def as_text(self) -> str:
         """The StableHLO module, as MLIR prints it after verification."""

@@ -93,11 +93,12 @@ def kv_cache_write(cache, new, slot_mapping):
 # -- paged_attention ------------------------------------------------------------------------
 
 def paged_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, positions, *,
-                              window=None, scale=None):
+                              window=None, scale=None, key_positions=None):
     """The definition of ``paged_attention``, in ``tlaloc.numpy`` (runs eagerly or traced).
 
     q (B, T, H, E); k_cache, v_cache (P, BS, K, E); block_tables (B, M) int; seq_lens (B,)
-    int; positions (B, T) int -> (B, T, H, E) float32.
+    int; positions (B, T) int -> (B, T, H, E) float32. ``key_positions`` (S,) int32 is
+    ``arange(M * BS)``; the lowering passes an ``iota`` instead of a constant.
     """
     B, T, H, E = q.shape
     BS, K = k_cache.shape[1], k_cache.shape[2]
@@ -111,7 +112,9 @@ def paged_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, posit
     kt = tnp.transpose(keys, (0, 2, 3, 1))[:, :, None]                            # (B, K, 1, E, S)
     vt = tnp.transpose(values, (0, 2, 1, 3))[:, :, None]                          # (B, K, 1, S, E)
     scores = tnp.matmul(qg, kt) * np.float32(scale)                               # (B, K, G, T, S)
-    k_pos = np.arange(S, dtype=np.int32)[None, None, :]                           # (1, 1, S)
+    if key_positions is None:
+        key_positions = np.arange(S, dtype=np.int32)
+    k_pos = key_positions[None, None, :]                                          # (1, 1, S)
     q_pos = tnp.astype(positions, tnp.int32)[:, :, None]                          # (B, T, 1)
     lens = tnp.astype(seq_lens, tnp.int32)[:, None, None]                         # (B, 1, 1)
     allowed = tnp.logical_and(tnp.less_equal(k_pos, q_pos), tnp.less(k_pos, lens))   # (B, T, S)

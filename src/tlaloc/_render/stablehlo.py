@@ -94,14 +94,19 @@ class Program:
     shardings: object = None     # ``Shardings`` of an SPMD program (mesh, per-input/-output dims)
 
 
+_I32_INDICES = ("stablehlo.gather", "stablehlo.scatter")
+
+
 class Emitter:
     """Writes one module. Rules call ``op``, ``value``, ``const`` and friends."""
 
-    def __init__(self):
+    def __init__(self, backend: str = "xla"):
         self._n = 0
         self._blocks = [[]]
         self.loc = None
         self.checks: list = []       # (Val of i1, message)
+        self.backend = backend
+        self.split_reductions = backend == "iree"      # see stablehlo_structural.reduce
 
     # -- text ----------------------------------------------------------------------------
     def fresh(self) -> str:
@@ -123,6 +128,11 @@ class Emitter:
         or a list of them (returns a list of Vals)."""
         single = isinstance(results, tuple) and len(results) == 2 and not isinstance(results[0], tuple)
         res = [results] if single else list(results)
+        if self.backend == "iree" and name in _I32_INDICES and operands[1].dtype == I64:
+            # IREE 3.13 cannot legalize i64 gather/scatter indices ("failed to legalize unresolved
+            # source materialization from tensor<1xi64> to tensor<1xi32>"): give it i32 ones
+            operands = [operands[0], self.op("stablehlo.convert", [operands[1]], (np.int32, operands[1].shape))] \
+                + list(operands[2:])
         head = self.fresh()
         outs = [Val(head if len(res) == 1 else f"{head}#{k}", d, s) for k, (d, s) in enumerate(res)]
         lhs = "" if not res else (f"{head} = " if len(res) == 1 else f"{head}:{len(res)} = ")
@@ -276,7 +286,7 @@ def out_aval(node, k: int = 0):
 
 # -- modules -------------------------------------------------------------------------------
 
-def emit_module(graph: Graph, *, name: str = "main", donate=(), shardings=None) -> Program:
+def emit_module(graph: Graph, *, name: str = "main", donate=(), shardings=None, backend: str = "xla") -> Program:
     """Lower a specialised graph to a verified StableHLO module.
 
     Args:
@@ -288,13 +298,15 @@ def emit_module(graph: Graph, *, name: str = "main", donate=(), shardings=None) 
       shardings: ``Shardings`` (a mesh and per-input / per-output mesh axes per
         dim): written as Shardy attributes (``sdy.mesh``, ``sdy.sharding``) and
         ``mhlo.num_partitions``; ``None`` for a one-device program.
+      backend: ``"xla"`` or ``"iree"`` (the few lowerings that differ, to steer
+        around compiler bugs, read it from the emitter).
     Raises:
       NoRuleError: a primitive without a lowering (named).
       GraphError: the emitted module does not verify (with the MLIR diagnostic).
     """
     from .stablehlo_rules import install
     install()                        # primitives declared since the last call get their rules too
-    em = Emitter()
+    em = Emitter(backend)
     in_vals = [Val(f"%arg{k}", v.aval.dtype, v.aval.shape) for k, v in enumerate(graph.inputs)]
     outs = em.lower_graph(graph, in_vals)
     outs = [em.value(o, o.aval.dtype, tuple(o.aval.shape)) if isinstance(o, Literal) and o.aval.dtype is not None

@@ -196,12 +196,30 @@ def _combiner(em, dtype, mode):
 
 def scatter_points(em, v, coords, R, updates, mode):
     r = len(v.shape)
+    if R == () and em.backend == "iree":
+        return _select_point(em, v, coords, updates, mode)
     idx = _stack(em, coords, R)
     dims = (f"#stablehlo.scatter<update_window_dims = [], inserted_window_dims = {ints(range(r))}, "
             f"scatter_dims_to_operand_dims = {ints(range(r))}, index_vector_dim = {len(R)}>")
     return em.op("stablehlo.scatter", [v, idx, updates], (v.dtype, v.shape),
                  attrs={"scatter_dimension_numbers": dims, "indices_are_sorted": "false",
                         "unique_indices": "false"}, regions=[_combiner(em, v.dtype, mode)])
+
+
+def _select_point(em, v, coords, update, mode):
+    """``v`` with ``update`` added at (or written to) one point, elementwise: a mask of
+    the point and a select. For IREE: its 3.13 runtime fails on an in-place update
+    (scatter or dynamic_update_slice) of a constant inside an ``if`` inside a ``while``
+    ("indirect buffer reference slot 0 is out range ... copy_buffer")."""
+    mask = None
+    for k, c in enumerate(coords):
+        io = em.op("stablehlo.iota", [], (I64, v.shape), attrs={"iota_dimension": f"{k} : i64"})
+        hit = em.compare("EQ", io, em.broadcast(c, v.shape, []))
+        mask = hit if mask is None else em.binary("stablehlo.and", mask, hit)
+    upd = em.broadcast(em.reshape(update, ()), v.shape, [])
+    if mode == "add":
+        return em.binary("stablehlo.add", v, em.select(mask, upd, em.const(0, v.dtype, v.shape)))
+    return em.select(mask, upd, v)
 
 
 # -- getitem / index_add / index_set ------------------------------------------------------

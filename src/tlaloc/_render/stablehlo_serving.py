@@ -7,7 +7,8 @@
   ``GT`` comparator, stable, so ties keep the lower index first.
 * ``paged_attention``: its definition (``paged_attention_reference``, written with
   ``tlaloc.numpy``) is traced at the node's concrete types, specialised, and emitted
-  in place: the lowering *is* the reference, as JAX's ``lower_fun`` does.
+  in place: the lowering *is* the reference, as JAX's ``lower_fun`` does. The key
+  positions come in as a ``stablehlo.iota`` rather than a constant.
 
 Importing this module sets ``lower`` on the three serving ops. Like the kernel ops they
 are not in the core primitive table (see ``tlaloc._prims.serving``), so the core
@@ -57,18 +58,25 @@ def _sort_descending(em, node, x):
     return list(outs)
 
 
-def lower_by_reference(fn):
+def lower_by_reference(fn, extra=None):
     """A lowering rule that traces ``fn(*inputs, **params)`` (tlaloc.numpy code) at the
-    node's concrete input types, specialises it and emits it inline."""
+    node's concrete input types, specialises it and emits it inline.
+
+    ``extra(em, node) -> {keyword: Val}`` supplies more traced inputs, passed by keyword.
+    """
     def rule(em, node, *ins):
         from .._core.builder import Builder
         from .._core.specialize import specialize
         avals = [AbstractValue(np.dtype(v.aval.dtype), tuple(int(d) for d in v.aval.shape)) for v in node.inputs]
         vals = [em.value(x) for x in ins]
+        more = extra(em, node) if extra is not None else {}
+        avals += [AbstractValue(v.dtype, v.shape) for v in more.values()]
+        vals += list(more.values())
         b = Builder(name=node.prim.name)
         with b.active():
             args = [b.new_input(a) for a in avals]
-            out = fn(*args, **dict(node.params))
+            n = len(node.inputs)
+            out = fn(*args[:n], **dict(node.params), **dict(zip(more, args[n:])))
             graph = b.finish(list(out) if node.prim.multiple_results else [out])
         graph = specialize(graph, avals)
         outs = em.lower_graph(graph, vals)
@@ -78,10 +86,16 @@ def lower_by_reference(fn):
     return rule
 
 
+def _key_positions(em, node):
+    """``arange(M * BS)`` int32 as an iota, for paged_attention's key positions."""
+    M, BS = int(node.inputs[3].aval.shape[1]), int(node.inputs[1].aval.shape[1])
+    return {"key_positions": em.op("stablehlo.iota", [], (I32, (M * BS,)), attrs={"iota_dimension": "0 : i64"})}
+
+
 LOWERINGS = {
     "kv_cache_write": _kv_cache_write,
     "sort_descending": _sort_descending,
-    "paged_attention": lower_by_reference(_sp.paged_attention_reference),
+    "paged_attention": lower_by_reference(_sp.paged_attention_reference, extra=_key_positions),
 }
 
 for _name, _rule in LOWERINGS.items():

@@ -41,8 +41,17 @@ _REDUCE = {"reduce_sum": ("stablehlo.add", 0), "reduce_prod": ("stablehlo.multip
 
 
 def reduce(em, v, axes, op_name, init):
-    """``stablehlo.reduce`` of ``v`` over ``axes`` (result without the reduced axes)."""
+    """``stablehlo.reduce`` of ``v`` over ``axes`` (result without the reduced axes).
+
+    For IREE (``em.split_reductions``) a reduction over several axes is written as
+    one reduction per axis, innermost first: IREE 3.13's llvm-cpu codegen fails on a
+    multi-axis sum of a product with a broadcast operand ("'vector.contract' op
+    invalid accumulator/result vector shape")."""
     if not axes:
+        return v
+    if len(axes) > 1 and getattr(em, "split_reductions", False):
+        for a in sorted(axes, reverse=True):
+            v = reduce(em, v, (a,), op_name, init)
         return v
     init_v = em.const(init, v.dtype, ())
     shape = tuple(d for i, d in enumerate(v.shape) if i not in axes)

@@ -210,7 +210,7 @@ class Executable:
         if arr.shape != shape:
             raise ArgumentError(f"{self.arg_names[k]} has shape {arr.shape}; this program was compiled "
                                 f"for {shape}")
-        return np.ascontiguousarray(arr)
+        return arr if arr.flags.c_contiguous else arr.copy()      # (ascontiguousarray makes 0-d 1-d)
 
 
 __all__ = ["Executable", "compile_vmfb", "strip_for_iree", "available", "LIBM_SOURCES"]

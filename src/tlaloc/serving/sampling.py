@@ -11,7 +11,9 @@ The uniform draws come in as an input: the runtime draws them on the host from e
 request's own seeded generator (``numpy.random.default_rng``), so a request's samples
 depend on its seed only, never on which other requests share its batch.
 
-The sort runs only when some row samples (a ``tl.cond`` on ``any(temperature > 0)``);
+Positions along the sorted axis come from a prefix sum of ones, not an ``arange``
+constant, so no vocabulary-sized literal is written into the program text. The sort
+runs only when some row samples (a ``tl.cond`` on ``any(temperature > 0)``);
 an all-greedy batch pays for one argmax.
 """
 from __future__ import annotations
@@ -50,8 +52,8 @@ def _draw(logits, temperature, top_k, top_p, uniforms, greedy):
     B, V = logits.shape
     t = tnp.where(temperature > 0, temperature, np.float32(1.0))                 # (B,)
     vals, order = sort_descending(logits / t[:, None])                            # (B, V) each, best first
-    rank = np.arange(V, dtype=np.int32)[None, :]                                  # (1, V)
-    k = tnp.where(top_k > 0, tnp.minimum(top_k, V), V)                            # (B,)
+    rank = prefix_sum(tnp.ones_like(vals)) - np.float32(1.0)                      # (B, V) 0, 1, ... (exact)
+    k = tnp.astype(tnp.where(top_k > 0, tnp.minimum(top_k, V), V), tnp.float32)  # (B,)
     in_k = tnp.less(rank, k[:, None])                                             # (B, V)
     e = tnp.where(in_k, tnp.exp(vals - vals[:, :1]), np.float32(0.0))             # (B, V)
     probs = e / tnp.sum(e, axis=-1, keepdims=True)                                # (B, V)
@@ -60,9 +62,9 @@ def _draw(logits, temperature, top_k, top_p, uniforms, greedy):
     kept = tnp.logical_and(in_k, in_p)                                            # (B, V)
     p = tnp.where(kept, probs, np.float32(0.0))
     p = p / tnp.sum(p, axis=-1, keepdims=True)                                    # (B, V)
-    n_kept = tnp.sum(tnp.astype(kept, tnp.int32), axis=-1)                        # (B,)
+    n_kept = tnp.sum(tnp.astype(kept, tnp.float32), axis=-1)                      # (B,)
     below = tnp.less_equal(prefix_sum(p), uniforms[:, None])                      # (B, V)
-    choice = tnp.minimum(tnp.sum(tnp.astype(below, tnp.int32), axis=-1), n_kept - 1)  # (B,)
+    choice = tnp.minimum(tnp.sum(tnp.astype(below, tnp.float32), axis=-1), n_kept - 1)  # (B,)
     picked = tnp.where(tnp.equal(rank, choice[:, None]), order, 0)                # (B, V)
     sampled = tnp.sum(picked, axis=-1)                                            # (B,) int32
     return tnp.where(temperature > 0, tnp.astype(sampled, tnp.int32), greedy)

@@ -1,0 +1,139 @@
+"""The artifact: manifest schema, byte-identical exports, atomic writes, and refusals on load."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from tlaloc.serving import ArtifactError, Engine
+from tlaloc.serving.errors import ArgumentError
+from tlaloc.serving.export import export
+from tlaloc.serving.manifest import MANIFEST, ROLES, SCHEMA_VERSION, read_manifest
+
+from .fixtures import LADDER
+
+
+def _files(root):
+    out = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            with open(os.path.join(d, n), "rb") as f:
+                out[os.path.relpath(os.path.join(d, n), root)] = f.read()
+    return out
+
+
+def test_manifest_schema(artifact):
+    m = read_manifest(artifact("llama"))
+    assert m["schema_version"] == SCHEMA_VERSION and m["kind"] == "decoder"
+    assert m["buckets"] == {"batch": [1, 4], "context": [16, 64], "prefill_chunk": 16}
+    assert m["kv"]["block_size"] == 8 and m["kv"]["num_pages"] == 1 + 4 * 64 // 8 and m["kv"]["scratch_page"] == 0
+    assert [s["name"] for s in m["kv"]["slots"]] == ["kv.0.k", "kv.0.v", "kv.1.k", "kv.1.v"]
+    assert {p["name"] for p in m["programs"]} == {f"{mode}_b{b}_c{c}" for mode in ("prefill", "decode")
+                                                  for b in (1, 4) for c in (16, 64)}
+    weights = {s["name"] for s in m["weights"]["slots"]}
+    assert {"embed", "norm", "lm_head", "layers.0.wq", "layers.1.w_down"} <= weights
+    for p in m["programs"]:
+        roles = [s["role"] for s in p["request_slots"]]
+        assert roles == ["token_ids", "positions", "block_tables", "seq_lens", "slot_mapping", "temperature",
+                         "top_k", "top_p", "uniforms"]
+        assert set(roles) <= set(ROLES)
+        assert p["inputs"][:9] == roles and set(p["inputs"][13:]) == weights
+        assert p["donate"] == [[9 + k, 1 + k] for k in range(4)]              # every pool, in place
+        assert p["tokens"] == (1 if p["mode"] == "decode" else 16)
+        assert p["request_slots"][2]["shape"] == [p["batch"], p["context"] // 8]
+        assert len(p["cache_key"]) == 64 and p["file"] in m["files"]
+        text = open(os.path.join(artifact("llama"), p["file"])).read()
+        assert text.count("tf.aliasing_output") == 4
+    assert set(m["files"]) == set(_files(artifact("llama"))) - {MANIFEST}
+    assert m["tokenizer"]["file"] == "tokenizer.json" and "<assistant>" in m["tokenizer"]["chat_template"]
+
+
+def test_two_exports_are_byte_identical(tiny, artifact, tmp_path):
+    _, folder = tiny("llama")
+    export(folder, tmp_path / "again", **LADDER, progress=False)
+    assert _files(tmp_path / "again") == _files(artifact("llama"))
+
+
+def test_export_refuses_an_existing_directory_and_bad_options(tiny, tmp_path):
+    _, folder = tiny("llama")
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(ArgumentError, match="exists"):
+        export(folder, tmp_path / "taken", **LADDER)
+    with pytest.raises(ArgumentError, match="multiple of block_size=16"):
+        export(folder, tmp_path / "a", batch=(1,), context=(24,), block_size=16)
+    with pytest.raises(ArgumentError, match="max_position_embeddings=256"):
+        export(folder, tmp_path / "b", batch=(1,), context=(512,))
+    with pytest.raises(ArgumentError, match="dtype='f16'"):
+        export(folder, tmp_path / "c", batch=(1,), context=(16,), dtype="f16")
+    assert sorted(os.listdir(tmp_path)) == ["taken"]                        # nothing half-written left behind
+
+
+def _copy(artifact, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(artifact, dst)
+    return dst
+
+
+def test_tampered_weight_is_refused_by_hash(artifact, tmp_path):
+    art = _copy(artifact("llama"), tmp_path)
+    path = art / "weights.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x01                                                         # one bit of one weight
+    path.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="artifact file weights.safetensors: sha256 mismatch"):
+        Engine(art)
+
+
+def test_tampered_program_is_refused_by_hash(artifact, tmp_path):
+    art = _copy(artifact("llama"), tmp_path)
+    path = art / "programs" / "decode_b1_c16.mlir"
+    path.write_text(path.read_text().replace("stablehlo.add", "stablehlo.subtract", 1))
+    with pytest.raises(ArtifactError, match=r"programs/decode_b1_c16.mlir: sha256 mismatch"):
+        Engine(art)
+    eng = Engine(art, verify=False, fast_compile=True)                      # lazily compiled: checked again
+    with pytest.raises(ArtifactError, match=r"programs/decode_b1_c16.mlir: sha256 mismatch"):
+        eng._executable("decode", 1, 16)
+
+
+def test_unknown_schema_version_is_refused(artifact, tmp_path):
+    art = _copy(artifact("llama"), tmp_path)
+    m = json.loads((art / MANIFEST).read_text())
+    m["schema_version"] = SCHEMA_VERSION + 1
+    (art / MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(ArtifactError, match=f"unknown schema_version={SCHEMA_VERSION + 1}"):
+        Engine(art)
+    with pytest.raises(ArtifactError, match="has no manifest.json"):
+        Engine(tmp_path)
+
+
+def test_int8_and_bf16_weights(artifact, engine, oracle, record_property):
+    from .fixtures import NEW_TOKENS, PROMPTS
+    f32 = os.path.getsize(os.path.join(artifact("llama"), "weights.safetensors"))
+    report = {}
+    for fmt, options in (("int8", {"weights": "int8"}), ("bf16", {"dtype": "bf16"})):
+        m = read_manifest(artifact("llama", **options))
+        size = m["files"]["weights.safetensors"]["bytes"]
+        assert size < (0.35 if fmt == "int8" else 0.55) * f32
+        slots = {s["name"]: s for s in m["weights"]["slots"]}
+        if fmt == "int8":
+            assert slots["layers.0.wq"]["dtype"] == "int8" and slots["layers.0.wq.scale"]["shape"] == [64]
+            assert slots["embed.scale"]["shape"] == [256] and slots["norm"]["dtype"] == "float32"
+        else:
+            assert m["kv"]["dtype"] == "bfloat16" and slots["layers.0.wq"]["dtype"] == "bfloat16"
+        got = [r.token_ids for r in engine("llama", **options).generate(PROMPTS, max_new_tokens=NEW_TOKENS,
+                                                                         stop=[])]
+        want = oracle("llama")
+        same = [sum(1 for _ in _prefix(g, w)) for g, w in zip(got, want)]
+        agree = sum(int(a == b) for g, w in zip(got, want) for a, b in zip(g, w)) / (len(want) * NEW_TOKENS)
+        report[fmt] = {"bytes": size, "f32_bytes": f32, "greedy_prefix_kept": same, "agreement": round(agree, 3)}
+        assert min(same) >= 4, report                                         # close: the first ids agree
+    record_property("quantization", report)
+    print("\nweights vs f32 (tiny llama):", report)
+
+
+def _prefix(a, b):
+    for x, y in zip(a, b):
+        if x != y:
+            return
+        yield x
