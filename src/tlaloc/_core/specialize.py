@@ -238,8 +238,9 @@ def _sample_dtypes(prim, ins, params, outs, all_weak) -> None:
         return
     got = got if prim.multiple_results else (got,)
     for o, g in zip(outs, got):
-        weak = all_weak and isinstance(g, (bool, int, float)) and not isinstance(g, np.generic)
-        o.var.aval = o.aval.with_(dtype=np.asarray(g).dtype, weak=weak)
+        # Python scalars in, a Python scalar out (``n + 1.0`` stays weak, as in Python),
+        # though NumPy's implementation hands back a NumPy scalar
+        o.var.aval = o.aval.with_(dtype=np.asarray(g).dtype, weak=all_weak and np.ndim(g) == 0)
 
 
 # -- helpers for rules ------------------------------------------------------------------

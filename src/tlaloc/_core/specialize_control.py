@@ -117,12 +117,14 @@ def _join(a, b, what):
 
 
 def _settle(av: AbstractValue, start, what):
-    """The carry avals after the fixed point, no longer weak."""
+    """The carry avals after the fixed point. A carry that is a Python scalar on every
+    path (a counter ``n = n + 1.0``) stays weak, as in the interpreter: after the loop
+    it adopts the dtype of the arrays it meets (``s + n`` is float32 for float32 ``s``)."""
     if av is None:
         raise TlalocError(f"{what} is never assigned a value")
     if av.dtype is None and is_static(start):
         return av.with_(dtype=np.asarray(start).dtype, weak=False)
-    return av.with_(weak=False) if av.dtype is not None else av
+    return av
 
 
 # -- cond --------------------------------------------------------------------------------

@@ -83,6 +83,8 @@ def _expand_reduced_shape(g, like, *, axes, keepdims):
 
 
 def _zeros_like_impl(x):
+    if x is None:                 # UNDEF (a value no path assigned) has an UNDEF derivative
+        return None
     return np.zeros_like(x)
 
 

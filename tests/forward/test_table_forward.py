@@ -1,0 +1,112 @@
+"""Forward mode, Jacobians, Hessians and vmap over the reverse-mode case table.
+
+Every row of tests/ad/cases.py whose arguments are plain float arrays and whose
+argnums is one int is re-run through tl.jvp, tl.jacfwd, tl.jacrev, tl.hessian
+and tl.vmap(tl.grad(f)), against JAX float64 (jax.jvp, jax.jacfwd, jax.hessian,
+a loop of jax.grad) to 1e-10, and jacfwd against jacrev to 1e-12.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tlaloc as tl
+
+from tests.ad.cases import CASES
+
+jax.config.update("jax_enable_x64", True)
+RTOL, ATOL = 1e-10, 1e-12
+
+
+def _plain(args):
+    return all(isinstance(a, np.ndarray) and a.dtype == np.float64 for a in args)
+
+
+def _rows():
+    rows = []
+    for c in CASES:
+        if c.mode != "grad" or not isinstance(c.argnums, int) or not c.fd:
+            continue
+        points = c.args_list()[:2]
+        if not points or not all(_plain(p) for p in points):
+            continue
+        rows.append(pytest.param(c, points, id=c.name))
+    return rows
+
+
+ROWS = _rows()
+
+
+def _tangents(args, argnum, rng):
+    return tuple(rng.standard_normal(a.shape) if k == argnum else np.zeros_like(a) for k, a in enumerate(args))
+
+
+@pytest.mark.parametrize("case,points", ROWS)
+def test_jvp_matches_jax(case, points):
+    rng = np.random.default_rng(1)
+    for args in points:
+        tangents = _tangents(args, case.argnums % len(args), rng)
+        out, out_dot = tl.jvp(case.fn, tuple(np.copy(a) for a in args), tangents)
+        want, want_dot = jax.jvp(case.twin, tuple(jnp.asarray(a) for a in args),
+                                 tuple(jnp.asarray(t) for t in tangents))
+        np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(np.asarray(out_dot), np.asarray(want_dot), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("case,points", ROWS)
+def test_jacfwd_equals_jacrev_and_jax(case, points):
+    for args in points[:1]:
+        jf = tl.jacfwd(case.fn, argnums=case.argnums)(*args)
+        jr = tl.jacrev(case.fn, argnums=case.argnums)(*args)
+        np.testing.assert_allclose(jf, jr, rtol=1e-12, atol=1e-12)
+        want = jax.jacfwd(case.twin, argnums=case.argnums)(*[jnp.asarray(a) for a in args])
+        np.testing.assert_allclose(jf, np.asarray(want), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("case,points", ROWS)
+def test_hessian_matches_jax(case, points):
+    for args in points[:1]:
+        h = tl.hessian(case.fn, argnums=case.argnums)(*args)
+        want = jax.hessian(case.twin, argnums=case.argnums)(*[jnp.asarray(a) for a in args])
+        np.testing.assert_allclose(h, np.asarray(want), rtol=1e-9, atol=1e-10)
+
+
+_VMAP_KNOWN = {
+    "while_in_for": "vmap bug: batching the reverse loop of a `while` nested in a `for` fails in "
+                    "transpose (axes don't match) when the inner trip count differs per example",
+}
+
+
+def _vmap_rows():
+    return [pytest.param(*r.values, id=r.id, marks=[pytest.mark.xfail(strict=True, reason=_VMAP_KNOWN[r.id])]
+                         if r.id in _VMAP_KNOWN else []) for r in ROWS]
+
+
+@pytest.mark.parametrize("case,points", _vmap_rows())
+def test_vmap_of_grad_matches_a_loop_of_jax_grad(case, points):
+    # batch over the differentiated argument at the first point (same shapes for every row)
+    args = points[0]
+    a = case.argnums % len(args)
+    rng = np.random.default_rng(2)
+    batch = np.stack([args[a] + 0.01 * rng.standard_normal(args[a].shape) for _ in range(3)])
+    in_axes = tuple(0 if k == a else None for k in range(len(args)))
+    got = tl.vmap(tl.grad(case.fn, argnums=a), in_axes=in_axes)(*[batch if k == a else x for k, x in enumerate(args)])
+    g = jax.grad(case.twin, argnums=a)
+    want = np.stack([np.asarray(g(*[jnp.asarray(row) if k == a else jnp.asarray(x)
+                                    for k, x in enumerate(args)])) for row in batch])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL)
+
+
+def test_the_table_is_not_empty():
+    assert len(ROWS) >= 30
+
+
+def test_negative_control_a_wrong_tangent_is_caught():
+    case, points = ROWS[0].values
+    args = points[0]
+    tangents = _tangents(args, case.argnums % len(args), np.random.default_rng(1))
+    _, out_dot = tl.jvp(case.fn, args, tangents)
+    _, want_dot = jax.jvp(case.twin, tuple(jnp.asarray(a) for a in args),
+                          tuple(jnp.asarray(t) * 1.000001 for t in tangents))
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(np.asarray(out_dot), np.asarray(want_dot), rtol=RTOL, atol=ATOL)
