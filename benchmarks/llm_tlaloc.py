@@ -60,7 +60,7 @@ def run_requests(engine, prompts, new_tokens: int) -> tuple:
     """Submit ``prompts`` together and step until all finish.
 
     Returns (seconds to the first step that yields tokens, seconds per token after it
-    per sequence, token ids of request 0)."""
+    counting the tokens of all sequences, token ids of request 0)."""
     ids = [engine.submit(p, max_new_tokens=new_tokens, stop_ids=()) for p in prompts]
     t0 = common.now()
     first, last, after_first, out0 = None, None, 0, []
@@ -88,7 +88,7 @@ def decode_timing(engine, batch: int, new_tokens: int, repeats: int, vocab: int)
     samples, tokens = [], None
     for _ in range(repeats):
         _, per_token, tokens = run_requests(engine, prompts, new_tokens + 1)
-        samples.append(per_token / batch)
+        samples.append(per_token)                                # already over all sequences' tokens
     return common.Timing(samples), tokens
 
 

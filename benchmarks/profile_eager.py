@@ -2,7 +2,8 @@
 
     python benchmarks/profile_eager.py [--quick] [--clock cpu] [--threads 1]
 
-For the small MLP and the 38-step integrator (n=16) it prints:
+For the small MLP and the 38-step integrator (n=16) (and, in the ablation, the
+medium MLP) it prints:
 
 1. cProfile's top functions by own time (ufunc time counts in the Python
    function that calls the ufunc, as cProfile does not see ufuncs);
@@ -179,6 +180,8 @@ def run(quick: bool = False, repeats=None) -> None:
     bench = common.Bench(quick=quick, repeats=repeats)
     for label, fn, argnums, args, by_hand, _ in cases:
         ablation(bench, label, grads[label], args, by_hand)
+    ablation(bench, "MLP medium", tl.grad(W.mlp_loss, argnums=W.MLP_ARGNUMS), W.mlp_inputs("medium"),
+             W.mlp_loss_grad_numpy)
     bench.print_table(["generated fn only", "bind bypassed", "lean lax", "numpy"], ratio_to=["lean lax", "numpy"])
     print("\n### one primitive call on (16, 2) float64 vs the NumPy call it wraps\n")
     bench = common.Bench(quick=quick, repeats=repeats)

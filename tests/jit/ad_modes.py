@@ -1,19 +1,25 @@
 """The AD case table (tests/ad/cases.py) re-run through tl.jit, one mode at a time.
 
-Each ``check_<mode>(case, backend, dtype)`` builds the transform of the row's
-program, runs it eagerly (the rendered code, bit-identical to the interpreter:
-the oracle) and through ``tl.jit(..., backend=backend)``, and compares every
-leaf: rtol 1e-12 in float64, 1e-5 in float32. It returns ``"ok"``, or the
-reason a row does not apply (``"n/a: ..."``) or is refused by name
-(``"refused: ..."``: only the refusals in ``ALLOWED_REFUSALS``).
+``check(case, mode, backend, dtype)`` builds the transform of the row's program
+once, compiles it once per argument shape with ``tl.jit(..., backend=backend)``,
+and compares it at every argument point of the row (the points sweep both sides
+of each branch and several trip counts) with the transform run eagerly (the
+rendered code, bit-identical to the interpreter: the oracle): rtol 1e-12 in
+float64, 1e-5 in float32 (and the same atol). It returns ``"ok"``, or:
+
+* ``"refused: ..."``: compiled code refused by name, with one of ``ALLOWED_REFUSALS``
+  (never a wrong answer);
+* ``"n/a: ..."``: the mode does not apply to the row (pytree arguments for a
+  Hessian), or the reference itself refuses the arguments (a float64 constant of
+  the program next to float32 arguments).
 
 Modes:
   reverse  tl.grad / tl.value_and_grad as the row says (vjp rows: tl.vjp's pieces
-           are not a transform object; the forward program is compiled instead)
-  forward  tl.jvp with random tangents for the float leaves (zeros elsewhere),
-           and tl.jacfwd of the first differentiated argument
-  vmap     tl.vmap over a batch of 3 copies of the first argument (perturbed)
-  hessian  tl.hessian of the scalar programs with respect to an array argument
+           are not a transform object; the program itself is compiled instead)
+  forward  tl.jvp with random tangents for the float leaves (zeros elsewhere), and
+           with ``jacobian=True`` also tl.jacfwd of the first differentiated argument
+  vmap     tl.vmap over a batch of 3 perturbed copies of the first argument
+  hessian  tl.hessian of a scalar program with respect to an array argument
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ import tlaloc as tl
 
 RTOL = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-5}
 
-#: Refusals compiled code may answer with instead of a value (never a wrong answer).
+#: Refusals compiled code may answer with instead of a value.
 ALLOWED_REFUSALS = (
     "while loop needs a bound",            # reverse mode over an unbounded while (XLA and IREE)
     "IREE (llvm-cpu) cannot compile",      # float64 tanh/sin/cos/atan2/fmod on IREE
@@ -62,174 +68,76 @@ def close(got, want, dtype, what=""):
                                    rtol=rtol, atol=rtol, err_msg=f"{what}: output {k}")
 
 
-def oracle(t, args, call=None):
-    """``t`` run eagerly (rendered code); where the eager path itself fails on a
-    renderer bug, the interpreter on the same DXIR (``backend="interpreter"``)."""
-    call = call or (lambda f: f(*copy.deepcopy(args)))
+# -- one comparison -------------------------------------------------------------------------------
+
+def _oracle(t, call):
+    """``call(t)`` eagerly; where the eager path fails on a bug of its own (not a refusal),
+    the interpreter on the same DXIR (``backend="interpreter"``)."""
     try:
         return call(t)
     except tl.TlalocError:
         raise
-    except Exception:                   # e.g. tl.jvp's rendered code for a return inside a branch
+    except Exception:
         return call(tl.jit(t, backend="interpreter"))
 
 
-def _run(t, args, backend, dtype, what):
-    """Compare ``tl.jit(t)`` with ``t`` eagerly; returns "ok" or "refused: ..."."""
-    return _compare(lambda f: f(*copy.deepcopy(args)), t, backend, dtype, what)
-
-
-def _compare(call, t, backend, dtype, what, ref=None):
-    """``call(tl.jit(t))`` against ``call(t)`` (the oracle; ``call(ref)`` when given). Where
-    the oracle refuses the arguments there is nothing to compare."""
+def _compare(call, t, jt, dtype, what, ref=None):
+    """``call(jt)`` (compiled) against ``call(t)`` (or ``call(ref)``); see the module docstring."""
     try:
-        want = call(ref) if ref is not None else oracle(t, None, call)
-    except tl.TlalocError as e:          # e.g. float64 constants next to float32 arguments
+        want = call(ref) if ref is not None else _oracle(t, call)
+    except tl.DTypeError as e:
         try:
-            call(tl.jit(t, backend=backend))
+            call(jt)
         except type(e):
-            return f"n/a: refused alike: {str(e).splitlines()[0][:100]}"
-        # compiled code types weak scalars at concrete dtypes; the eager reference may mix
-        # a float64 weak scalar into float32 (tl.hessian of softmax_xent in float32)
-        return f"n/a: only the reference refuses: {str(e).splitlines()[0][:100]}"
+            return f"n/a: refused alike: {_first(e)}"
+        # compiled code types Python scalars at concrete dtypes; the eager reference may let a
+        # float64 scalar meet float32 (tl.hessian of softmax_xent in float32)
+        return f"n/a: only the reference refuses: {_first(e)}"
     try:
-        got = call(tl.jit(t, backend=backend))
+        got = call(jt)
     except tl.TlalocError as e:
-        msg = str(e)
-        if any(r in msg for r in ALLOWED_REFUSALS):
-            return f"refused: {msg.splitlines()[0][:120]}"
+        if any(r in str(e) for r in ALLOWED_REFUSALS):
+            return f"refused: {_first(e)}"
         raise
     close(got, want, dtype, what)
     return "ok"
 
 
-def _rng(case, salt):
-    return np.random.default_rng(zlib.crc32(f"{case.name}/{salt}".encode()))
-
-
-def _argnums(case, n):
-    a = case.argnums
-    a = (a,) if isinstance(a, int) else tuple(a)
-    return tuple(k % n for k in a)
-
-
-def _points(case, dtype, limit=2):
-    return [cast(args, dtype) for args in case.args_list()[:limit]]
-
-
-# -- modes --------------------------------------------------------------------------------------
-
-def check_reverse(case, backend, dtype, limit=2):
-    results = []
-    for args in _points(case, dtype, limit):
-        if case.mode in ("grad", "value_and_grad", "grad_aux", "value_and_grad_aux"):
-            make = {"grad": tl.grad, "value_and_grad": tl.value_and_grad}.get(case.mode)
-            if make is None:
-                make = tl.grad if case.mode == "grad_aux" else tl.value_and_grad
-                t = make(case.fn, argnums=case.argnums, has_aux=True)
-            else:
-                t = make(case.fn, argnums=case.argnums)
-        else:
-            t = case.fn                            # vjp rows: the program itself
-            results.append(_run_plain(t, args, backend, dtype, case.name))
-            continue
-        results.append(_run(t, args, backend, dtype, f"{case.name} reverse"))
-    return _summary(results)
-
-
-def _run_plain(fn, args, backend, dtype, what):
-    return _compare(lambda f: f(*copy.deepcopy(args)), fn, backend, dtype, what,
-                    ref=tl.jit(fn, backend="interpreter"))
-
-
-def check_forward(case, backend, dtype, limit=1, jacobian=True):
-    results = []
-    for args in _points(case, dtype, limit):
-        r = _rng(case, "tangent")
-        tangents = tuple(_tangent_like(a, r) for a in args)
-        t = _make(tl.jvp, case.fn)
-        if isinstance(t, str):
-            return t
-        results.append(_compare(lambda f: f(copy.deepcopy(args), tangents), t, backend, dtype,
-                                f"{case.name} jvp"))
-        a = _argnums(case, len(args))[0]
-        if jacobian and _is_array(args[a]) and all(_is_array(x) for x in args) and _scalar_or_array_out(case, args):
-            t = _make(tl.jacfwd, case.fn, argnums=a)
-            results.append(t if isinstance(t, str) else _run(t, args, backend, dtype, f"{case.name} jacfwd"))
-    return _summary(results)
-
-
-def check_vmap(case, backend, dtype, limit=1, size=3):
-    results = []
-    for args in _points(case, dtype, limit):
-        if not _is_float_array(args[0]):
-            return "n/a: the first argument is not a float array"
-        r = _rng(case, "vmap")
-        xs = np.stack([args[0] + (0.01 * k) * r.standard_normal(args[0].shape).astype(args[0].dtype)
-                       for k in range(size)])
-        in_axes = (0,) + (None,) * (len(args) - 1)
-        t = tl.vmap(case.fn, in_axes=in_axes)
-        results.append(_run(t, (xs,) + tuple(args[1:]), backend, dtype, f"{case.name} vmap"))
-    return _summary(results)
-
-
-def check_hessian(case, backend, dtype, limit=1):
-    results = []
-    for args in _points(case, dtype, limit):
-        if not all(_is_array(x) for x in args):
-            return "n/a: pytree arguments"
-        if case.mode not in ("grad", "value_and_grad"):
-            return "n/a: not a scalar program"
-        a = _argnums(case, len(args))[0]
-        out = _primal(case, args)
-        if isinstance(out, str):
-            return out
-        if not _is_float_array(args[a]) or np.ndim(out) != 0:
-            return "n/a: not a scalar function of a float array"
-        t = _make(tl.hessian, case.fn, argnums=a)
-        results.append(t if isinstance(t, str) else _run(t, args, backend, dtype, f"{case.name} hessian"))
-    return _summary(results)
-
-
-MODES = {"reverse": check_reverse, "forward": check_forward, "vmap": check_vmap, "hessian": check_hessian}
-
-
-# -- helpers ------------------------------------------------------------------------------------
-
-def _make(transform, fn, **kw):
-    """The transform, or "n/a: ..." where building it refuses the program (a float64
-    constant next to float32 arguments is refused when the transform is applied)."""
-    try:
-        return transform(fn, **kw)
-    except tl.DTypeError as e:
-        return f"n/a: refused when applied: {str(e).splitlines()[0][:100]}"
+def _first(e):
+    return str(e).splitlines()[0][:120]
 
 
 def _summary(results):
     for r in results:
         if r != "ok":
             return r
-    return "ok"
+    return "ok" if results else "n/a: no argument points"
 
 
-def _is_array(x):
-    return isinstance(x, np.ndarray)
+def _make(transform, fn, **kw):
+    """The transform, or "n/a: ..." where applying it refuses the program."""
+    try:
+        return transform(fn, **kw)
+    except tl.DTypeError as e:
+        return f"n/a: refused when applied: {_first(e)}"
+
+
+def _points(case, dtype, limit=None):
+    pts = case.args_list()
+    return [cast(args, dtype) for args in (pts if limit is None else pts[:limit])]
+
+
+def _argnum(case, n):
+    a = case.argnums
+    return (a if isinstance(a, int) else tuple(a)[0]) % n
+
+
+def _rng(case, salt):
+    return np.random.default_rng(zlib.crc32(f"{case.name}/{salt}".encode()))
 
 
 def _is_float_array(x):
     return isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.ndim >= 1
-
-
-def _tangent_like(x, r):
-    flat, t = tl._pytree.flatten(x)
-    out = []
-    for v in flat:
-        v = np.asarray(v)
-        if v.dtype.kind == "f":
-            out.append(r.standard_normal(v.shape).astype(v.dtype))
-        else:
-            out.append(np.zeros(v.shape, v.dtype))
-    return tl._pytree.unflatten(t, out)
 
 
 def _primal(case, args):
@@ -237,9 +145,98 @@ def _primal(case, args):
     try:
         return tl.jit(case.fn, backend="interpreter")(*copy.deepcopy(args))
     except tl.DTypeError as e:
-        return f"n/a: refused: {str(e).splitlines()[0][:100]}"
+        return f"n/a: refused: {_first(e)}"
 
 
-def _scalar_or_array_out(case, args):
-    out = _primal(case, args)
-    return not isinstance(out, (str, tuple, list, dict)) and (isinstance(out, np.ndarray) or np.ndim(out) == 0)
+# -- modes ----------------------------------------------------------------------------------------
+
+def check_reverse(case, backend, dtype, limit=None):
+    if case.mode.startswith("vjp"):                  # tl.vjp's pullback is not a transform object
+        t = case.fn
+        jt, ref = tl.jit(t, backend=backend), tl.jit(t, backend="interpreter")
+    else:
+        make = tl.value_and_grad if case.mode.startswith("value_and_grad") else tl.grad
+        t = _make(make, case.fn, argnums=case.argnums, has_aux=case.mode.endswith("aux"))
+        if isinstance(t, str):
+            return t
+        jt, ref = tl.jit(t, backend=backend), None
+    results = [_compare(lambda f: f(*copy.deepcopy(args)), t, jt, dtype, f"{case.name} reverse", ref)
+               for args in _points(case, dtype, limit)]
+    return _summary(results)
+
+
+def check_forward(case, backend, dtype, limit=None, jacobian=True):
+    t = _make(tl.jvp, case.fn)
+    if isinstance(t, str):
+        return t
+    jt, results, jac = tl.jit(t, backend=backend), [], None
+    for args in _points(case, dtype, limit):
+        r = _rng(case, "tangent")
+        tangents = tuple(_tangent_like(a, r) for a in args)
+        results.append(_compare(lambda f: f(copy.deepcopy(args), tangents), t, jt, dtype, f"{case.name} jvp"))
+        a = _argnum(case, len(args))
+        if jacobian and all(isinstance(x, np.ndarray) for x in args) and _is_float_array(args[a]):
+            out = _primal(case, args)
+            if isinstance(out, str) or isinstance(out, (tuple, list, dict)):
+                continue
+            if jac is None:
+                jac = _make(tl.jacfwd, case.fn, argnums=a)
+                jjac = tl.jit(jac, backend=backend) if not isinstance(jac, str) else None
+            if isinstance(jac, str):
+                results.append(jac)
+                continue
+            results.append(_compare(lambda f: f(*copy.deepcopy(args)), jac, jjac, dtype, f"{case.name} jacfwd"))
+    return _summary(results)
+
+
+def check_vmap(case, backend, dtype, limit=None, size=3):
+    pts = _points(case, dtype, limit)
+    if not pts or not _is_float_array(pts[0][0]):
+        return "n/a: the first argument is not a float array"
+    t = tl.vmap(case.fn, in_axes=(0,) + (None,) * (len(pts[0]) - 1))
+    jt, results = tl.jit(t, backend=backend), []
+    for args in pts:
+        r = _rng(case, "vmap")
+        x = args[0]
+        xs = np.stack([x + (0.01 * k) * r.standard_normal(x.shape).astype(x.dtype) for k in range(size)])
+        batch = (xs,) + tuple(args[1:])
+        results.append(_compare(lambda f: f(*copy.deepcopy(batch)), t, jt, dtype, f"{case.name} vmap"))
+    return _summary(results)
+
+
+def check_hessian(case, backend, dtype, limit=None):
+    pts = _points(case, dtype, limit)
+    if not pts or not all(isinstance(x, np.ndarray) for x in pts[0]):
+        return "n/a: pytree arguments"
+    if case.mode not in ("grad", "value_and_grad"):
+        return "n/a: not a scalar program"
+    a = _argnum(case, len(pts[0]))
+    t = _make(tl.hessian, case.fn, argnums=a)
+    if isinstance(t, str):
+        return t
+    jt, results = tl.jit(t, backend=backend), []
+    for args in pts:
+        out = _primal(case, args)
+        if isinstance(out, str):
+            results.append(out)
+            continue
+        if not _is_float_array(args[a]) or np.ndim(out) != 0:
+            return "n/a: not a scalar function of a float array"
+        results.append(_compare(lambda f: f(*copy.deepcopy(args)), t, jt, dtype, f"{case.name} hessian"))
+    return _summary(results)
+
+
+MODES = {"reverse": check_reverse, "forward": check_forward, "vmap": check_vmap, "hessian": check_hessian}
+
+
+def check(case, mode, backend, dtype, **kw):
+    return MODES[mode](case, backend, dtype, **kw)
+
+
+def _tangent_like(x, r):
+    flat, t = tl._pytree.flatten(x)
+    out = []
+    for v in flat:
+        v = np.asarray(v)
+        out.append(r.standard_normal(v.shape).astype(v.dtype) if v.dtype.kind == "f" else np.zeros(v.shape, v.dtype))
+    return tl._pytree.unflatten(t, out)

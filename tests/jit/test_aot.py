@@ -72,3 +72,42 @@ def test_interpreter_backend_matches():
     np.testing.assert_allclose(tl.jit(f, backend="interpreter")(x, w), np.asarray(tl.jit(f)(x, w)), rtol=1e-12)
     with pytest.raises(tl.ArgumentError, match="backend"):
         tl.jit(f, backend="tpu")
+
+
+def test_serialized_artifact_round_trips_through_text_and_both_runtimes(tmp_path):
+    from tlaloc._jit.stages import deserialize
+    x, w = np.linspace(-1, 1, 12).reshape(4, 3), np.full((3, 2), 0.3)
+    df = tl.grad(lambda_free_loss, argnums=(0, 1))
+    lowered = tl.jit(df).lower(x, w)
+    path = tmp_path / "grad.mlirbc"
+    lowered.serialize(path)
+    assert path.exists() and path.stat().st_size > 0
+    text = deserialize(path.read_bytes())
+    assert "func.func public @main" in text
+    want = df(x, w)
+    for got in (Executable(path.read_bytes(), in_avals=lowered.program.in_avals)(x, w),
+                Executable(text, in_avals=lowered.program.in_avals)(x, w)):
+        for g, h in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g), h, rtol=1e-12)
+    try:
+        from tlaloc._runtime.iree import Executable as IreeExecutable
+        import iree.runtime  # noqa: F401
+    except ImportError:
+        return
+    ir_lowered = tl.jit(df, backend="iree").lower(x.astype(np.float32), w.astype(np.float32))
+    ir_text = deserialize(ir_lowered.serialize())
+    got = IreeExecutable(ir_text, in_avals=ir_lowered.program.in_avals)(x.astype(np.float32), w.astype(np.float32))
+    for g, h in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), h, rtol=1e-5, atol=1e-6)
+
+
+def lambda_free_loss(x, w):
+    return (np.tanh(x @ w) ** 2).sum()
+
+
+def test_a_sharded_program_is_not_serialized():
+    from tlaloc import sharding as shd
+    lowered = tl.jit(f, mesh=shd.Mesh({"data": 2}), in_shardings=(shd.P("data"), None)).lower(
+        np.ones((4, 3)), np.ones((3, 2)))
+    with pytest.raises(tl.NoRuleError, match="no portable form"):
+        lowered.serialize()

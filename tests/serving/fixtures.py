@@ -10,7 +10,10 @@ import os
 
 import numpy as np
 
-from models.tiny import CASES, NEW_TOKENS, PROMPTS, hf_greedy, make_tiny  # noqa: F401
+from models.tiny import CASES, NEW_TOKENS, PROMPTS, hf_greedy, make_tiny
+
+__all__ = ["CASES", "NEW_TOKENS", "PROMPTS", "hf_greedy", "make_tiny", "LADDER", "CHAT_TEMPLATE",
+           "write_byte_tokenizer", "perturb"]
 
 LADDER = dict(batch=(1, 4), context=(16, 64), block_size=8, prefill_chunk=16)
 CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</s>{% endfor %}"

@@ -3,7 +3,6 @@ import json
 import os
 import shutil
 
-import numpy as np
 import pytest
 
 from tlaloc.serving import ArtifactError, Engine
@@ -50,8 +49,14 @@ def test_manifest_schema(artifact):
 
 
 def test_two_exports_are_byte_identical(tiny, artifact, tmp_path):
+    """Another process (another hash seed) exports the same model to the same bytes."""
+    import subprocess
+    import sys
     _, folder = tiny("llama")
-    export(folder, tmp_path / "again", **LADDER, progress=False)
+    code = (f"from tlaloc.serving.export import export; "
+            f"export({folder!r}, {str(tmp_path / 'again')!r}, **{LADDER!r}, progress=False)")
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True, timeout=600)
     assert _files(tmp_path / "again") == _files(artifact("llama"))
 
 

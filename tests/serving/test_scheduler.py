@@ -64,6 +64,9 @@ def test_kv_pools_are_donated_in_place(engine):
         steps += 1
         assert eng.kv_pool_pointers() == pointers                              # same buffers, every step
     assert steps >= 20 and rid
+    for pool in eng._pools.values():                                           # page 0 is scratch: never written
+        arr = np.asarray(pool)
+        assert not arr[0].any() and arr[1:].any()
 
 
 def test_requests_joining_at_different_steps_equal_each_alone(engine, oracle):
@@ -89,7 +92,7 @@ def test_requests_joining_at_different_steps_equal_each_alone(engine, oracle):
 def test_cancellation_frees_pages(engine):
     eng = engine("llama")
     rid = eng.submit(LONG, max_new_tokens=20)
-    other = eng.submit(PROMPTS[1], max_new_tokens=20)
+    eng.submit(PROMPTS[1], max_new_tokens=20)
     for _ in range(4):
         eng.step()
     used = eng.stats()["kv_pages_used"]
@@ -175,3 +178,33 @@ def test_stop_ids_end_a_request(engine, oracle):
     assert out[rid] == full[:first + 1] and finished[rid] == "stop"
     [r] = eng.generate([PROMPTS[1]], max_new_tokens=NEW_TOKENS, stop=[stop])
     assert r.token_ids == full[:first + 1] and r.finish_reason == "stop"
+
+
+def test_a_failed_program_ends_its_requests_and_the_engine_keeps_serving(engine, oracle, monkeypatch):
+    eng = engine("llama")
+    real = eng.scheduler.runner
+    calls = {"n": 0}
+
+    def flaky(mode, B, C, arrays):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("device fell over")
+        return real(mode, B, C, arrays)
+    monkeypatch.setattr(eng.scheduler, "runner", flaky)
+    rid = eng.submit(PROMPTS[1], max_new_tokens=8)
+    out, finished = _drain(eng)
+    assert finished[rid] == "error" and eng.stats()["kv_pages_used"] == 0
+    assert eng.stats()["requests_failed"] == 1
+
+    def lose_the_pools(mode, B, C, arrays):                                 # donated, then the call failed
+        for pool in eng._pools.values():
+            pool.delete()
+        raise RuntimeError("execution failed after donation")
+    monkeypatch.setattr(eng.scheduler, "runner", lose_the_pools)
+    a = eng.submit(PROMPTS[0], max_new_tokens=4)
+    events = eng.step()
+    assert [(e.request_id, e.finish_reason) for e in events] == [(a, "error")]
+    assert "device fell over" not in events[0].error
+    monkeypatch.setattr(eng.scheduler, "runner", real)
+    assert _greedy(eng, [PROMPTS[1]])[0] == oracle("llama")[1]              # fresh pools: serving again
+    assert eng.stats()["kv_pages_used"] == 0

@@ -69,7 +69,8 @@ class Lowered:
     def serialize(self, path=None, target: str | None = None) -> bytes:
         """The module as a portable StableHLO artifact (versioned MLIR bytecode).
 
-        ``tlaloc._runtime.pjrt.Executable(blob, in_avals=...)`` compiles it again.
+        ``tlaloc._runtime.pjrt.Executable(blob, in_avals=...)`` compiles it again;
+        ``deserialize(blob)`` gives its StableHLO text back (for IREE, or to read).
 
         Args:
           path: if given, the bytes are also written there (atomically).
@@ -78,6 +79,11 @@ class Lowered:
         from jaxlib.mlir import ir
         from jaxlib.mlir.dialects import stablehlo
         from .._render.stablehlo import mlir_context
+        from ..errors import NoRuleError
+        if self.program.shardings is not None:
+            raise NoRuleError("serialize: a program with Shardy shardings (tl.jit(..., mesh=...)) has no portable "
+                              "form: the versioned StableHLO artifact (VHLO) carries no `sdy` attributes. Lower "
+                              "without a mesh to serialize, and give the shardings when compiling it")
         with mlir_context():
             module = ir.Module.parse(self.program.text)     # a fresh copy: serialising mutates it
             data = stablehlo.serialize_portable_artifact(module, target or stablehlo.get_current_version())
@@ -93,6 +99,16 @@ class Lowered:
     def __repr__(self) -> str:
         ins = ", ".join(str(v.aval) for v in self.graph.inputs)
         return f"<Lowered {self.name}({ins}) for {self.backend}>"
+
+
+def deserialize(data: bytes) -> str:
+    """The StableHLO text of a portable artifact written by ``Lowered.serialize`` (verified)."""
+    from jaxlib.mlir.dialects import stablehlo
+    from .._render.stablehlo import mlir_context, parse
+    with mlir_context() as ctx:
+        module = stablehlo.deserialize_portable_artifact(ctx, bytes(data))
+        text = str(module)
+    return str(parse(text))
 
 
 def target_name(backend: str, platform: str) -> str:

@@ -28,8 +28,14 @@ from .._core.graph import Graph, Node, Var
 from .._core.verifier import verify
 from .gradients import grad_body
 from .ops import OP_NAMES, OPS, CoarsenedOp, is_coarsened
-from .patterns import MATCHERS
+from .patterns_norm import match_rms_norm, match_rope, match_swiglu
+from .patterns_softmax import match_attention, match_cross_entropy
 from .rewrite import Index, apply_matches, body_of, closed, inline_body, map_regions
+
+
+#: op name -> matcher(index, candidate root) -> Match | None
+MATCHERS = {"attention": match_attention, "swiglu": match_swiglu, "rms_norm": match_rms_norm,
+            "rope": match_rope, "cross_entropy": match_cross_entropy}
 
 
 def coarsen(graph: Graph, ops=OP_NAMES, gradients: bool = True) -> Graph:

@@ -1,6 +1,7 @@
 """StableHLO lowerings of structured control flow.
 
-* ``cond`` → ``stablehlo.if`` (operands are used from the enclosing scope).
+* ``cond`` → ``stablehlo.if`` (operands are used from the enclosing scope); for IREE,
+  a ``cond`` whose branches are loop-free runs both and selects (see ``_cond_as_select``).
 * ``for_range`` → ``stablehlo.while`` over an i64 trip counter ``k``: the loop
   index is ``start + k·step`` (``k`` runs down for ``reverse``), ``xs`` are
   read with ``dynamic_slice`` at ``k`` and ``ys`` written into preallocated
@@ -20,6 +21,8 @@ from .stablehlo import BOOL, I64, out_aval
 def _cond(em, node, pred, *ops):
     p = em.value(pred, BOOL, ())
     types = [out_aval(node, k) for k in range(len(node.outputs))]
+    if em.backend == "iree" and all(_selectable(node.params[b]) for b in ("true_branch", "false_branch")):
+        return _cond_as_select(em, node, p, ops, types)
     regions = []
     for branch in (node.params["true_branch"], node.params["false_branch"]):
         with em.region() as (_, lines):
@@ -27,6 +30,33 @@ def _cond(em, node, pred, *ops):
             em.ret([em.value(o, dt, sh) for o, (dt, sh) in zip(outs, types)])
         regions.append(lines)
     return em.op("stablehlo.if", [p], types, regions=regions)
+
+
+def _selectable(graph) -> bool:
+    """True when running ``graph`` unconditionally is harmless: no loops (which could run
+    long) and no integer division (which could trap on a zero divisor)."""
+    import numpy as np
+    for n in graph.nodes:
+        name = n.prim.name
+        if name in ("for_range", "while_loop"):
+            return False
+        if name in ("divide", "floor_divide", "remainder") and \
+                any(np.dtype(o.aval.dtype).kind in "iu" for o in n.outputs):
+            return False
+        if not all(_selectable(r) for r in n.regions()):
+            return False
+    return True
+
+
+def _cond_as_select(em, node, p, ops, types):
+    """``cond`` for IREE: both branches, then a ``select`` per output. IREE 3.13's runtime
+    fails on some ``stablehlo.if`` nests inside ``stablehlo.while`` ("indirect buffer
+    reference slot 0 is out range ... copy_buffer"); straight-line code avoids them."""
+    sides = []
+    for branch in (node.params["true_branch"], node.params["false_branch"]):
+        outs = em.lower_graph(branch, list(ops))
+        sides.append([em.value(o, dt, sh) for o, (dt, sh) in zip(outs, types)])
+    return [em.select(p, t, f) for t, f in zip(*sides)]
 
 
 def _i64(em, x):

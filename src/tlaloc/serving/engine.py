@@ -85,7 +85,12 @@ class Engine:
         self.cache_dir = cache_dir if cache_dir is not None else os.environ.get("TLALOC_SERVING_CACHE") or None
         self.path = os.fspath(artifact_dir)
         t0 = time.perf_counter()
-        m = self.manifest = mf.read_manifest(self.path, verify=verify)
+        self.verify = bool(verify)
+        m = self.manifest = mf.read_manifest(self.path, verify=False)
+        if self.verify:                   # every file but the weights, which are hashed from the bytes uploaded
+            for rel, entry in sorted(m["files"].items()):
+                if rel != m["weights"]["file"]:
+                    mf.verify_file(self.path, rel, entry)
         self.kind: str = m["kind"]
         self.model_name: str = m["model"]["name"]
         self.config: dict = m["model"]["config"]
@@ -96,6 +101,7 @@ class Engine:
         self._lock = threading.RLock()
         self._programs = {(p["mode"], p["batch"], p["context"]): p for p in m["programs"]}
         self._plans: dict = {}
+        self._special = {"bos_token": "", "eos_token": ""}
         self.tokenizer, self.chat_template = self._load_tokenizer()
         self._weights = self._upload_weights()
         self._pools: dict = {}
@@ -136,6 +142,8 @@ class Engine:
         w = self.manifest["weights"]
         with open(os.path.join(self.path, w["file"]), "rb") as f:
             data = f.read()
+        if self.verify:
+            mf.check_bytes(self.manifest, w["file"], data)                     # the bytes uploaded are the ones hashed
         found = {}
         for name, info in deserialize(data):
             if info["dtype"] not in _ST_DTYPES:
@@ -179,9 +187,7 @@ class Engine:
         rel = program["file"]
         with open(os.path.join(self.path, rel), "rb") as f:
             text = f.read()
-        if mf.sha256_bytes(text) != self.manifest["files"][rel]["sha256"]:
-            raise ArtifactError(f"artifact file {rel}: sha256 mismatch (it changed since the manifest was written); "
-                                f"the artifact was modified or corrupted. Re-export it")
+        mf.check_bytes(self.manifest, rel, text)                                 # the text compiled is the one hashed
         avals = []
         slots = {s["name"]: s for s in program["request_slots"]}
         slots.update({s["name"]: s for s in (self.manifest["kv"] or {}).get("slots", [])})

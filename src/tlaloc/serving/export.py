@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from . import manifest as mf
-from .weights_format import FORMATS, flatten, stored_tensors
+from .weights_format import flatten, stored_tensors
 
 log = logging.getLogger("tlaloc.serving")
 WEIGHTS_FILE = "weights.safetensors"
@@ -146,12 +146,13 @@ def _write(path: str, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _safetensors_bytes(tensors: dict, fmt: str) -> bytes:
+def _safetensors_bytes(tensors: dict) -> bytes:
     from safetensors import TensorSpec, serialize
     alive = {name: np.ascontiguousarray(a) for name, a in tensors.items()}   # the pointers below stay valid
     specs = {name: TensorSpec(dtype=a.dtype.name, shape=list(a.shape), data_ptr=a.ctypes.data, data_len=a.nbytes)
              for name, a in alive.items()}
-    return bytes(serialize(specs, metadata={"format": "tlaloc", "weights": fmt}))
+    # one metadata key only: safetensors keeps metadata in a hash map, so several keys come out in any order
+    return bytes(serialize(specs, metadata={"format": "np"}))
 
 
 def _model_name(model_path: str) -> str:
@@ -214,7 +215,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
                   "layout": ["pages", "block_size", "kv_heads", "head_dim"],
                   "slots": [s.to_json() for s in kv_list]}
     files: dict[str, bytes] = {f"programs/{n}.mlir": t.encode("utf-8") for n, t in texts.items()}
-    files[WEIGHTS_FILE] = _safetensors_bytes(stored, fmt)
+    files[WEIGHTS_FILE] = _safetensors_bytes(stored)
     tok = None
     if model.tokenizer is not None:
         files[TOKENIZER_FILE] = model.tokenizer.backend.to_str().encode("utf-8")

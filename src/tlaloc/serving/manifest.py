@@ -49,7 +49,8 @@ def sha256_file(path: str) -> str:
 def read_manifest(artifact_dir: str, *, verify: bool = True) -> dict:
     """The manifest of ``artifact_dir``, after checking its schema and (``verify``) every file's sha256.
 
-    Raises ArtifactError naming the file or field that is wrong.
+    Raises ArtifactError naming the file or field that is wrong. (A reader that hashes
+    the bytes it uses instead passes ``verify=False`` and calls :func:`check_bytes`.)
     """
     path = os.path.join(artifact_dir, MANIFEST)
     if not os.path.isfile(path):
@@ -80,6 +81,15 @@ def read_manifest(artifact_dir: str, *, verify: bool = True) -> dict:
     return manifest
 
 
+def check_bytes(manifest: dict, rel: str, data: bytes) -> None:
+    """Refuse ``data`` (the contents of artifact file ``rel``) unless its sha256 is the manifest's."""
+    want = manifest["files"][rel]["sha256"]
+    got = sha256_bytes(data)
+    if got != want:
+        raise ArtifactError(f"artifact file {rel}: sha256 mismatch (manifest says {want}, the file has {got}); the "
+                            f"artifact was modified or corrupted. Re-export it")
+
+
 def verify_file(artifact_dir: str, rel: str, entry: dict) -> None:
     """Refuse ``rel`` if it is missing, outside the artifact, or its sha256 differs from ``entry``."""
     if os.path.isabs(rel) or ".." in rel.replace("\\", "/").split("/"):
@@ -103,4 +113,4 @@ def _referenced(manifest: dict) -> list:
 
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "MANIFEST", "ROLES", "REQUEST_ROLES", "dumps", "sha256_bytes",
-           "sha256_file", "read_manifest", "verify_file"]
+           "sha256_file", "read_manifest", "verify_file", "check_bytes"]
