@@ -165,3 +165,30 @@ def test_a_claimed_op_becomes_a_custom_call(inputs, monkeypatch):
     claimed = [n for n in lowered.emitted_graph.nodes if is_coarsened(n)]
     assert [n.params["claim"] for n in claimed] == ["tlaloc_fake_rmsnorm"] * 2
     assert [op for op, _ in summary(lowered.coarsened)] == BLOCK_OPS
+
+
+def test_library_kernels_claim_on_a_gpu_target(inputs):
+    """The library's PTX kernels claim their ops for nvidia targets (text only: no GPU here)."""
+    from tlaloc.kernels import registry
+    g = tl.jit(T.loss, recognize=False).lower(*T.make_inputs(np.random.default_rng(0), np.float32)).graph
+    c = coarsen(g, gradients=False)
+    assert not any(is_coarsened(n) for n in decompose(c, target="nvidia-h100").nodes)     # off by default
+    with registry.opt_in():
+        d = decompose(c, target="nvidia-h100")
+    claims = {n.prim.name: n.params["claim"] for n in d.nodes if is_coarsened(n)}
+    assert claims["rms_norm"].startswith("tlaloc_rmsnorm_fwd_")
+    assert claims["attention"].startswith("tlaloc_attention_")
+    assert claims["cross_entropy"].startswith("tlaloc_cross_entropy_fwd_")
+    assert "swiglu" not in claims                           # no kernel claims it: inlined
+    text = emit_module(d, name="claimed").text
+    assert text.count("stablehlo.custom_call @tlaloc_") == len([n for n in d.nodes if is_coarsened(n)])
+
+
+def test_patterns_inside_loop_bodies_are_recognized():
+    x, w = np.random.default_rng(2).standard_normal((4, 16)), np.ones(16)
+    lowered = tl.jit(T.norms_in_a_loop).lower(x, w)
+    assert [op for op, _ in lowered.recognized] == ["rms_norm"]
+    c = coarsen(lowered.graph)
+    d = tl.grad(T.norms_in_a_loop)(x, w)
+    g, _ = vjp_graph(c, with_primal=False)
+    assert _rel(eval_graph(g, x, w, np.float64(1.0))[0], d) < 1e-12

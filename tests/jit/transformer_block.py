@@ -98,3 +98,10 @@ def make_inputs(rng, dtype=np.float64):
     labels = rng.integers(0, V, (B, T))
     w_out = w(D, V)
     return x, p, cos, sin, mask, labels, w_out
+
+
+def norms_in_a_loop(x, w):
+    """RMSNorm inside a for loop: recognized in the loop body (a region)."""
+    for i in range(3):
+        x = rms_norm(x, w) * 1.5
+    return x.sum()

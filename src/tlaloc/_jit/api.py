@@ -35,13 +35,14 @@ import time
 import numpy as np
 
 from .. import _pytree
+from .. import sharding as _sharding  # noqa: F401  (makes ``tl.sharding`` reachable once ``tl.jit`` is)
 from .._core.aval import AbstractValue
 from .._core.interpreter import eval_graph
 from .._core.specialize import specialize
 from ..errors import ArgumentError
 from .lowering import Source, source_for
-from .transformed import shape_dependent
 from .stages import Compiled, Lowered
+from .transformed import shape_dependent
 
 log = logging.getLogger("tlaloc.jit")
 _LEAF = _pytree.TreeDef("leaf")

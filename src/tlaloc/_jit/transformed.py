@@ -102,8 +102,7 @@ def _vmap_source(t, trees, arg_avals, Source):
 # -- jacfwd / jacrev / hessian: vmap over a basis -------------------------------------------------
 
 def _jacobian_source(t, trees, arg_avals, Source):
-    from .._ad import vmap as _vmap  # noqa: F401  (registers every batching rule)
-    from .._ad.batching import batch_graph, batched
+    from .._ad import vmap  # noqa: F401  (registers every batching rule)
     from .._ad.forward import jvp_graph
     from .._ad.reverse import vjp_graph
     from .._core.specialize import specialize
@@ -132,35 +131,22 @@ def _jacobian_source(t, trees, arg_avals, Source):
     with b.active():
         ins = [b.new_input(av, v.hint) for av, v in zip(in_avals, graph.inputs)]
         jacs = []
-        for a in argnums:
-            x_av = arg_avals[a]
-            x_shape = tuple(x_av.shape)
-            if t.mode == "fwd":
+        out_shape = tuple(out_av.shape)
+        if t.mode == "fwd":
+            for a in argnums:
+                x_av = arg_avals[a]
+                x_shape = tuple(x_av.shape)
                 jg, _ = jvp_graph(graph, tangent_mask=[k == a for k in range(len(graph.inputs))])
-                jg = specialize(jg, in_avals + [x_av])       # after the transform (stop_gradient
-                m = int(np.prod(x_shape))                      # is gone once specialised); batching
-                basis = np.eye(m, dtype=x_av.dtype).reshape((m,) + x_shape)     # needs every size
-                tan_av = AbstractValue(np.dtype(x_av.dtype), (m,) + x_shape)
-                dims = [None] * len(graph.inputs) + [0]
-                bg, odims = batch_graph(jg, dims, in_avals + [tan_av], m, name=f"{t.name}_basis",
-                                        out_fn=_front_fn(batched))
-                dout = inline(bg, ins + [basis])[1]                 # (m, *out) with m = x.size
-                jac = tnp.moveaxis(dout, 0, -1) if out_av.shape else dout
-                jacs.append(tnp.reshape(jac, tuple(out_av.shape) + x_shape))
-            else:
-                m = int(np.prod(out_av.shape))
-                basis = np.eye(m, dtype=out_av.dtype).reshape((m,) + tuple(out_av.shape))
-                vg, _ = vjp_graph(graph, wrt=[k in argnums for k in range(len(graph.inputs))],
-                                  with_primal=False)
-                vg = specialize(vg, in_avals + [out_av])
-                bar_av = AbstractValue(np.dtype(out_av.dtype), (m,) + tuple(out_av.shape))
-                dims = [None] * len(graph.inputs) + [0]
-                bg, _ = batch_graph(vg, dims, in_avals + [bar_av], m, name=f"{t.name}_basis",
-                                    out_fn=_front_fn(batched))
-                bars = inline(bg, ins + [basis])                    # per argnum: (m, *x)
-                for k, a2 in enumerate(argnums):
-                    jacs.append(tnp.reshape(bars[k], tuple(out_av.shape) + tuple(arg_avals[a2].shape)))
-                break
+                jg = specialize(jg, in_avals + [x_av])    # after the transform: specialising drops stop_gradient
+                dout = _over_basis(jg, ins, in_avals, x_av, [1], f"{t.name}_basis")[0]   # (n, *out)
+                jac = tnp.moveaxis(dout, 0, -1) if out_shape else dout
+                jacs.append(tnp.reshape(jac, out_shape + x_shape))
+        else:
+            vg, _ = vjp_graph(graph, wrt=[k in argnums for k in range(len(graph.inputs))], with_primal=False)
+            vg = specialize(vg, in_avals + [out_av])
+            bars = _over_basis(vg, ins, in_avals, out_av, list(range(len(argnums))), f"{t.name}_basis")
+            for bar, a in zip(bars, argnums):                 # (m, *x) with m = out.size
+                jacs.append(tnp.reshape(bar, out_shape + tuple(arg_avals[a].shape)))
         g = b.finish(list(jacs))
     g = dce(g)
     single = t.single
@@ -170,6 +156,31 @@ def _jacobian_source(t, trees, arg_avals, Source):
         return outs[0] if single else tuple(outs)
 
     return Source(g, list(low.closure_getters), finish, _arity_check(t.name, n), out_tree=out_tree)
+
+
+def _over_basis(graph, ins, in_avals, basis_av, outs, name):
+    """``graph``'s outputs ``outs`` for each vector of the identity basis of ``basis_av``
+    (``graph``'s last input), stacked on a new leading axis: one batched program (vmap
+    over the basis), or, where batching refuses the program (vmap of a while loop whose
+    Python-float counter the basis makes per-example float64), the graph inlined once
+    per basis vector."""
+    from .._ad.batching import batch_graph, batched
+    from .. import numpy as tnp
+    from ..errors import TlalocError
+    shape = tuple(basis_av.shape)
+    n = int(np.prod(shape))
+    if n == 0:                                         # an empty argument (or output): no columns
+        return [np.zeros((0,) + tuple(graph.outputs[k].aval.shape), graph.outputs[k].aval.dtype) for k in outs]
+    basis = np.eye(n, dtype=basis_av.dtype).reshape((n,) + shape)
+    dims = [None] * len(ins) + [0]
+    try:
+        bg, _ = batch_graph(graph, dims, in_avals + [AbstractValue(np.dtype(basis_av.dtype), (n,) + shape)], n,
+                            name=name, out_fn=_front_fn(batched))
+    except TlalocError:
+        cols = [inline(graph, list(ins) + [basis[k]]) for k in range(n)]
+        return [tnp.stack([c[k] for c in cols], axis=0) for k in outs]
+    res = inline(bg, list(ins) + [basis])
+    return [res[k] for k in outs]
 
 
 def _front_fn(batched):

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import numpy as tnp
 from .._core.builder import Builder
+from .._core.graph import Graph
 
 
 def sum_to(v, shape):
@@ -122,7 +123,7 @@ GRADIENTS = {"rms_norm": rms_norm, "rope": rope, "swiglu": swiglu, "attention": 
              "cross_entropy": cross_entropy}
 
 
-def grad_body(op: str, in_avals, out_aval, attrs: dict, diff) -> "Graph":  # noqa: F821
+def grad_body(op: str, in_avals, out_aval, attrs: dict, diff) -> Graph:
     """The specialised gradient graph of ``op``: inputs (operands, g), outputs the
     cotangents of the operands where ``diff``."""
     from .._core.specialize import specialize

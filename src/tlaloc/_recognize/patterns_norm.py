@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._core.graph import Var
-from .match import const_value, is_last_axis, both_orders, reduce_last, same_var, shape_of
+from .match import both_orders, const_value, reduce_last, same_var, shape_of
 from .rewrite import Index, Match
 
 

@@ -1,0 +1,94 @@
+"""tl.jit of forward mode, batching and Jacobians: tl.jvp, tl.vmap, tl.jacfwd,
+tl.jacrev and tl.hessian compile to one program each (Jacobians as a vmap over
+the basis) and equal their eager results."""
+import numpy as np
+import pytest
+
+import tlaloc as tl
+
+
+def f(x, w):
+    return np.tanh(x @ w).sum()
+
+
+def g(x, w):
+    return np.sin(x) * w.sum() + x * x                   # R^n -> R^n
+
+
+def mlp(params, x):
+    h = np.tanh(x @ params["w"] + params["b"])
+    return {"out": h.sum(), "h": h}
+
+
+def _r():
+    return np.random.default_rng(0)
+
+
+def _close(got, want, rtol=1e-12):
+    ga, wa = tl._pytree.flatten(got)[0], tl._pytree.flatten(want)[0]
+    assert len(ga) == len(wa)
+    for a, b in zip(ga, wa):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=rtol)
+
+
+def test_jvp_with_pytrees():
+    r = _r()
+    params = {"w": r.normal(size=(3, 2)), "b": r.normal(size=2)}
+    x = r.normal(size=(4, 3))
+    dparams = {"w": r.normal(size=(3, 2)), "b": r.normal(size=2)}
+    t = tl.jvp(mlp)
+    jt = tl.jit(t)
+    got = jt((params, x), (dparams, np.zeros_like(x)))
+    want = t((params, x), (dparams, np.zeros_like(x)))
+    assert set(got[0]) == {"out", "h"} and set(got[1]) == {"out", "h"}
+    _close(got, want)
+    with pytest.raises(tl.ArgumentError, match="tuple of primals"):
+        jt(params, x)
+
+
+def test_vmap_axes_and_vmap_of_grad():
+    r = _r()
+    xs, w = r.normal(size=(4, 3, 5)), r.normal(size=5)
+    t = tl.vmap(f, in_axes=(0, None))
+    _close(tl.jit(t)(xs, w), t(xs, w))
+    per_example = tl.vmap(tl.grad(f, argnums=1), in_axes=(0, None))
+    _close(tl.jit(per_example)(xs, w), per_example(xs, w))
+    moved = tl.vmap(g, in_axes=(1, None), out_axes=1)
+    xt = r.normal(size=(6, 4))
+    _close(tl.jit(moved)(xt, w), moved(xt, w))
+
+
+@pytest.mark.parametrize("make", [tl.jacfwd, tl.jacrev], ids=["jacfwd", "jacrev"])
+def test_jacobians_are_one_program(make):
+    r = _r()
+    x, w = r.normal(size=4), r.normal(size=3)
+    for argnums in (0, 1, (0, 1)):
+        t = make(g, argnums=argnums)
+        jt = tl.jit(t)
+        _close(jt(x, w), t(x, w))
+        assert jt.cache_size() == 1
+    lowered = tl.jit(make(g)).lower(x, w)
+    assert "stablehlo.while" not in lowered.as_text()     # no loop over the basis: it is batched
+
+
+def test_hessian_of_matmul_tanh():
+    r = _r()
+    x, w = r.normal(size=(5, 3)), r.normal(size=3)
+    for argnums in (0, 1):
+        t = tl.hessian(f, argnums=argnums)
+        got = tl.jit(t)(x, w)
+        _close(got, t(x, w))
+        n = x.size if argnums == 0 else w.size
+        h = np.asarray(got).reshape(n, n)
+        np.testing.assert_allclose(h, h.T, rtol=1e-12, atol=1e-12)        # symmetric
+
+
+def test_jacobians_refuse_pytree_arguments():
+    r = _r()
+    params = {"w": r.normal(size=(3, 2)), "b": r.normal(size=2)}
+    with pytest.raises(tl.ArgumentError, match="array arguments"):
+        tl.jit(tl.jacfwd(lambda_free_loss))(params, r.normal(size=(4, 3)))
+
+
+def lambda_free_loss(params, x):
+    return mlp(params, x)["out"]
