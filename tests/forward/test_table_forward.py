@@ -72,8 +72,8 @@ def test_hessian_matches_jax(case, points):
 
 
 _VMAP_KNOWN = {
-    "while_in_for": "vmap bug: batching the reverse loop of a `while` nested in a `for` fails in "
-                    "transpose (axes don't match) when the inner trip count differs per example",
+    "while_in_for": "vmap bug: when an inner `while` runs zero times for every example its residual "
+                    "stack is an empty list, and the batching rule's transpose of that stack fails",
 }
 
 
