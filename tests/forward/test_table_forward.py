@@ -71,10 +71,9 @@ def test_hessian_matches_jax(case, points):
         np.testing.assert_allclose(h, np.asarray(want), rtol=1e-9, atol=1e-10)
 
 
-_VMAP_KNOWN = {
-    "while_in_for": "vmap bug: when an inner `while` runs zero times for every example its residual "
-                    "stack is an empty list, and the batching rule's transpose of that stack fails",
-}
+# regression: vmap of grad of while_in_for once failed when an inner `while` ran zero times for
+# every example (its residual stack was an empty list, and transposing it failed)
+_VMAP_KNOWN: dict = {}
 
 
 def _vmap_rows():

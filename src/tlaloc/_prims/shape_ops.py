@@ -69,7 +69,13 @@ def _transpose_shape(x, *, axes):
     return tuple(x.shape[a] for a in axes)
 
 
-transpose_p = Primitive("transpose", impl=lambda x, *, axes: np.transpose(x, axes), hlo="stablehlo.transpose",
+def _transpose_impl(x, *, axes):
+    if isinstance(x, list) and not x:      # an empty loop stack (a loop that ran zero times) stays empty
+        return x
+    return np.transpose(x, axes)
+
+
+transpose_p = Primitive("transpose", impl=_transpose_impl, hlo="stablehlo.transpose",
                         shape_rule=_transpose_shape, dtype_rule=lambda x, **_: x.dtype, render="tnp.transpose")
 
 
