@@ -56,6 +56,9 @@ class _JVPTransform(Transformed):
             tflat += tl_
             trees.append(pt)
         entry = self._entry(trees if any(t.kind != "leaf" for t in trees) else None)
+        from .._frontend import typing_hooks
+        if typing_hooks.check_call is not None:
+            typing_hooks.check_call(self.fn, tuple(primals))
         lowered = entry["lowered"]
         closure = [g() for g in lowered.closure_getters]
         outs = entry["fn"](*[np.asarray(x) for x in flat], *closure, *[np.asarray(t) for t in tflat])

@@ -134,7 +134,13 @@ class _VmapTransform(Transformed):
             elif getattr(self.fn, "__tlaloc_lower__", None) is not None:      # e.g. a tl.custom_vjp function
                 low = self.fn.__tlaloc_lower__(list(trees), list(ex_avals))
             else:
-                low = lower_function(self.fn, arg_trees=list(trees), arg_avals=list(ex_avals))
+                avals = list(ex_avals)
+                if all(t.kind == "leaf" for t in trees) and hasattr(self.fn, "__code__"):
+                    # typed-tensor annotations: per-example avals with their axis names
+                    from .._typecheck import merge_annotations
+                    names = list(self.fn.__code__.co_varnames[:self.fn.__code__.co_argcount])
+                    avals = merge_annotations(self.fn, names[:len(avals)], avals)
+                low = lower_function(self.fn, arg_trees=list(trees), arg_avals=avals)
             self._lowerings[key] = low
         return self._lowerings[key]
 
