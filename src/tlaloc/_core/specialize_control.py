@@ -154,7 +154,7 @@ def _cond(pred, *ops, true_branch, false_branch):
             vals = [o for o in (regions[0].outs[k], regions[1].outs[k]) if is_static(o)]
             j = j.with_(dtype=np.result_type(*vals) if vals else None)
         keep.append(True)
-        targets.append(j.with_(weak=False))
+        targets.append(j)          # weak when every path gives a Python scalar (see ``_settle``)
     for r in regions:
         r.outs = [o for o, kk in zip(r.outs, keep) if kk]
     graphs = [r.finish(targets, lambda k: f"output {k} of an if") for r in regions]

@@ -115,7 +115,7 @@ def _jacobian_source(t, trees, arg_avals, Source):
         if not -n <= a < n:
             raise ArgumentError(f"{t.kind}: argnums={a} but {n} arguments were given")
     argnums = tuple(a % n for a in t.argnums)
-    low = t.primal_lowering(list(trees), list(arg_avals))
+    low = t.primal_lowering(list(trees))          # shape-polymorphic: the specialisations below type it
     graph = low.graph
     if low.out_tree is not None and low.out_tree != _LEAF or len(graph.outputs) != 1:
         raise ArgumentError(f"jit of {t.name}: the function must return one array, got structure {low.out_tree!r}")
@@ -137,13 +137,11 @@ def _jacobian_source(t, trees, arg_avals, Source):
                 x_av = arg_avals[a]
                 x_shape = tuple(x_av.shape)
                 jg, _ = jvp_graph(graph, tangent_mask=[k == a for k in range(len(graph.inputs))])
-                jg = specialize(jg, in_avals + [x_av])    # after the transform: specialising drops stop_gradient
                 dout = _over_basis(jg, ins, in_avals, x_av, [1], f"{t.name}_basis")[0]   # (n, *out)
                 jac = tnp.moveaxis(dout, 0, -1) if out_shape else dout
                 jacs.append(tnp.reshape(jac, out_shape + x_shape))
         else:
             vg, _ = vjp_graph(graph, wrt=[k in argnums for k in range(len(graph.inputs))], with_primal=False)
-            vg = specialize(vg, in_avals + [out_av])
             bars = _over_basis(vg, ins, in_avals, out_av, list(range(len(argnums))), f"{t.name}_basis")
             for bar, a in zip(bars, argnums):                 # (m, *x) with m = out.size
                 jacs.append(tnp.reshape(bar, out_shape + tuple(arg_avals[a].shape)))
@@ -158,27 +156,33 @@ def _jacobian_source(t, trees, arg_avals, Source):
     return Source(g, list(low.closure_getters), finish, _arity_check(t.name, n), out_tree=out_tree)
 
 
-def _over_basis(graph, ins, in_avals, basis_av, outs, name):
-    """``graph``'s outputs ``outs`` for each vector of the identity basis of ``basis_av``
-    (``graph``'s last input), stacked on a new leading axis: one batched program (vmap
-    over the basis), or, where batching refuses the program (vmap of a while loop whose
-    Python-float counter the basis makes per-example float64), the graph inlined once
-    per basis vector."""
+def _over_basis(raw, ins, in_avals, basis_av, outs, name):
+    """The outputs ``outs`` of ``raw`` (a JVP or VJP graph whose last input takes a basis
+    vector) for each vector of the identity basis of ``basis_av``, stacked on a new
+    leading axis.
+
+    One batched program (vmap over the basis) of ``raw`` specialised (batching needs
+    every size; specialising after the transform keeps ``stop_gradient`` meaningful);
+    where batching refuses it (a while loop whose Python-float counter the basis makes
+    per-example float64), ``raw`` inlined once per basis vector instead."""
     from .._ad.batching import batch_graph, batched
+    from .._core.specialize import specialize
     from .. import numpy as tnp
     from ..errors import TlalocError
     shape = tuple(basis_av.shape)
     n = int(np.prod(shape))
+    spec = specialize(raw, list(in_avals) + [basis_av])
     if n == 0:                                         # an empty argument (or output): no columns
-        return [np.zeros((0,) + tuple(graph.outputs[k].aval.shape), graph.outputs[k].aval.dtype) for k in outs]
+        return [np.zeros((0,) + tuple(spec.outputs[k].aval.shape), spec.outputs[k].aval.dtype) for k in outs]
     basis = np.eye(n, dtype=basis_av.dtype).reshape((n,) + shape)
     dims = [None] * len(ins) + [0]
     try:
-        bg, _ = batch_graph(graph, dims, in_avals + [AbstractValue(np.dtype(basis_av.dtype), (n,) + shape)], n,
+        bg, _ = batch_graph(spec, dims, in_avals + [AbstractValue(np.dtype(basis_av.dtype), (n,) + shape)], n,
                             name=name, out_fn=_front_fn(batched))
     except TlalocError:
-        cols = [inline(graph, list(ins) + [basis[k]]) for k in range(n)]
-        return [tnp.stack([c[k] for c in cols], axis=0) for k in outs]
+        cols = [inline(raw, list(ins) + [basis[k]]) for k in range(n)]
+        return [tnp.reshape(tnp.stack([c[k] for c in cols], axis=0), (n,) + tuple(spec.outputs[k].aval.shape))
+                for k in outs]
     res = inline(bg, list(ins) + [basis])
     return [res[k] for k in outs]
 

@@ -43,6 +43,8 @@ def _elem_text(x, dtype) -> str:
 def dense_text(arr: np.ndarray) -> str:
     """The ``dense<...>`` literal of ``arr`` (exact: floats round-trip)."""
     arr = np.asarray(arr)
+    if arr.size == 0:
+        return "dense<>"
     flat = arr.reshape(-1)
     if flat.size and np.all(flat == flat[0]) and not (arr.dtype.kind in "fc" and np.isnan(flat).any()):
         return f"dense<{_elem_text(flat[0], arr.dtype)}>"
