@@ -287,9 +287,20 @@ def _vjp_cache(fun, has_aux):
 
 
 def source(f) -> str:
-    """The generated Python module behind a transformed function (plain Python)."""
+    """The generated Python module behind a transformed function.
+
+    Accepts what ``tl.grad``, ``tl.value_and_grad``, ``tl.vjp`` (its ``vjp_fn``),
+    ``tl.jvp(f)``, ``tl.jacfwd``/``tl.jacrev``/``tl.hessian``, ``tl.vmap`` (after a
+    call) and ``tl.capture`` return. The module imports only numpy and
+    ``tlaloc.numpy`` and returns the same bits when run on its own; it is the
+    module of the most recent call (pytree arguments get one module per structure).
+
+    Raises:
+      ArgumentError: for anything else (``tl.jit`` output: use ``.lower(...).as_text()``).
+    """
     t = getattr(f, "__tlaloc_transformed__", None)
     if t is None:
-        raise ArgumentError(f"source: {getattr(f, '__name__', f)!r} is not a tlaloc-transformed function; "
-                            f"pass the result of tl.grad / tl.vjp / tl.jvp / tl.jit")
+        raise ArgumentError(f"source: {getattr(f, '__name__', f)!r} is not a transformed function; pass the "
+                            f"result of tl.grad / tl.vjp / tl.jvp / tl.vmap / tl.capture (for tl.jit use "
+                            f"jitted.lower(*args).as_text())")
     return t.source()

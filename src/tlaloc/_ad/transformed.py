@@ -226,6 +226,13 @@ def _dump(name: str, source: str) -> None:
         return
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"{name}.py")
+    k = 1
+    while os.path.exists(path):              # another function with the same name: never overwrite it
+        with open(path, encoding="utf-8") as fh:
+            if fh.read() == source:
+                break
+        k += 1
+        path = os.path.join(out_dir, f"{name}_{k}.py")
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(source)

@@ -93,6 +93,10 @@ def astype(x, dtype):
 
 
 def stop_gradient(x):
+    """``x`` itself, with a zero derivative in every transform (grad, jvp, vmap of grad).
+
+    Shape and dtype: those of ``x``. Used e.g. for the max-subtraction in a stable
+    softmax, whose value cancels and whose gradient should not flow."""
     return _misc.stop_gradient(x)
 
 
