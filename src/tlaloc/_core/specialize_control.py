@@ -170,7 +170,18 @@ def _slice_aval(x):
     a = x.aval if type(x) is Value else AbstractValue(np.asarray(x).dtype, np.shape(x))
     if not a.shape:
         raise ShapeError("a for loop over stacked inputs needs arrays with a leading axis")
-    return AbstractValue(a.dtype, tuple(a.shape[1:]))
+    return AbstractValue(a.dtype, tuple(a.shape[1:]), weak=a.weak)      # a row of a stack of Python scalars
+
+
+def _stacked(y: AbstractValue, n) -> AbstractValue:
+    """The aval of a loop's stack of ``y`` (``n`` rows). A stack of Python scalars (a
+    residual like ``i + 1``) stays weak, so a backward sweep reading its rows computes
+    ``g * (i + 1)`` in ``g``'s dtype, as the interpreter does with the Python int."""
+    return AbstractValue(y.dtype, (n,) + tuple(y.shape), weak=y.weak and not y.shape)
+
+
+def _stack_row(y: AbstractValue) -> AbstractValue:
+    return y.with_(weak=y.weak and not y.shape)
 
 
 def _carry_start(x):
@@ -264,11 +275,11 @@ def _for_range(start, stop, step, *ops, body, n_carry, n_consts, n_xs, reverse):
     for k, y in enumerate(ys_avals):
         if y is None or y.dtype is None:
             raise TlalocError(f"a value stacked by the loop (output {n_carry + k}) has no type")
-        targets.append(y.with_(weak=False))
+        targets.append(_stack_row(y))
     graph = region.finish(targets, lambda k: what(k) if k < n_carry else f"stacked value {k - n_carry}")
     starts = [coerce(x, a, what(k)) for k, (x, a) in enumerate(zip(carry0, avals))]
     vconsts = [c for c in consts if not (is_static(c) or c is UNDEF)]
-    out_avals = avals + [AbstractValue(y.dtype, (bound,) + tuple(y.shape)) for y in targets[n_carry:]]
+    out_avals = avals + [_stacked(y, bound) for y in targets[n_carry:]]
     params = {"body": graph, "n_carry": n_carry, "n_consts": len(vconsts), "n_xs": n_xs, "reverse": reverse}
     return _add_node(for_range_p, [start, stop, step] + starts + vconsts + xs, out_avals, params,
                      hints=names + [None] * len(ys_avals))
@@ -325,7 +336,7 @@ def _while_loop(*ops, cond, body, n_carry, n_consts, max_trips):
     ys_avals = region.out_avals()[n_carry:]
     if ys_avals and max_trips is None:
         raise NoRuleError(WHILE_NEEDS_BOUND)
-    targets = list(avals) + [y.with_(weak=False) for y in ys_avals]
+    targets = list(avals) + [_stack_row(y) for y in ys_avals]
     body_g = region.finish(targets, lambda k: what(k) if k < n_carry else f"stacked value {k - n_carry}")
     cond_r = _Region(cond, list(avals) + const_specs)
     with cond_r.b.active():
@@ -340,7 +351,7 @@ def _while_loop(*ops, cond, body, n_carry, n_consts, max_trips):
     vconsts = [c for c in consts if not (is_static(c) or c is UNDEF)]
     # the cond region takes every const the body takes: rebuild both on the value consts only
     out_avals = list(avals) + [AbstractValue(np.dtype(np.int64), ())]
-    out_avals += [AbstractValue(y.dtype, (max_trips,) + tuple(y.shape)) for y in targets[n_carry:]]
+    out_avals += [_stacked(y, max_trips) for y in targets[n_carry:]]
     params = {"cond": cond_g, "body": body_g, "n_carry": n_carry, "n_consts": len(vconsts),
               "max_trips": max_trips}
     return _add_node(while_loop_p, starts + vconsts, out_avals, params,

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..errors import GradientError
+from .builder import Value
 from .specialize import concrete_rule, dtype, emit, is_static, register
 from .specialize import shape as shape_of
 
@@ -43,6 +44,16 @@ def _reduced_count(x, *, axes):
 @register("stop_gradient", "copy", "stack_ys")
 def _identity(x):
     return x
+
+
+@register("zeros_like")
+def _zeros_like(x):
+    """The zero of a Python scalar is a Python scalar (weak), as the cotangent of a
+    returned ``1.5`` must not make the other path of an ``if`` float64."""
+    if type(x) is not Value or not (x.aval.weak and x.aval.shape == ()) or x.aval.dtype is None:
+        return NotImplemented
+    kind = np.dtype(x.aval.dtype).kind
+    return False if kind == "b" else 0 if kind in "iu" else 0.0
 
 
 @register("name_axes")

@@ -12,7 +12,10 @@
   ``hessian`` is ``jacfwd(grad(f))``: the same construction on the gradient's
   graph. The basis is a constant of the program (size ``n * n`` for ``n``
   elements), so one compiled program computes the whole Jacobian; its shape
-  is ``f(x).shape + x.shape``, as eagerly.
+  is ``f(x).shape + x.shape``, as eagerly. Where batching refuses the graph
+  (a while loop whose Python-float counter the basis would make per-example
+  float64), the graph is inlined once per basis vector instead: still one
+  program. An empty argument (or output) gives an empty Jacobian.
 
 Each is a ``Source`` whose graph depends on the argument shapes, so ``jit``
 keys these by the argument avals too (``shape_dependent``).

@@ -128,6 +128,12 @@ class Emitter:
         or a list of them (returns a list of Vals)."""
         single = isinstance(results, tuple) and len(results) == 2 and not isinstance(results[0], tuple)
         res = [results] if single else list(results)
+        if (self.backend == "iree" and name == "stablehlo.convert" and operands[0].dtype == np.float64
+                and not operands[0].shape and np.dtype(res[0][0]) != np.float64):
+            # IREE 3.13 runs scalar arithmetic of loop indices on the host, whose VM cannot
+            # narrow float64 ("failed to legalize operation 'arith.truncf' (f64) -> f32", e.g.
+            # `0.5 * k` met float32 data): a barrier keeps the conversion on the device
+            operands = [self.op("stablehlo.optimization_barrier", [operands[0]], (np.float64, ()))]
         if self.backend == "iree" and name in _I32_INDICES and operands[1].dtype == I64:
             # IREE 3.13 cannot legalize i64 gather/scatter indices ("failed to legalize unresolved
             # source materialization from tensor<1xi64> to tensor<1xi32>"): give it i32 ones

@@ -1,7 +1,7 @@
 """StableHLO lowerings of structured control flow.
 
 * ``cond`` → ``stablehlo.if`` (operands are used from the enclosing scope); for IREE,
-  a ``cond`` whose branches are loop-free runs both and selects (see ``_cond_as_select``).
+  a ``cond`` whose branches hold no ``while`` runs both and selects (see ``_cond_as_select``).
 * ``for_range`` → ``stablehlo.while`` over an i64 trip counter ``k``: the loop
   index is ``start + k·step`` (``k`` runs down for ``reverse``), ``xs`` are
   read with ``dynamic_slice`` at ``k`` and ``ys`` written into preallocated
@@ -33,12 +33,13 @@ def _cond(em, node, pred, *ops):
 
 
 def _selectable(graph) -> bool:
-    """True when running ``graph`` unconditionally is harmless: no loops (which could run
-    long) and no integer division (which could trap on a zero divisor)."""
+    """True when running ``graph`` unconditionally is harmless: no ``while`` (which might
+    not stop when its guard is false) or ``for`` with bounds known only at run time (which
+    might run long), and no integer division (which could trap on a zero divisor)."""
     import numpy as np
     for n in graph.nodes:
         name = n.prim.name
-        if name in ("for_range", "while_loop"):
+        if name == "while_loop" or (name == "for_range" and not all(isinstance(a, Literal) for a in n.inputs[:3])):
             return False
         if name in ("divide", "floor_divide", "remainder") and \
                 any(np.dtype(o.aval.dtype).kind in "iu" for o in n.outputs):
@@ -51,7 +52,9 @@ def _selectable(graph) -> bool:
 def _cond_as_select(em, node, p, ops, types):
     """``cond`` for IREE: both branches, then a ``select`` per output. IREE 3.13's runtime
     fails on some ``stablehlo.if`` nests inside ``stablehlo.while`` ("indirect buffer
-    reference slot 0 is out range ... copy_buffer"); straight-line code avoids them."""
+    reference slot 0 is out range ... copy_buffer"); code without ``if`` avoids them. A
+    ``for`` in a branch then runs whatever the predicate (its trip count is finite; the
+    index it reads is clamped), and its result is dropped by the select."""
     sides = []
     for branch in (node.params["true_branch"], node.params["false_branch"]):
         outs = em.lower_graph(branch, list(ops))
