@@ -35,7 +35,7 @@ _EXPORTS = {
     "make_graph": "._frontend.lower",
     # errors
     "TlalocError": ".errors", "ShapeError": ".errors", "DTypeError": ".errors", "GraphError": ".errors",
-    "FenceError": ".errors", "TypeAnnotationError": ".errors", "NoRuleError": ".errors",
+    "FenceError": ".errors", "TypeAnnotationError": ".errors", "BoundedAxisError": ".errors", "NoRuleError": ".errors",
     "GradientError": ".errors", "ArgumentError": ".errors",
 }
 _SUBMODULES = ("numpy", "random", "nn", "optim", "kernels", "models", "serving", "typing", "errors",

@@ -117,6 +117,65 @@ def _unflatten(td: TreeDef, it):
     raise AssertionError(td.kind)
 
 
+def unflattener(treedef: TreeDef) -> Callable[[list], Any]:
+    """``unflatten(treedef, leaves)`` as a function of ``leaves`` alone, with the walk over
+    ``treedef`` done once (for a structure rebuilt many times: ``tl.jit``'s results).
+    It takes exactly ``treedef.num_leaves`` leaves (a list or tuple)."""
+    n = treedef.num_leaves
+    build = _builder(treedef, [0])
+
+    def unflatten_leaves(leaves):
+        if len(leaves) != n:
+            raise ValueError(f"unflatten: {len(leaves)} leaves for {treedef!r}, which has {n}")
+        return build(leaves)
+    return unflatten_leaves
+
+
+def _builder(td: TreeDef, at: list) -> Callable[[list], Any]:
+    """A function of the flat leaves that builds ``td``, whose first leaf is ``leaves[at[0]]``."""
+    if td.kind == "leaf":
+        k = at[0]
+        at[0] += 1
+
+        def leaf(leaves):
+            return leaves[k]
+        leaf.leaf_index = k
+        return leaf
+    if td.kind == "none":
+        return lambda leaves: None
+    parts = [_builder(c, at) for c in td.children]
+    if td.kind == "tuple":
+        return lambda leaves: tuple([p(leaves) for p in parts])
+    if td.kind == "namedtuple":
+        cls = td.aux
+        return lambda leaves: cls(*[p(leaves) for p in parts])
+    if td.kind == "list":
+        return lambda leaves: [p(leaves) for p in parts]
+    if td.kind == "dict":
+        cls, keys = td.aux
+        if cls is dict:
+            return lambda leaves: dict(zip(keys, [p(leaves) for p in parts]))
+        return lambda leaves: cls(dict(zip(keys, [p(leaves) for p in parts])))
+    if td.kind == "dataclass":
+        cls, names, static = td.aux
+        # a leaf field is read by index, without a call
+        items = [(name, getattr(p, "leaf_index", None), p) for name, p in zip(names, parts)]
+        new, setattr_ = object.__new__, object.__setattr__
+
+        def build(leaves):
+            obj = new(cls)
+            for name, k, p in items:
+                setattr_(obj, name, p(leaves) if k is None else leaves[k])
+            for name, v in static:
+                setattr_(obj, name, v)
+            return obj
+        return build
+    if td.kind == "custom":
+        cls, aux = td.aux
+        return lambda leaves: _CUSTOM[cls][1](aux, [p(leaves) for p in parts])
+    raise AssertionError(td.kind)
+
+
 def tree_map(fn, tree, *rest):
     leaves, td = flatten(tree)
     others = [flatten(r)[0] for r in rest]

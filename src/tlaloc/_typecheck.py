@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
 import weakref
 from typing import Optional
 
 import numpy as np
 
 from ._core.aval import UNKNOWN
-from .errors import TypeAnnotationError
+from .errors import DTypeError, ShapeError, TypeAnnotationError
 from .typing import _ANY, TensorType, from_annotation
 
 
@@ -115,8 +116,8 @@ def check_call(fn, args) -> None:
     """Check argument arrays against ``fn``'s annotations.
 
     Raises TypeAnnotationError naming the argument (at the annotation's
-    ``file:line:col``) for a wrong dtype or rank, a fixed size that differs, or
-    one axis name bound to two sizes.
+    ``file:line:col``) for a wrong dtype or rank, a fixed size that differs, a
+    bounded axis over its bound (``"seq<=512"``), or one axis name bound to two sizes.
     """
     fn = _unwrap(fn)
     specs = param_specs(fn)
@@ -137,6 +138,60 @@ def check_call(fn, args) -> None:
         if want != size:
             raise _arg_error(fn, spec, f"the axis `{dim.name}` should have size {want} (from {env}) "
                                        f"but has size {size}")
+
+
+_SAME_ARGS = ("grad", "value_and_grad", "jacfwd", "jacrev")     # transforms called with f's arguments
+
+
+def call_checker(fn):
+    """``check(args)`` checking a call of ``fn`` (a function, or a transform of one)
+    against the annotations of the function behind it; None when there is nothing to check.
+
+    For ``tl.jit``, which runs it on a new signature only. A ``jvp`` is checked on
+    its primals; a ``vmap`` checks its examples itself (``_ad.vmap``); other
+    transforms (``vjp``, custom rules) are not checked here.
+    """
+    primals = False
+    for depth in range(64):
+        t = getattr(fn, "__tlaloc_transformed__", None)
+        if t is None:
+            break
+        kind = getattr(t, "kind", None)
+        if kind == "jvp" and depth == 0:
+            primals = True
+        elif kind not in _SAME_ARGS:
+            return None
+        fn = t.fn
+    fn = _unwrap(fn)
+    if inspect.ismethod(fn) or not param_specs(fn):
+        return None
+    if primals:
+        return lambda args: check_call(fn, tuple(args[0]) if args and isinstance(args[0], (tuple, list)) else ())
+    return lambda args: check_call(fn, args)
+
+
+# -- definition-time checks under jit and vmap -------------------------------------------------------
+
+_DEFINITION_ERRORS = (TypeAnnotationError, DTypeError, ShapeError)
+
+
+def lower_annotated(fn, lower):
+    """``lower()`` when ``fn`` is a plain function with typed-tensor annotations, else None.
+
+    ``tl.jit``/``tl.vmap`` call it when they are applied, so a dtype mix, broadcast
+    or contraction the annotations refuse is refused at definition time (as under
+    ``tl.grad``). Only those refusals are raised; any other failure (a helper not
+    yet defined, pytree arguments) returns None and the first call lowers again.
+    """
+    if getattr(fn, "__tlaloc_transformed__", None) is not None or not hasattr(fn, "__code__") \
+            or inspect.ismethod(fn) or not param_specs(fn):
+        return None
+    try:
+        return lower()
+    except _DEFINITION_ERRORS:
+        raise
+    except Exception:
+        return None
 
 
 def _check_arg(fn, spec: ParamSpec, x, sizes: dict) -> list:
@@ -169,6 +224,9 @@ def _check_arg(fn, spec: ParamSpec, x, sizes: dict) -> list:
                                        f"has size {size}")
         if d.kind == "symbolic":
             deferred.append((spec, d, size))
+        if d.bound is not None and size > d.bound:
+            raise _arg_error(fn, spec, f"axis {axis} (`{d.name}`) has size {size}, over its bound {d.bound} "
+                                       f"({tt}, got shape {shape}); split the input or raise the bound")
         if d.kind in ("named", "variadic") and d.name is not None:
             if d.broadcastable and size == 1:
                 continue
@@ -187,6 +245,44 @@ def _check_arg(fn, spec: ParamSpec, x, sizes: dict) -> list:
 def _arg_error(fn, spec: ParamSpec, msg: str) -> TypeAnnotationError:
     text = f"argument `{spec.name}` of `{getattr(fn, '__name__', fn)}`: {msg}"
     return TypeAnnotationError(text, *spec.where) if spec.where else TypeAnnotationError(text)
+
+
+# -- definition-time checks of bounded axes ------------------------------------------------------
+
+def bound_violation(ann, value, what: str) -> Optional[str]:
+    """A message when ``value`` has a constant size over a bound of annotation ``ann``, else None.
+
+    ``value`` is a symbolic value (its aval's int dims are the sizes the front end
+    knows) or a constant. ``what`` names it in the message (``"`x`"``).
+    """
+    tt = from_annotation(ann)
+    if tt is None or not tt.bounds or tt.variadic:
+        return None
+    aval = getattr(value, "aval", None)
+    if aval is not None:
+        shape = aval.shape
+    elif isinstance(value, (np.ndarray, np.generic, int, float, bool)):
+        shape = np.shape(value)
+    else:
+        return None
+    if shape is None or len(shape) != len(tt.dims):
+        return None
+    for axis, (d, size) in enumerate(zip(tt.dims, shape)):
+        if d.bound is not None and type(size) is int and size > d.bound:
+            return (f"{what} is annotated {tt} but its axis {axis} (`{d.name}`) has the constant size {size}, "
+                    f"over the bound {d.bound}; split it into pieces of at most {d.bound}, or raise the bound")
+    return None
+
+
+def call_bound_violation(fn, env: dict) -> Optional[str]:
+    """``bound_violation`` for the arguments ``env`` (name -> value) of a call to ``fn``."""
+    for spec in param_specs(_unwrap(fn)):
+        if spec.name in env:
+            msg = bound_violation(spec.type, env[spec.name],
+                                  f"argument `{spec.name}` of `{getattr(fn, '__name__', fn)}`")
+            if msg is not None:
+                return msg
+    return None
 
 
 def merge_annotations(fn, param_names, avals) -> list:
@@ -208,3 +304,11 @@ def merge_annotations(fn, param_names, avals) -> list:
         else:
             out.append(aval.with_(names=ann.names))
     return out + list(avals[len(out):])
+
+
+def _install_hooks():
+    from .typing import _install
+    _install()
+
+
+_install_hooks()            # idempotent; needed when this module is imported before tlaloc.typing

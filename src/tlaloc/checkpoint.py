@@ -12,7 +12,7 @@ round trip is exact and a resumed run continues identically.
 The write is atomic: the bytes go to a temporary file in the same directory,
 are fsync'ed, and ``os.replace`` moves it over the old file (then the
 directory is fsync'ed), so a crash leaves either the old or the new file,
-never a torn one. ``safetensors.numpy.load_file`` reads the file; nothing is
+never a torn one. ``safetensors.deserialize`` reads the file (BF16 as ``ml_dtypes.bfloat16``); nothing is
 pickled.
 """
 from __future__ import annotations
@@ -21,14 +21,18 @@ import json
 import os
 import secrets
 
+import ml_dtypes
 import numpy as np
-from safetensors.numpy import load as _st_load
+from safetensors import deserialize as _st_deserialize
 from safetensors.numpy import save as _st_save
 
 from . import _pytree
 from .errors import ArgumentError
 
 FORMAT = "tlaloc.checkpoint/1"
+_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
+           "I64": np.int64, "U64": np.uint64, "I32": np.int32, "U32": np.uint32, "I16": np.int16,
+           "U16": np.uint16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 _ROOTS = ("model", "opt_state")
 
 
@@ -163,7 +167,7 @@ def load_checkpoint(path, like):
     with open(os.fspath(path), "rb") as fh:
         raw = fh.read()
     meta = _metadata(raw, path)
-    tensors = _st_load(raw)
+    tensors = _load_tensors(raw, path)
     stored = json.loads(meta["tlaloc.structure"])
     out, problems = [], []
     for name, tree in zip(_ROOTS, (like_model, like_opt)):
@@ -189,6 +193,19 @@ def load_checkpoint(path, like):
     if problems:
         raise ArgumentError(f"load_checkpoint({os.fspath(path)!r}): does not match `like`:\n  " + "\n  ".join(problems))
     return out[0], out[1], int(meta["tlaloc.step"])
+
+
+def _load_tensors(raw: bytes, path) -> dict:
+    """The file's arrays by name. ``safetensors.numpy.load`` has no BF16 (NumPy lacks it): the
+    dtype names are mapped here, BF16 through ``ml_dtypes``."""
+    out = {}
+    for name, view in _st_deserialize(raw):
+        dt = _DTYPES.get(view["dtype"])
+        if dt is None:
+            raise ArgumentError(f"load_checkpoint: {os.fspath(path)!r} holds `{name}` as {view['dtype']}, which "
+                                f"tlaloc checkpoints do not use; supported: {', '.join(sorted(_DTYPES))}")
+        out[name] = np.frombuffer(view["data"], dtype=dt).reshape(view["shape"])
+    return out
 
 
 def _first_difference(a, b, context: int = 70) -> str:

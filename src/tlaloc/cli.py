@@ -1,7 +1,7 @@
 """The ``tlaloc`` command.
 
     tlaloc export MODEL OUT_DIR [--batch 1,2,4,8] [--context 64,256,1024] [--block-size 16]
-                                [--dtype f32|bf16] [--weights int8]
+                                [--dtype f32|bf16] [--weights int8] [--score]
     tlaloc generate ARTIFACT --prompt "..." [--max-new-tokens 64] [--chat] [--temperature 0] [--seed S]
     tlaloc embed ARTIFACT --text "..." [--text "..."]
     tlaloc serve ARTIFACT [--host 127.0.0.1] [--port 8000] [--api-key KEY]
@@ -91,7 +91,9 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
            dtype: str = typer.Option("f32", help="f32 or bf16: weights and KV pools as stored"),
            weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights"),
            name: Optional[str] = typer.Option(None, help="the model name the artifact reports"),
-           overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT_DIR if it exists")) -> None:
+           overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT_DIR if it exists"),
+           score: bool = typer.Option(False, "--score", help="also write score programs (per-token "
+                                      "log-probabilities: Engine.score, tlaloc.serving.perplexity)")) -> None:
     """Export a model to a serving artifact (StableHLO programs, weights, tokenizer, manifest)."""
     try:
         from tlaloc.serving.export import export as export_artifact
@@ -100,7 +102,7 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
     from tlaloc.errors import TlalocError
     try:
         summary = export_artifact(model, out_dir, batch=batch, context=context, block_size=block_size,
-                                  dtype=dtype, weights=weights, name=name, overwrite=overwrite)
+                                  dtype=dtype, weights=weights, name=name, overwrite=overwrite, score=score)
     except (TlalocError, OSError, ValueError) as exc:
         _fail(str(exc))
     typer.echo(f"wrote {summary.path}: {summary.kind}, {summary.num_programs} programs, "
@@ -194,12 +196,17 @@ def export_triton(artifact: str = typer.Argument(..., help="an artifact director
                   streaming: bool = typer.Option(False, "--streaming", help="decoupled model: one "
                                                  "response per token batch (gRPC streaming)"),
                   max_batch_size: int = typer.Option(8, help="Triton dynamic-batching limit"),
-                  link: bool = typer.Option(False, "--link", help="point at ARTIFACT instead of copying it")) -> None:
+                  link: bool = typer.Option(False, "--link", help="point at ARTIFACT instead of copying it"),
+                  text_tensors: str = typer.Option("string", help="string: TYPE_STRING text tensors (Triton's "
+                                                   "convention); utf8: TYPE_UINT8 UTF-8 bytes, for Python-backend "
+                                                   "stubs built for NumPy 1.x (nvidia-pytriton <= 0.7)")) -> None:
     """Write a Triton model repository (Python backend) that serves an artifact."""
     from tlaloc.serving.triton_repo import write_repository
+    if text_tensors not in ("string", "utf8"):
+        _fail(f"--text-tensors must be 'string' or 'utf8', not {text_tensors!r}")
     try:
         path = write_repository(artifact, repo_dir, model_name=model_name, streaming=streaming,
-                                max_batch_size=max_batch_size, copy_artifact=not link)
+                                max_batch_size=max_batch_size, copy_artifact=not link, text_tensors=text_tensors)
     except (OSError, ValueError) as exc:
         _fail(str(exc))
     typer.echo(f"wrote Triton model {path}; serve with: tritonserver --model-repository {repo_dir}")

@@ -60,6 +60,18 @@ class TypeAnnotationError(FenceError):
     """
 
 
+class BoundedAxisError(TypeAnnotationError):
+    """An operation would see the padding of a bounded axis (``F32["seq<=512"]``).
+
+    ``tl.jit`` runs a bounded axis padded to a bucket; reductions and contractions
+    over it are masked, but an operation whose result would depend on the padding
+    and that tlaloc does not mask (``flip``, a negative index, a ``reshape`` that
+    merges the axis, a loop over it, ...) is refused at the user's ``file:line:col``,
+    never computed on the padding. Example: ``tnp.flip(x, 0)`` with ``x:
+    F32["seq<=512", "d"]`` under ``tl.jit``.
+    """
+
+
 class NoRuleError(TlalocError, NotImplementedError):
     """A transform met a primitive without a rule for it.
 
@@ -82,5 +94,5 @@ class ArgumentError(TlalocError, ValueError):
 
 __all__ = [
     "TlalocError", "ShapeError", "DTypeError", "GraphError", "FenceError",
-    "TypeAnnotationError", "NoRuleError", "GradientError", "ArgumentError",
+    "TypeAnnotationError", "BoundedAxisError", "NoRuleError", "GradientError", "ArgumentError",
 ]

@@ -13,8 +13,9 @@ The generator is Threefry-2x32 with 20 rounds, the counter-based block cipher
 of J. K. Salmon, M. A. Moraes, R. O. Dror and D. E. Shaw, "Parallel random
 numbers: as easy as 1, 2, 3", Proc. SC'11 (2011), doi:10.1145/2063384.2063405.
 The streams are bit-for-bit those of ``jax.random`` with JAX's defaults
-(``threefry2x32``, partitionable mode, ``jax_enable_x64`` off when seeding;
-float64 samples match JAX with x64 on).
+(``threefry2x32``, partitionable mode); ``key`` seeds as JAX does with
+``jax_enable_x64`` on (64-bit seeds; the same keys as x64 off for seeds in
+``[0, 2**31)``), and float64 samples match JAX with x64 on.
 
 Each function runs eagerly on NumPy arrays and records DXIR nodes on symbolic
 values (inside ``grad``/``jit``), through the primitives of
@@ -30,9 +31,14 @@ from ._prims import rng as _rng
 from ._prims import shape_ops as _sh
 from ._prims import threefry_impl as _impl
 from ._prims.elementwise import convert as _convert
+from ._prims.elementwise import floordiv_p as _floordiv_p
 from .errors import ArgumentError, DTypeError
 
 __all__ = ["key", "PRNGKey", "split", "fold_in", "bits", "uniform", "normal"]
+
+
+def _floor_divide(x, y):
+    return _floordiv_p.bind(x, y)
 
 
 def _symbolic(x) -> bool:
@@ -47,10 +53,13 @@ def _integer_value(op, name, x):
 
 
 def key(seed):
-    """A key from an integer seed, like ``jax.random.PRNGKey(seed)``.
+    """A key from an integer seed, like ``jax.random.PRNGKey(seed)`` with ``jax_enable_x64`` on.
 
-    The key is ``[0, seed mod 2**32]`` (JAX's seeding with ``jax_enable_x64``
-    off: the seed is truncated to 32 bits, so ``-1`` gives ``[0, 0xFFFFFFFF]``).
+    The int64 seed's two's-complement bits are split into ``[hi, lo]`` words:
+    ``[(seed mod 2**64) >> 32, seed mod 2**32]`` (``2**40`` gives ``[256, 0]``,
+    ``-1`` gives ``[0xFFFFFFFF, 0xFFFFFFFF]``), so distinct 64-bit seeds give
+    distinct keys. 8/16/32-bit NumPy integers give ``[0, seed mod 2**32]``, as
+    in JAX. Seeds in ``[0, 2**31)`` give the same key as JAX with x64 off.
 
     Args:
       seed: a Python int in ``[-2**63, 2**63)``, a NumPy integer scalar, or a
@@ -58,20 +67,29 @@ def key(seed):
     Returns:
       uint32 array of shape ``(2,)``.
     Raises:
-      DTypeError: ``seed`` is not an integer.
+      DTypeError: ``seed`` is not an integer (a float, a bool).
+
+    A symbolic seed whose dtype is unknown when the graph is built is read as
+    int64 (a negative 8/16/32-bit seed then gets the high word ``0xFFFFFFFF``;
+    give such seeds a dtype, or pass them as Python ints).
       ArgumentError: ``seed`` is a Python int outside the int64 range, or not a scalar.
     """
     if _symbolic(seed):
-        low = _sh.reshape(_convert(_integer_value("key", "seed", seed), _dt.uint32), (1,))
-        return _sh.concatenate([np.zeros(1, np.uint32), low])
+        seed = _integer_value("key", "seed", seed)
+        low = _sh.reshape(_convert(seed, _dt.uint32), (1,))
+        if seed.dtype is not None and seed.dtype.itemsize < 8:
+            return _sh.concatenate([np.zeros(1, np.uint32), low])
+        wide = seed if seed.dtype is not None else _convert(seed, _dt.int64)     # unknown dtype: read as int64
+        high = _sh.reshape(_convert(_floor_divide(wide, 2**32), _dt.uint32), (1,))   # the top 32 bits
+        return _sh.concatenate([high, low])
     if isinstance(seed, (bool, np.bool_)):
         raise DTypeError(f"key: seed must be an integer, got {seed!r}")
     try:
-        return _impl.key(seed)
+        return _impl.key(seed, x64=True)
     except TypeError as e:
-        raise DTypeError(f"key: {e}") from None
+        raise DTypeError(f"key: {e}; pass an int in [-2**63, 2**63) (e.g. int(seed))") from None
     except ValueError as e:
-        raise ArgumentError(f"key: {e}") from None
+        raise ArgumentError(f"key: {e}; pass an int in [-2**63, 2**63) (reduce it, e.g. seed % 2**63)") from None
 
 
 PRNGKey = key

@@ -17,7 +17,14 @@ annotations are accepted too when jaxtyping is installed):
 ``"#batch"``       ``batch`` or size 1 (broadcastable)
 ``...``/``"*b"``   any number of axes (``*b`` binds them all to one shape)
 ``"n+1"``          a size computed from other names (checked at call time)
+``"seq<=512"``     a named axis of any size up to 512 (a *bounded* axis)
 =================  ============================================================
+
+A bounded axis is refused over its bound when the size is a constant the front
+end sees (an annotated local, ``x: F32["seq<=512"] = tnp.zeros(5000)``, or a
+constant passed to an annotated function), else when the function is called.
+``tl.jit`` compiles a function with bounded arguments once per bucket of the
+axis (``tlaloc._jit.bounded``), not once per size.
 
 Several dims may share one string (``F32["batch hidden"]``); ``F32[()]`` is a scalar.
 Linters read string dims as forward references (pyflakes/ruff F821, F722); as
@@ -61,16 +68,18 @@ class Dim:
 
     ``kind`` is ``"named"``, ``"fixed"``, ``"anon"``, ``"variadic"`` (``...`` when
     ``name`` is None, else ``*name``) or ``"symbolic"`` (``name`` holds the expression).
+    ``bound`` is the upper bound of a bounded named axis (``"seq<=512"``), else None.
     """
     kind: str
     name: Optional[str] = None
     size: Optional[int] = None
     broadcastable: bool = False
+    bound: Optional[int] = None
 
     def __str__(self) -> str:
         hash_ = "#" if self.broadcastable else ""
         if self.kind == "named":
-            return hash_ + self.name
+            return hash_ + self.name + (f"<={self.bound}" if self.bound is not None else "")
         if self.kind == "fixed":
             return str(self.size)
         if self.kind == "anon":
@@ -102,6 +111,11 @@ class TensorType:
     @property
     def variadic(self) -> bool:
         return any(d.kind == "variadic" for d in self.dims)
+
+    @property
+    def bounds(self) -> dict:
+        """``{axis name: bound}`` of the bounded axes (``"seq<=512"``); empty when none."""
+        return {d.name: d.bound for d in self.dims if d.bound is not None}
 
     def aval(self) -> AbstractValue:
         """What the front end knows of an argument with this annotation."""
@@ -162,6 +176,9 @@ def parse_dims(text: str) -> list:
             variadic |= tok[0] == "*"
             anonymous |= tok[0] == "_"
             tok = tok[1:]
+        if "<=" in tok:
+            out.append(_bounded_dim(tok, text, broadcastable, variadic or anonymous))
+            continue
         if tok.count("=") == 1:
             tok = tok.split("=")[1]
         if variadic:
@@ -176,6 +193,15 @@ def parse_dims(text: str) -> list:
             _check_expression(tok)
             out.append(Dim("symbolic", tok))
     return out
+
+
+def _bounded_dim(tok: str, text: str, broadcastable: bool, other_prefix: bool) -> Dim:
+    """``"seq<=512"``: a named axis of any size up to 512."""
+    name, _, bound = tok.partition("<=")
+    if other_prefix or broadcastable or not name.isidentifier() or not bound.isdigit() or int(bound) < 1:
+        raise _annotation_error(f"cannot read the bounded dim {tok!r} in {text!r}: write `name<=N` with an "
+                                f"identifier and a positive integer bound, e.g. \"seq<=512\"")
+    return Dim("named", name, bound=int(bound))
 
 
 def type_str(aval: AbstractValue) -> str:
@@ -412,8 +438,11 @@ def _located(msg: str, symbolic: bool) -> TypeAnnotationError:
 
 def _install():
     from . import _typecheck
+    if not hasattr(_typecheck, "call_bound_violation"):
+        return          # _typecheck is being imported first: it calls _install when it is complete
     from ._frontend import names as _names, typing_hooks
-    typing_hooks.install(_typecheck.avals_from_annotations, _names.propagate_names, _typecheck.check_call)
+    typing_hooks.install(_typecheck.avals_from_annotations, _names.propagate_names, _typecheck.check_call,
+                         _typecheck.bound_violation, _typecheck.call_bound_violation)
 
 
 _install()

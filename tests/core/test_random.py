@@ -1,7 +1,7 @@
 """``tlaloc.random`` against ``jax.random``, bit for bit.
 
-Keys, splits, fold-ins, bits and samples are compared through their raw bits
-with JAX's defaults (x64 off); float64 and uint64 samples with x64 on, from
+Keys are compared with ``jax.random.PRNGKey`` under x64 (64-bit seeds); splits,
+fold-ins, bits and samples through their raw bits with JAX's defaults (x64 off); float64 and uint64 samples with x64 on, from
 the same raw key (``jax.random.wrap_key_data``). The same functions run
 symbolically: their DXIR evaluates to the same bits.
 """
@@ -39,8 +39,39 @@ def kdata(k):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_key_and_alias_match_jax(seed):
-    assert_same_values(tr.key(seed), kdata(jax.random.PRNGKey(seed)))
+    with jax.enable_x64(True):
+        want = kdata(jax.random.PRNGKey(seed))
+    assert_same_values(tr.key(seed), want)
     assert_same_values(tr.PRNGKey(seed), tr.key(seed))
+
+
+X64_SEEDS = [2**32, 2**40, 2**40 + 7, -1, -2, -(2**40) - 3, 2**63 - 1, -(2**63),
+             np.int64(-5), np.int64(2**40), np.uint64(2**63 + 9), np.int32(-1), np.uint32(7), np.int16(-2)]
+
+
+@pytest.mark.parametrize("seed", X64_SEEDS, ids=repr)
+def test_64_bit_seeds_match_jax_x64(seed):
+    """Regression: 2**40 gave [0, 0] (the key of seed 0) and -1 gave [0, 0xFFFFFFFF]; the key now
+    holds all 64 bits, as ``jax.random.key_data(jax.random.key(seed))`` with x64 on."""
+    with jax.enable_x64(True):
+        want = kdata(jax.random.key(seed))
+        assert_same_values(kdata(jax.random.PRNGKey(seed)), want)
+    assert_same_values(tr.key(seed), want)
+
+
+def test_64_bit_seeds_do_not_collide():
+    """Negative control: x64-off seeding (truncation) would map 2**40 onto seed 0."""
+    assert not np.array_equal(tr.key(2**40), tr.key(0))
+    with jax.enable_x64(False):
+        assert np.array_equal(kdata(jax.random.PRNGKey(2**40)), kdata(jax.random.PRNGKey(0)))
+
+
+@pytest.mark.parametrize("seed", [0, 5, 2**31 - 1, 2**32 + 5, 2**40 + 7, -1, -(2**63), 2**63 - 1])
+def test_symbolic_int64_seed_gives_the_eager_key(seed):
+    g = trace(tr.key, AbstractValue(np.dtype(np.int64), ()))
+    out = tlaloc.eval_graph(g, np.int64(seed))
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    assert_same_values(np.asarray(out), tr.key(seed))
 
 
 @pytest.mark.parametrize("seed", SEEDS[:4])
@@ -190,8 +221,14 @@ def test_bad_arguments_are_refused():
         tr.uniform(k, (3,), np.float32, 0.0, np.ones(3))
     with pytest.raises(DTypeError, match="seed"):
         tr.key(1.5)
-    with pytest.raises(ArgumentError, match="seed"):
+    with pytest.raises(ArgumentError, match=r"seed must fit in int64.*2\*\*63"):
         tr.key(2**63)
+    with pytest.raises(ArgumentError, match="seed must fit in int64"):
+        tr.key(-(2**63) - 1)
+    with pytest.raises(DTypeError, match="seed must be an integer"):
+        tr.key(np.float64(3.0))
+    with pytest.raises(DTypeError, match="seed must be an integer"):
+        tr.key(True)
     with pytest.raises(ArgumentError, match="data"):
         tr.fold_in(k, -1)
     with pytest.raises(DTypeError, match="data"):

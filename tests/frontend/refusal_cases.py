@@ -28,7 +28,7 @@ def uses_global(x):
 
 
 def uses_foreign_function(x):
-    return scipy.special.erf(x).sum()  # REFUSE: foreign
+    return scipy.special.gammaln(x).sum()  # REFUSE: foreign
 
 
 def uses_print(x):
@@ -50,7 +50,8 @@ def uses_attribute_store(x):
 
 def uses_del(x):
     y = x * 2
-    del y  # REFUSE: del
+    if x.sum() > 0:
+        del y  # REFUSE: del
     return x.sum()
 
 

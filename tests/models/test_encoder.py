@@ -97,3 +97,56 @@ def test_bert_prefix_and_head_keys_are_accepted(tiny_bert, tmp_path):
     shutil.copy(f"{folder}/config.json", tmp_path)
     ids = [[2, 5, 9, 3]]
     np.testing.assert_array_equal(tm.load(str(tmp_path)).embed(ids), tm.load(folder).embed(ids))
+
+
+def _tiny_bert_states(tmp_path, hidden_act):
+    """transformers' and tlaloc's last hidden states for a tiny BERT with ``hidden_act``."""
+    import torch
+    import transformers
+    config = transformers.BertConfig(vocab_size=120, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                                     num_attention_heads=4, max_position_embeddings=64, initializer_range=0.2,
+                                     hidden_act=hidden_act)
+    config._attn_implementation = "eager"
+    torch.manual_seed(1)
+    hf = transformers.BertModel(config).eval()
+    hf.save_pretrained(tmp_path)
+    ids = np.array([[2, 5, 9, 11, 40, 3]])
+    mask = np.ones_like(ids)
+    with torch.no_grad(), torch_threads(1):
+        ref = hf(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
+    model = tm.load(str(tmp_path))
+    return tm.encoder_forward(model.config, model.weights, ids, mask), ref, model
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new", "gelu_pytorch_tanh"])
+def test_tiny_bert_hidden_act_follows_config(tmp_path, hidden_act):
+    """``hidden_act`` picks the exact (erf) or the tanh GELU, as transformers does."""
+    ours, ref, model = _tiny_bert_states(tmp_path, hidden_act)
+    assert model.config.hidden_act == hidden_act
+    np.testing.assert_allclose(ours, ref, atol=5e-5)
+
+
+def test_tiny_bert_wrong_gelu_is_detected(tmp_path):
+    """Negative control: the tanh GELU where the config says exact misses the 5e-5 tolerance."""
+    from tlaloc.models import layers
+    ours, ref, model = _tiny_bert_states(tmp_path, "gelu")
+    saved = layers.ACTIVATIONS["gelu"]
+    layers.ACTIVATIONS["gelu"] = layers.gelu_tanh
+    try:
+        wrong = tm.encoder_forward(model.config, model.weights, np.array([[2, 5, 9, 11, 40, 3]]), np.ones((1, 6), int))
+    finally:
+        layers.ACTIVATIONS["gelu"] = saved
+    assert np.abs(wrong - ref).max() > 5e-5
+
+
+def test_unsupported_hidden_act_is_refused(tiny_bert, tmp_path):
+    import json
+    import shutil
+    from tlaloc.models.errors import UnsupportedModelError
+    _, folder = tiny_bert
+    shutil.copytree(folder, tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["hidden_act"] = "relu"
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UnsupportedModelError, match="hidden_act='relu'.*supported: gelu, gelu_new"):
+        tm.load(str(tmp_path / "m"))

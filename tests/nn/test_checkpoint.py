@@ -174,3 +174,33 @@ def test_colliding_paths_are_refused(tmp_path):
         save_checkpoint(tmp_path / "c.safetensors", {1: np.zeros(2), "1": np.ones(2)})
     with pytest.raises(ArgumentError, match="step must be an int"):
         save_checkpoint(tmp_path / "c.safetensors", {"w": np.zeros(2)}, step=2.7)
+
+
+def test_bfloat16_round_trip_is_bit_exact(tmp_path):
+    """Regression: a model holding bfloat16 arrays saved but did not load (safetensors.numpy has no BF16)."""
+    import ml_dtypes
+    bf16 = ml_dtypes.bfloat16
+    model = nn.astype(nn.MLP((5, 7, 3), key=3), bf16)
+    opt = optim.AdamW(lr=1e-3)
+    state = opt.init(model)
+    extra = {"w": (np.arange(6).reshape(2, 3) * -0.37).astype(bf16), "n": np.arange(3, dtype=np.int32)}
+    path = tmp_path / "bf16.safetensors"
+    tl.save_checkpoint(path, (model, extra), state, step=4)
+    (m2, e2), s2, step = tl.load_checkpoint(path, ((model, extra), state))
+    assert step == 4
+    from tlaloc._pytree import leaves
+    for a, b in zip(leaves((model, extra, state)), leaves((m2, e2, s2))):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert a.tobytes() == b.tobytes()
+    assert m2.layers[0].weight.dtype == bf16
+
+
+def test_bfloat16_file_against_float32_like_is_refused(tmp_path):
+    """Control: the dtype is checked, not converted."""
+    import ml_dtypes
+    model = nn.Linear(3, 2, key=0)
+    path = tmp_path / "bf16.safetensors"
+    tl.save_checkpoint(path, nn.astype(model, ml_dtypes.bfloat16))
+    with pytest.raises(ArgumentError, match="file has bfloat16.*like has float32"):
+        tl.load_checkpoint(path, model)

@@ -85,6 +85,8 @@ CASES = [
          _pool(torch.nn.AvgPool2d, kernel_size=3, stride=2, padding=1), _x(2, 2, 7, 5)),
     Case("flatten", lambda dt, r: nn.Flatten(), _pool(torch.nn.Flatten), _x(2, 3, 4, 5), modes=("capture",)),
     Case("mlp_gelu", lambda dt, r: nn.MLP((5, 8, 7, 3), activation=nn.gelu, dtype=dt, key=6),
+         lambda o: TorchMLP(o, torch.nn.functional.gelu), _x(4, 5)),
+    Case("mlp_gelu_tanh", lambda dt, r: nn.MLP((5, 8, 7, 3), activation=nn.gelu_tanh, dtype=dt, key=6),
          lambda o: TorchMLP(o, gelu_tanh), _x(4, 5)),
     Case("mlp_relu", lambda dt, r: nn.MLP((5, 8, 3), dtype=dt, key=7),
          lambda o: TorchMLP(o, torch.relu), _x(4, 5)),
@@ -191,9 +193,20 @@ def test_attention_matches_torch_multiheadattention(causal):
 
 # -- activations and losses ---------------------------------------------------------------------------
 
+def _gelu_none(x):
+    return nn.gelu(x, approximate="none")
+
+
+def _gelu_tanh_kw(x):
+    return nn.gelu(x, approximate="tanh")
+
+
 ACTIVATIONS = [
     ("relu", nn.relu, torch.relu),
-    ("gelu_tanh", nn.gelu, gelu_tanh),
+    ("gelu", nn.gelu, torch.nn.functional.gelu),
+    ("gelu_none", _gelu_none, torch.nn.functional.gelu),
+    ("gelu_tanh", nn.gelu_tanh, gelu_tanh),
+    ("gelu_tanh_kw", _gelu_tanh_kw, gelu_tanh),
     ("silu", nn.silu, torch.nn.functional.silu),
     ("sigmoid", nn.sigmoid, torch.sigmoid),
     ("tanh", nn.tanh, torch.tanh),
@@ -253,9 +266,10 @@ def test_control_perturbed_weight_is_detected():
 
 
 def test_control_gelu_exact_differs_from_tanh():
-    """PyTorch's default (erf) GELU differs from the tanh form by more than the tolerance."""
+    """PyTorch's default (erf) GELU differs from the tanh form by more than the tolerance, both ways."""
     x = np.linspace(-4, 4, 101)
-    assert rel_err(nn.gelu(x), torch.nn.functional.gelu(t(x))) > 10 * RTOL
+    assert rel_err(nn.gelu_tanh(x), torch.nn.functional.gelu(t(x))) > 10 * RTOL
+    assert rel_err(nn.gelu(x), gelu_tanh(t(x))) > 10 * RTOL
 
 
 def test_control_wrong_kv_head_mapping_is_detected():

@@ -80,6 +80,12 @@ def test_export_triton_command(tmp_path):
     assert "decoupled: true" in (tmp_path / "repo" / "fake-tiny" / "config.pbtxt").read_text()
     result = RUNNER.invoke(cli.app, ["export-triton", str(tmp_path), str(tmp_path / "repo")])
     assert result.exit_code == 2 and "not a tlaloc artifact" in result.output
+    result = RUNNER.invoke(cli.app, ["export-triton", artifact, str(tmp_path / "repo8"), "--text-tensors", "utf8"])
+    assert result.exit_code == 0, result.output
+    config = (tmp_path / "repo8" / "fake-tiny" / "config.pbtxt").read_text()
+    assert "TYPE_UINT8" in config and "TYPE_STRING" not in config
+    result = RUNNER.invoke(cli.app, ["export-triton", artifact, str(tmp_path / "repo9"), "--text-tensors", "bytes"])
+    assert result.exit_code == 2 and "--text-tensors" in result.output
 
 
 def test_export_passes_the_issue_flags(monkeypatch, tmp_path):
@@ -91,8 +97,9 @@ def test_export_passes_the_issue_flags(monkeypatch, tmp_path):
 
     monkeypatch.setattr(export, "export", lambda model, out, **kw: calls.append((model, out, kw)) or Summary())
     result = RUNNER.invoke(cli.app, ["export", "model.gguf", "out", "--batch", "1,2", "--context", "64",
-                                     "--block-size", "32", "--dtype", "bf16", "--weights", "int8"])
+                                     "--block-size", "32", "--dtype", "bf16", "--weights", "int8", "--score"])
     assert result.exit_code == 0, result.output
     assert calls == [("model.gguf", "out", {"batch": "1,2", "context": "64", "block_size": 32, "dtype": "bf16",
-                                            "weights": "int8", "name": None, "overwrite": False})]
+                                            "weights": "int8", "name": None, "overwrite": False,
+                                            "score": True})]
     assert "4 programs" in result.output

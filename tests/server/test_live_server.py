@@ -138,7 +138,7 @@ def test_openai_client_against_the_server(live):
 
 
 def test_load_64_clients_some_malformed_some_hanging_up(live):
-    """64 concurrent clients, 10% malformed and 10% disconnecting mid-stream; bounded to 30 s."""
+    """64 concurrent clients, 10% malformed and 10% disconnecting mid-stream; bounded to 60 s."""
     engine = FakeEngine(max_batch=16, step_latency_s=0.002, kv_pages_total=4096)
     engine.eos_token_ids = ()
     server = live(engine)
@@ -159,14 +159,14 @@ def test_load_64_clients_some_malformed_some_hanging_up(live):
             return ("done", r.status_code, last)
 
     async def run():
-        async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=64)) as client:
+        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as client:
             return await asyncio.gather(*(client_task(client, i) for i in range(64)))
 
-    results = asyncio.run(asyncio.wait_for(run(), 30))
+    results = asyncio.run(asyncio.wait_for(run(), 60))     # the issue's bound; ~2 s on an idle machine
     kinds = [r[0] for r in results]
     assert kinds.count("malformed") == 7 and kinds.count("gone") == 6
     assert all(r[1] == 400 for r in results if r[0] == "malformed")
     assert all(r[1:] == (200, "data: [DONE]") for r in results if r[0] == "done")
     wait_for(lambda: httpx.get(f"{server.url}/health", timeout=5).json()["kv_pages_used"] == 0,
-             what="every page to be freed")
+             timeout=30, what="every page to be freed")
     assert len(engine.cancelled) == 6

@@ -1,8 +1,12 @@
-"""``tlaloc export-triton``: the repository's files, and model.py run against a Triton stub.
+"""``tlaloc export-triton``: the repository's files, model.py against a Triton stub, and a real Triton.
 
-A real Triton (the ``tritonserver`` bundled in nvidia-pytriton) is opt-in: see
-``test_real_triton_round_trip``.
+The real Triton is the ``tritonserver`` bundled in nvidia-pytriton 0.7.0, which `make venv`
+installs with ``pip install --no-deps --target .venv/pytriton`` (it pins numpy<2, so it cannot
+share tlaloc's environment; only its server, backends and stubs are used).
+``TLALOC_PYTRITON_DIR`` names another such folder. The test skips, saying why, when the
+folder, ``tritonclient`` or a stub for this Python is missing, or the server does not start.
 """
+import contextlib
 import importlib.util
 import json
 import os
@@ -21,6 +25,7 @@ from tlaloc.serving.triton_repo import config_pbtxt, write_repository
 from . import triton_stub
 from .conftest import wait_for
 from .fake_engine import FakeEngine, write_fake_artifact
+from .test_real_engine import _require_runtime, write_tiny_llama
 
 FACTORY = f"{__package__}.fake_engine:load_fake"
 
@@ -82,6 +87,29 @@ def test_repository_layout_and_config(artifacts, tmp_path):
     assert config["output"][0]["data_type"] == "TYPE_FP32"
 
 
+def _config(model_dir):
+    with open(os.path.join(model_dir, "config.pbtxt")) as f:
+        return triton_stub.parse_pbtxt(f.read())
+
+
+def test_utf8_text_tensors_config(artifacts, tmp_path):
+    decoder, encoder = artifacts
+    plain = write_repository(decoder, tmp_path / "repo", text_tensors="utf8")
+    config = _config(plain)
+    assert config["input"][0] == {"name": "text_input", "data_type": "TYPE_UINT8", "dims": [-1],
+                                  "allow_ragged_batch": True}
+    assert [(o["name"], o["data_type"]) for o in config["output"]] == [
+        ("text_output", "TYPE_UINT8"), ("token_ids", "TYPE_INT32"), ("finish_reason", "TYPE_UINT8")]
+    stream = write_repository(decoder, tmp_path / "repo", model_name="s", streaming=True, text_tensors="utf8")
+    config = _config(stream)
+    assert config["input"][0] == {"name": "text_input", "data_type": "TYPE_UINT8", "dims": [-1]}
+    embed = write_repository(encoder, tmp_path / "repo", text_tensors="utf8")
+    config = _config(embed)
+    assert config["input"][0]["data_type"] == "TYPE_UINT8"
+    with pytest.raises(ValueError, match="text_tensors"):
+        write_repository(decoder, tmp_path / "repo", text_tensors="bytes")
+
+
 def test_refusals(artifacts, tmp_path):
     decoder, encoder = artifacts
     with pytest.raises(ValueError, match="not a tlaloc artifact"):
@@ -111,6 +139,40 @@ def test_plain_model_batches_requests(artifacts, tmp_path, monkeypatch):
     assert responses[1].output("token_ids")[0].tolist() == second
     assert responses[2].has_error() and "exceeds" in responses[2].error().message()
     assert engine.stats()["running"] == 0 and engine.stats()["kv_pages_used"] == 0
+
+
+def _utf8(text, width=None):
+    data = np.frombuffer(text.encode(), dtype=np.uint8)
+    return np.pad(data, (0, (width or data.size) - data.size)).reshape(1, -1)     # (1, n_bytes)
+
+
+def test_utf8_model_reads_and_writes_bytes(artifacts, tmp_path, monkeypatch):
+    """The TYPE_UINT8 text model works on a stub whose as_numpy is broken (only DLPack is used)."""
+    monkeypatch.setattr(triton_stub.Tensor, "numpy1_stub", True)
+    model = load_model(write_repository(artifacts[0], tmp_path / "repo", engine_factory=FACTORY,
+                                        text_tensors="utf8"), monkeypatch)
+    engine = model.engine
+    responses = model.execute([triton_stub.Request(text_input=_utf8("héllo"),
+                                                   max_tokens=np.array([[9]], dtype=np.int32))])
+    ids = engine.expected_ids(engine.tokenizer.encode("héllo").ids, 9)
+    out = responses[0].output("text_output")
+    assert out.dtype == np.uint8 and out.shape[0] == 1
+    assert bytes(out.reshape(-1)).decode() == engine.tokenizer.decode(ids)
+    assert responses[0].output("token_ids").tolist() == [ids]
+    assert bytes(responses[0].output("finish_reason").reshape(-1)) in (b"stop", b"length")
+
+    model = load_model(write_repository(artifacts[1], tmp_path / "repo", engine_factory=FACTORY,
+                                        text_tensors="utf8"), monkeypatch)
+    rows = np.concatenate([_utf8("a", 3), _utf8("bcd")])                     # NUL-padded rows
+    responses = model.execute([triton_stub.Request(text_input=rows)])
+    np.testing.assert_array_equal(responses[0].output("embedding"), FakeEngine(kind="encoder").embed(["a", "bcd"]))
+
+
+def test_string_model_refused_on_a_numpy1_stub(artifacts, tmp_path, monkeypatch):
+    monkeypatch.setattr(triton_stub.Tensor, "numpy1_stub", True)
+    model_dir = write_repository(artifacts[0], tmp_path / "repo", engine_factory=FACTORY)
+    with pytest.raises(RuntimeError, match=r"pybind11 < 2\.12.*text_tensors='utf8'"):
+        load_model(model_dir, monkeypatch)
 
 
 def test_decoupled_model_streams_and_cancels(artifacts, tmp_path, monkeypatch):
@@ -153,73 +215,173 @@ def test_encoder_model_embeds_a_batch_in_one_call(artifacts, tmp_path, monkeypat
     assert model.engine.embed_calls == [3]
 
 
+PYTRITON = "nvidia-pytriton==0.7.0"
+START_TIMEOUT_S = 300
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def test_real_triton_round_trip(artifacts, tmp_path):
-    """Opt-in: TLALOC_PYTRITON_DIR=<folder of `pip install --no-deps --target DIR nvidia-pytriton==0.7.0`>.
-
-    nvidia-pytriton requires numpy<2 and so cannot live in tlaloc's environment; only its
-    bundled ``tritonserver`` and Python backend are used, from that folder.
-    """
-    import httpx
-    root = os.environ.get("TLALOC_PYTRITON_DIR")
-    if not root:
-        pytest.skip("real Triton is opt-in: set TLALOC_PYTRITON_DIR to a folder made with "
-                    "`pip install --no-deps --target DIR nvidia-pytriton==0.7.0` (it pins numpy<2, so it "
-                    "cannot share tlaloc's environment)")
+@pytest.fixture(scope="module")
+def pytriton():
+    """(pytriton folder, its tritonserver folder, the stub for this Python); skips naming what is missing."""
+    pytest.importorskip("tritonclient.http", reason="tritonclient is not installed (`make venv` installs "
+                        "tritonclient==2.73.0 with --no-deps)")
+    root = os.environ.get("TLALOC_PYTRITON_DIR") or os.path.join(sys.prefix, "pytriton")
     server_dir = os.path.join(root, "pytriton", "tritonserver")
+    if not os.path.isfile(os.path.join(server_dir, "bin", "tritonserver")):
+        pytest.skip(f"no tritonserver in {root}: `make venv` installs it with `pip install --no-deps --target "
+                    f"{os.path.join(sys.prefix, 'pytriton')} {PYTRITON}` (pip could not, or it was not run); "
+                    f"TLALOC_PYTRITON_DIR names another such folder")
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     stub = os.path.join(server_dir, "python_backend_stubs", version, "triton_python_backend_stub")
     if not os.path.isfile(stub):
-        pytest.skip(f"{root} has no Triton Python-backend stub for Python {version}")
-    backends = tmp_path / "backends"
+        pytest.skip(f"{PYTRITON} in {root} has no Triton Python-backend stub for Python {version}")
+    return root, server_dir, stub
+
+
+def _log_tail(path, lines=25):
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
+
+
+@contextlib.contextmanager
+def _tritonserver(pytriton, repo, work, cache_dir):
+    """Run tritonserver on ``repo`` (CPU, HTTP only); yield (tritonclient, log path); always stop it."""
+    import tritonclient.http as httpclient
+    root, server_dir, stub = pytriton
+    backends = work / "backends"
     shutil.copytree(os.path.join(server_dir, "backends"), backends)
     shutil.copy(stub, backends / "python" / "triton_python_backend_stub")
-    repo = tmp_path / "repo"
-    model_dir = write_repository(artifacts[0], repo, engine_factory="fake_engine:load_fake")
-    shutil.copy(os.path.join(os.path.dirname(__file__), "fake_engine.py"), os.path.join(model_dir, "1"))
     port = _free_port()
-    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(
-        [sysconfig.get_config_var("LIBDIR"), os.path.join(root, "nvidia_pytriton.libs")]))
-    log = open(tmp_path / "triton.log", "w")
-    process = subprocess.Popen([os.path.join(server_dir, "bin", "tritonserver"), f"--model-repository={repo}",
-                                f"--backend-directory={backends}", "--http-address=127.0.0.1",
-                                f"--http-port={port}", "--allow-grpc=false", "--allow-metrics=false"],
-                               stdout=log, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ,
+               LD_LIBRARY_PATH=os.pathsep.join([sysconfig.get_config_var("LIBDIR"),
+                                                os.path.join(root, "nvidia_pytriton.libs")]),
+               PYTHONPATH=sysconfig.get_paths()["purelib"],      # the stub's numpy is this environment's
+               TLALOC_SERVING_CACHE=str(cache_dir))
+    log_path = work / "triton.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen([os.path.join(server_dir, "bin", "tritonserver"), f"--model-repository={repo}",
+                                    f"--backend-directory={backends}", "--http-address=127.0.0.1",
+                                    f"--http-port={port}", "--allow-grpc=false", "--allow-metrics=false",
+                                    "--exit-on-error=false", "--strict-readiness=false"],
+                                   stdout=log, stderr=subprocess.STDOUT, env=env)
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", concurrency=4, network_timeout=120)
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:                  # the HTTP endpoint opens once every model has loaded or failed
             if process.poll() is not None:
-                pytest.skip(f"tritonserver exited with {process.returncode}; see {tmp_path / 'triton.log'}")
-            try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=1).status_code == 200:
+                pytest.skip(f"tritonserver exited with {process.returncode} before serving:\n{_log_tail(log_path)}")
+            with contextlib.suppress(Exception):
+                if client.is_server_live():
                     break
-            except httpx.HTTPError:
-                pass
             if time.monotonic() > deadline:
-                pytest.skip("tritonserver did not become ready within 60 s")
+                pytest.skip(f"tritonserver did not serve within {START_TIMEOUT_S} s:\n{_log_tail(log_path)}")
             time.sleep(0.5)
-        body = {"inputs": [{"name": "text_input", "shape": [1, 1], "datatype": "BYTES", "data": ["hello"]},
-                           {"name": "max_tokens", "shape": [1, 1], "datatype": "INT32", "data": [12]}]}
-        r = httpx.post(f"{url}/v2/models/fake-tiny/infer", json=body, timeout=30)
-        if r.status_code != 200 and ("not healthy" in r.text or "shape does not match" in r.text):
-            pytest.skip("Triton's Python-backend stub from nvidia-pytriton 0.7.0 is built for NumPy 1.x and "
-                        f"mis-reads tensors under NumPy {np.__version__} (tlaloc's pin): {r.text[:200]}")
-        assert r.status_code == 200, r.text
-        outputs = {o["name"]: o["data"] for o in r.json()["outputs"]}
-        engine = FakeEngine()
-        ids = engine.expected_ids(engine.tokenizer.encode("hello").ids, 12)
-        assert outputs["token_ids"] == ids and outputs["text_output"] == [engine.tokenizer.decode(ids)]
+        yield client, log_path
     finally:
+        client.close()
         process.terminate()
         try:
-            process.wait(20)
+            process.wait(30)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait(5)
-        log.close()
+            process.wait(10)
+
+
+def _require_ready(client, log_path, name):
+    """Fail when our model.py did not load (its traceback names model.py); skip for other reasons."""
+    if client.is_model_ready(name):
+        return
+    reason = next((m.get("reason", "") for m in client.get_model_repository_index() if m["name"] == name), "")
+    if "model.py" in reason or "tlaloc" in reason:
+        pytest.fail(f"Triton could not load {name}: {reason}")
+    pytest.skip(f"Triton could not load {name} on this machine: {reason or _log_tail(log_path)}")
+
+
+def _infer(client, model, text, max_tokens, *, utf8=True):
+    from tritonclient.http import InferInput
+    if utf8:
+        data, dtype = np.frombuffer(text.encode(), dtype=np.uint8).reshape(1, -1), "UINT8"
+    else:
+        data, dtype = np.array([[text.encode()]], dtype=object), "BYTES"
+    text_input = InferInput("text_input", list(data.shape), dtype)
+    text_input.set_data_from_numpy(data)
+    tokens = InferInput("max_tokens", [1, 1], "INT32")
+    tokens.set_data_from_numpy(np.array([[max_tokens]], dtype=np.int32))
+    return client.async_infer(model, [text_input, tokens])
+
+
+def _decoded(result, name, utf8=True):
+    out = result.as_numpy(name)
+    return bytes(out.reshape(-1)).decode() if utf8 else out.reshape(-1)[0].decode()
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    """A tiny exported Llama and an Engine over it (compiled into a cache the server reuses)."""
+    export, Engine = _require_runtime()
+    folder = tmp_path_factory.mktemp("tiny-llama-triton")
+    write_tiny_llama(folder)
+    artifact = tmp_path_factory.mktemp("art-triton") / "tiny"
+    export(str(folder), str(artifact), batch=(1, 4), context=(64,), block_size=16, progress=False)
+    cache = tmp_path_factory.mktemp("triton-xla-cache")
+    return artifact, Engine(str(artifact), fast_compile=True, cache_dir=str(cache)), cache
+
+
+def test_real_triton_round_trip(pytriton, artifacts, tiny_llama, tmp_path, record_property):
+    """tritonserver on CPU serves the fake engine and a real tiny Llama; tritonclient asks both.
+
+    The real model's token ids equal ``Engine.generate`` greedy, for two prompts sent at once
+    (the dynamic batcher may hand them to ``execute`` together). The TYPE_STRING model either
+    round-trips too (a stub that handles NumPy 2) or is refused at load with the reason.
+    """
+    artifact, engine, cache = tiny_llama
+    repo = tmp_path / "repo"
+    fake_dir = write_repository(artifacts[0], repo, engine_factory="fake_engine:load_fake", text_tensors="utf8")
+    string_dir = write_repository(artifacts[0], repo, model_name="fake-string",
+                                  engine_factory="fake_engine:load_fake")
+    for model_dir in (fake_dir, string_dir):
+        shutil.copy(os.path.join(os.path.dirname(__file__), "fake_engine.py"), os.path.join(model_dir, "1"))
+    real_dir = write_repository(str(artifact), repo, model_name="tiny-llama", engine_factory="fast_engine:load",
+                                text_tensors="utf8")
+    with open(os.path.join(real_dir, "1", "fast_engine.py"), "w") as f:   # fast_compile, the test's cache
+        f.write("from tlaloc.serving import Engine\n\n\ndef load(artifact):\n"
+                "    return Engine(artifact, fast_compile=True)\n")
+    started = time.monotonic()
+    with _tritonserver(pytriton, repo, tmp_path, cache) as (client, log_path):
+        record_property("triton_start_s", round(time.monotonic() - started, 1))
+        for name in ("fake-tiny", "tiny-llama"):
+            _require_ready(client, log_path, name)
+
+        fake = FakeEngine()
+        ids = fake.expected_ids(fake.tokenizer.encode("hello").ids, 12)
+        result = _infer(client, "fake-tiny", "hello", 12).get_result()
+        assert result.as_numpy("token_ids").tolist() == [ids]
+        assert _decoded(result, "text_output") == fake.tokenizer.decode(ids)
+
+        prompts = ["The capital of France is", "héllo wörld"]
+        asked = time.monotonic()
+        pending = [_infer(client, "tiny-llama", p, 12) for p in prompts]
+        results = [p.get_result() for p in pending]
+        record_property("triton_two_requests_s", round(time.monotonic() - asked, 2))
+        prompt_ids = [engine.tokenizer.encode(p).ids for p in prompts]
+        want = engine.generate(prompt_ids, max_new_tokens=12, temperature=0.0)
+        for result, expected in zip(results, want):
+            assert result.as_numpy("token_ids").reshape(-1).tolist() == list(expected.token_ids)
+            assert _decoded(result, "text_output") == engine.tokenizer.decode(list(expected.token_ids),
+                                                                              skip_special_tokens=True)
+            assert _decoded(result, "finish_reason") in ("stop", "length")
+        assert len(set(tuple(r.as_numpy("token_ids").reshape(-1)) for r in results)) == 2
+
+        if client.is_model_ready("fake-string"):
+            result = _infer(client, "fake-string", "hello", 12, utf8=False).get_result()
+            assert result.as_numpy("token_ids").tolist() == [ids]
+            assert _decoded(result, "text_output", utf8=False) == fake.tokenizer.decode(ids)
+        else:
+            reason = next(m.get("reason", "") for m in client.get_model_repository_index()
+                          if m["name"] == "fake-string")
+            assert "pybind11 < 2.12" in reason and "text_tensors='utf8'" in reason, reason

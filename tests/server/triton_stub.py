@@ -16,13 +16,30 @@ TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 
 
 class Tensor:
+    """``pb_utils.Tensor``; ``numpy1_stub=True`` mimics a stub built with pybind11 < 2.12 under
+    NumPy 2, whose ``as_numpy`` repeats the first element (it reads every item size as 0)."""
+
+    numpy1_stub = False
+
     def __init__(self, name, array):
         self._name, self._array = name, np.asarray(array)
+
+    @classmethod
+    def from_dlpack(cls, name, array):
+        return cls(name, np.from_dlpack(array))
+
+    def __dlpack__(self, stream=None):
+        return self._array.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
 
     def name(self):
         return self._name
 
     def as_numpy(self):
+        if self.numpy1_stub and self._array.size:
+            return np.full_like(self._array, self._array.reshape(-1)[0])
         return self._array
 
 
@@ -48,7 +65,8 @@ class InferenceResponse:
         return self._error
 
     def output(self, name):
-        return next(t.as_numpy() for t in self._outputs if t.name() == name)
+        """What Triton sends for output ``name`` (the tensor's memory, not ``as_numpy``)."""
+        return next(t._array for t in self._outputs if t.name() == name)
 
 
 class Sender:

@@ -115,6 +115,9 @@ case("concatenate", {"axis": 1}, f(3, 2), f(3, 4))
 case("concatenate", {"axis": -1}, f(2), f(3), f(1), tag="three")
 case("split_like", {"axis": 1}, f(3, 6), f(3, 2), f(3, 4))
 case("pad", {"pad_width": ((1, 0), (0, 2)), "constant": 0.5}, f(3, 4))
+case("pad", {"pad_width": ((2, 1),), "constant": 0.5}, f(3, 4), tag="every_axis")
+case("check_labels", {"ignore_index": -100, "who": "cross_entropy"}, ints(4, 3, 5), lambda rng: np.int64(4))
+case("check_cotangent", {"name": "f", "index": 0}, f(3, 4), f(3, 4))
 case("flip", {"axes": None}, f(3, 4))
 case("flip", {"axes": (1,)}, f(3, 4), tag="axis")
 case("slice", {"start_indices": (0, 1), "limit_indices": (3, 4), "strides": (2, 1)}, f(3, 4))
@@ -197,6 +200,6 @@ case("threefry2x32", {}, KEY, u32(3), u32(3))
 case("random_uniform", {"shape": (3,), "dtype": np.dtype(np.float64)}, KEY, f(3, lo=-2, hi=-1), f(3, lo=1, hi=2))
 
 # Operands that must stay the same for every example: batching them is refused by name.
-UNBATCHABLE = {"threefry2x32": {0}, "random_uniform": {0}, "getitem-bound": {1}}
+UNBATCHABLE = {"threefry2x32": {0}, "random_uniform": {0}, "getitem-bound": {1}, "check_labels": {1}}
 # Rules whose result matches a single example only up to rounding.
 LOOSE = {"random_uniform": 1e-15}

@@ -13,6 +13,7 @@ import numpy as np
 from .. import _pytree
 from .._core.builder import Builder
 from .._core.passes import dce, split
+from .._core.simplify import simplify
 from .._frontend.lower import LoweredFunction
 from .._prims.misc import grad_seed_p
 from ..errors import ArgumentError, GradientError
@@ -99,7 +100,7 @@ class _ReverseTransform(Transformed):
                 grads.append(g)
             results = (list(outs) if (self.with_value or self.has_aux) else []) + grads
             g = b.finish(results, self.name)
-        g = dce(g)
+        g = simplify(dce(g))
         arg_names = [v.hint for v in graph.inputs]
         self._out_layout = (out_leaves, len(grads))
         as_lowered = LoweredFunction(g, lowered.fn, lowered.arg_names, lowered.arg_trees,
@@ -141,6 +142,10 @@ class _ReverseTransform(Transformed):
         n_out, n_grads = self._out_layout
         value_leaves = outs[:n_out] if (self.with_value or self.has_aux) else []
         grad_leaves = outs[len(value_leaves):]
+        if entry.get("grads_are_leaves") is None:
+            entry["grads_are_leaves"] = all(lowered.arg_trees[a] == _LEAF for a in self.argnums)
+        if entry["grads_are_leaves"] and not (self.with_value or self.has_aux):
+            return grad_leaves[0] if self.single else tuple(grad_leaves)
         ranges = entry["ranges"]
         grads, k = [], 0
         for a in self.argnums:

@@ -185,6 +185,13 @@ def _split_like(args, dims, *, axis):
 
 def _pad(args, dims, *, pad_width, constant):
     x = to_front(args[0], dims[0])
+    if len(pad_width) == 1:                              # one pair for every (unbatched) axis
+        rank = x.aval.rank
+        if rank is None:
+            from ..errors import ShapeError
+            raise ShapeError("vmap of pad with one (before, after) pair for every axis needs the operand's "
+                             "rank; give one pair per axis, or annotate the argument's shape")
+        pad_width = tuple(pad_width) * (rank - 1)
     return _sh.pad(x, ((0, 0),) + tuple(pad_width), constant), 0
 
 

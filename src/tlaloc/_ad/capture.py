@@ -90,8 +90,8 @@ class Step(_ReverseTransform):
 
     def _compiled(self, entry, trees, avals):
         """The bucket's XLA executable, or None when the step holds a primitive that
-        is not compiled (e.g. random sampling): it then runs as Python, and the reason
-        is logged once (``TLALOC_LOG_COMPILES=1``)."""
+        is not compiled (e.g. a run-time-sized ``arange``): it then runs as Python, and
+        the reason is logged once, as a warning. Random sampling compiles."""
         if "xla" in entry:
             return entry["xla"]
         from ..errors import NoRuleError

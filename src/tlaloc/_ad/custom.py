@@ -52,6 +52,7 @@ from .._core.primitive import Primitive
 from .._frontend.lower import LoweredFunction, lower_function
 from .._frontend.source import read_source
 from .._prims.broadcasting import broadcast_like, zeros_like
+from .._prims.checks import check_cotangent
 from ..errors import NoRuleError
 from .reverse import forward_sweep
 
@@ -134,6 +135,8 @@ def _call_reverse(node, ins):
             bars = inline(p["bwd"], bwd_ins)
         it = iter(bars)
         bars = [next(it) if m else None for m in p["bwd_mask"]]
+        bars = [b if b is None or not _is_float(a) else check_cotangent(b, a, p["name"], k)   # at run time
+                for k, (b, a) in enumerate(zip(bars, args))]
         bars = [b if type(b) is Value or (b is not None and np.any(np.asarray(b) != 0)) else None
                 for b in bars]
         return bars + [None] * (n_in - n_args)

@@ -16,6 +16,7 @@ import numpy as np
 from .. import _pytree
 from .._core.verifier import verify
 from .._frontend.lower import LoweredFunction, lower_function
+from .._frontend import typing_hooks
 from .._frontend.structure import StructureNeeded
 from .._render.python import render_module
 from ..errors import ArgumentError, FenceError, TlalocError
@@ -89,7 +90,11 @@ class Transformed:
         exec(compile(source, code_name, "exec"), namespace)
         entry = {"source": source, "fn": namespace[functions[0][1]], "namespace": namespace,
                  "lowered": lowered, "graphs": functions, "as_lowered": as_lowered,
-                 "ranges": _leaf_ranges(lowered)}
+                 "ranges": _leaf_ranges(lowered), "n_args": len(lowered.arg_trees),
+                 "leaf_trees": [_LEAF] * len(lowered.arg_trees),
+                 "closure_getters": tuple(lowered.closure_getters),
+                 # read when the derivative is built, not per call (a debug flag; tests/conftest.py sets it)
+                 "check_render": bool(os.environ.get("TLALOC_CHECK_RENDER"))}
         self._entries[key] = entry
         _dump(self.name, source)
         return entry
@@ -100,10 +105,9 @@ class Transformed:
             raise ArgumentError(f"{self.name}: pass arguments positionally (got keywords "
                                 f"{', '.join(sorted(kwargs))}); parameters with defaults may be left out")
         base = self._entries.get((None, None))
-        if (base is not None and len(args) == len(base["lowered"].arg_trees)
+        if (base is not None and len(args) == base["n_args"]
                 and all(type(a) is np.ndarray for a in args)):          # fast path: plain arrays
-            flat, trees = list(args), [_LEAF] * len(args)
-            entry = base
+            entry, trees, flat = base, base["leaf_trees"], args
         else:
             flat, trees = [], []
             for a in args:
@@ -111,23 +115,24 @@ class Transformed:
                 flat.extend(leaves)
                 trees.append(tree)
             entry = self._entry(trees)
-        lowered = entry["lowered"]
-        if len(args) != len(lowered.arg_trees):
-            raise ArgumentError(f"{self.name}: takes {len(lowered.arg_trees)} positional arguments "
-                                f"({', '.join(lowered.arg_names[:len(lowered.arg_trees)])}), got {len(args)}")
-        from .._frontend import typing_hooks
+            lowered = entry["lowered"]
+            if len(args) != len(lowered.arg_trees):
+                raise ArgumentError(f"{self.name}: takes {len(lowered.arg_trees)} positional arguments "
+                                    f"({', '.join(lowered.arg_names[:len(lowered.arg_trees)])}), got {len(args)}")
+            flat = [_as_array(x) for x in flat]
         if typing_hooks.check_call is not None:
             typing_hooks.check_call(self.fn, args)
-        closure = [g() for g in lowered.closure_getters]
-        flat = [_as_array(x) for x in flat]
-        self.check_args(args, trees, flat, lowered, entry)
+        self.check_args(args, trees, flat, entry["lowered"], entry)
+        getters = entry["closure_getters"]
+        if getters:
+            flat = [*flat, *(g() for g in getters)]
         self._last_entry = entry
         try:
-            outs = entry["fn"](*flat, *closure)
+            outs = entry["fn"](*flat)
         except TlalocError as e:
             raise _located(e, entry) from None
-        if os.environ.get("TLALOC_CHECK_RENDER"):
-            _check_against_interpreter(entry, flat + closure, outs)
+        if entry["check_render"]:
+            _check_against_interpreter(entry, list(flat), outs)
         return self.finish(args, trees, list(outs), entry)
 
     def check_args(self, args, trees, flat, lowered, entry):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import linecache
 import os
+import weakref
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from .._core.verifier import verify
 from .._frontend.lower import LoweredFunction, lower_function
 from .._frontend.structure import StructureNeeded
 from .._render.python import render_module
-from ..errors import ArgumentError
+from ..errors import ArgumentError, TypeAnnotationError
 from . import api as _api  # noqa: F401  (reverse-mode rules, for vmap of grad)
 from . import batching_control, batching_index, batching_linalg, batching_rules  # noqa: F401  (rules)
 from .batching import batch_graph, batched, moveaxis, rank
@@ -86,6 +87,7 @@ class _VmapTransform(Transformed):
         self.__wrapped__ = fn
         self.__tlaloc_transformed__ = self
         self._eager_error = None
+        _refuse_at_definition(fn)
 
     # -- axes -----------------------------------------------------------------------------
     def _leaf_axes(self, trees, avals, names):
@@ -125,6 +127,7 @@ class _VmapTransform(Transformed):
     def _lowering(self, trees, ex_avals) -> LoweredFunction:
         key = (tuple(trees), tuple(ex_avals))
         if key not in self._lowerings:
+            self._check_examples(trees, ex_avals)
             inner = getattr(self.fn, "__tlaloc_transformed__", None)
             if inner is not None:
                 low = inner.as_lowered(list(trees), list(ex_avals))
@@ -143,6 +146,20 @@ class _VmapTransform(Transformed):
                 low = lower_function(self.fn, arg_trees=list(trees), arg_avals=avals)
             self._lowerings[key] = low
         return self._lowerings[key]
+
+    def _check_examples(self, trees, ex_avals) -> None:
+        """Per-example shapes and dtypes against ``fn``'s annotations (once per example signature)."""
+        from .._typecheck import call_checker
+        check = call_checker(self.fn)
+        if check is None:
+            return
+        leaves = iter([np.broadcast_to(np.zeros((), av.dtype), av.shape) for av in ex_avals])  # no memory
+        examples = tuple(_pytree.unflatten(t, [next(leaves) for _ in range(t.num_leaves)]) for t in trees)
+        try:
+            check(examples)
+        except TypeAnnotationError as e:
+            raise type(e)(f"{e.msg[len(e.where) + 2:] if e.where else e.msg} (per example, under {self.name}: "
+                          f"the batch axis removed)", e.filename, e.lineno, e.offset) from None
 
     def _batched(self, trees, avals, names):
         """The entry for arguments with ``trees`` and (batched) leaf ``avals``."""
@@ -252,6 +269,22 @@ class _VmapTransform(Transformed):
         raise NotImplementedError
 
 
+_REFUSED_AT_DEFINITION: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # fn -> checked
+
+
+def _refuse_at_definition(fn) -> None:
+    """Lower an annotated ``fn`` once with its annotations' types, so a dtype mix or an axis-name
+    clash is refused when ``tl.vmap`` is applied (the batched build waits for shapes)."""
+    try:
+        if fn in _REFUSED_AT_DEFINITION:
+            return
+    except TypeError:
+        return
+    from .._typecheck import lower_annotated
+    if lower_annotated(fn, lambda: lower_function(fn)) is not None:
+        _REFUSED_AT_DEFINITION[fn] = True
+
+
 def vmap(fun=None, in_axes=0, out_axes=0):
     """Vectorize ``fun`` over a batch axis, by a batching transform of its DXIR.
 
@@ -272,6 +305,9 @@ def vmap(fun=None, in_axes=0, out_axes=0):
     Raises:
       ArgumentError: at call, for batch sizes that disagree or axes out of range.
       NoRuleError: at the first call, naming a primitive without a batching rule.
+      TypeAnnotationError: at call, for examples (the batch axis removed) that do
+        not fit ``fun``'s typed-tensor annotations; with annotations, a dtype mix
+        or an axis-name clash is refused when ``vmap`` is applied, at ``file:line:col``.
 
     The batched program is built at the first call per argument structure,
     shapes and batch size, and shown by ``tl.source``. Examples never run in a

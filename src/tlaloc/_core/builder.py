@@ -92,6 +92,13 @@ class Builder:
 
     # -- nodes --------------------------------------------------------------
     def add(self, prim, args, params):
+        hook = getattr(_state, "node_hook", None)
+        if hook is not None:
+            return hook(self, prim, args, params)
+        return self.add_plain(prim, args, params)
+
+    def add_plain(self, prim, args, params):
+        """``add`` without the node hook (what a hook calls to add the node itself)."""
         ins = tuple(self.atom(a) for a in args)
         try:
             out_avals = prim.abstract_eval(*(a.aval for a in ins), **params)
@@ -119,6 +126,9 @@ class Builder:
         return vals if prim.multiple_results else vals[0]
 
     def add_node(self, node: Node) -> None:
+        hook = getattr(_state, "node_hook", None)
+        if hook is not None:
+            hook.check_node(self, node)
         self.nodes.append(node)
         for o in node.outputs:
             self.producers[o.id] = node
@@ -154,6 +164,20 @@ class Builder:
             yield
         finally:
             self.loc = old
+
+
+@contextlib.contextmanager
+def node_hook(hook):
+    """Route every ``Builder.add`` of this thread through ``hook(builder, prim, args, params)``
+    while the block runs (``tlaloc._jit.bounded`` tracks padded axes this way); the hook
+    adds nodes with ``builder.add_plain``. Nodes built elsewhere (control flow) and added
+    with ``Builder.add_node`` are shown to ``hook.check_node(builder, node)`` first."""
+    old = getattr(_state, "node_hook", None)
+    _state.node_hook = hook
+    try:
+        yield hook
+    finally:
+        _state.node_hook = old
 
 
 def _names_hook():

@@ -12,6 +12,9 @@ lower          the StableHLO lowering function (added by the emitter's tables)
 vjp            ``vjp(g, *primals, out=..., **params) -> cotangent per input``
 jvp            ``jvp(tangents, *primals, out=..., **params) -> tangent(s)``
 batch          ``batch(args, dims, **params) -> (out, out_dim)``
+eager          what ``tlaloc.numpy.lax.<name>`` calls: ``impl`` without
+               ``bind``'s checks where the operands are plain NumPy arrays
+               (same bits), else ``bind`` (see ``_prims/_eager.py``)
 =============  ==============================================================
 
 A transform that meets a primitive without its rule raises ``NoRuleError``
@@ -63,6 +66,7 @@ class Primitive:
         self.jvp: Optional[Callable] = None
         self.batch: Optional[Callable] = None
         self.lower: Optional[Callable] = None
+        self.eager: Optional[Callable] = None
         # Control flow and custom rules transform their regions themselves.
         self.reverse_rule: Optional[Callable] = None
         self.forward_rule: Optional[Callable] = None

@@ -23,7 +23,7 @@ import numpy as np
 from .. import _pytree
 from .._core.builder import Builder, Value
 from .._core.graph import Graph, Var
-from ..errors import FenceError
+from ..errors import FenceError, TypeAnnotationError
 from .control import ControlLowerer
 from .expr import ExprLowerer, binop
 from .analysis import assigned_names
@@ -62,6 +62,9 @@ class Lowerer(ExprLowerer, ControlLowerer):
         if name in self.env:
             v = self.env[name]
             if isinstance(v, Undefined):
+                if v.where.startswith("del "):
+                    raise self.src.error(node, f"`{name}` is read after `{v.where}`; remove the `del` "
+                                               f"or assign `{name}` again first")
                 raise self.src.error(node, f"`{name}` may be undefined here: it is assigned on only some "
                                            f"paths ({v.where}); assign it before the branch or loop")
             return v
@@ -158,6 +161,17 @@ class Lowerer(ExprLowerer, ControlLowerer):
     def stmt_Pass(self, node):
         pass
 
+    def stmt_Delete(self, node):
+        """``del name`` in the straight-line part of the body unbinds the name (rendered
+        derivatives free their temporaries this way, and stay differentiable source).
+        Inside a branch or loop, or on an element or attribute, it is refused."""
+        if self.b is not self.ctx.root or self.in_loop or not all(isinstance(t, ast.Name) for t in node.targets):
+            raise self.src.error(node, _refusal(node))
+        for t in node.targets:
+            if isinstance(self.env.get(t.id, Undefined(t.id, "")), Undefined):
+                raise self.src.error(t, f"`del {t.id}`: `{t.id}` is not a local name assigned before this line")
+            self.env[t.id] = Undefined(t.id, f"del {t.id}` at line {node.lineno}")
+
     def stmt_Assign(self, node):
         value = self.expr(node.value)
         for t in node.targets:
@@ -171,7 +185,19 @@ class Lowerer(ExprLowerer, ControlLowerer):
         self.assign(node.target, value)
 
     def check_annotation(self, annotation, value, node):
-        """Typed-tensor annotations on assignments (checked by the typing layer)."""
+        """Typed-tensor annotations on assignments (checked by the typing layer): a
+        constant size over a bounded axis's bound (``x: F32["seq<=512"] = ...``) is refused here."""
+        from . import typing_hooks
+        if typing_hooks.bound_violation is None:
+            return
+        try:
+            ann = eval(compile(ast.Expression(annotation), self.src.filename, "eval"),
+                       self.scope.globals, dict(self.scope.closure))
+        except Exception:
+            return                      # not a value we can read statically: nothing to check
+        msg = typing_hooks.bound_violation(ann, value, f"`{ast.unparse(node.target)}`")
+        if msg is not None:
+            raise self.src.error(node.value, msg, TypeAnnotationError)
 
     def annotate_arguments(self, fnode, env):
         """Typed-tensor annotations on parameters (checked by the typing layer)."""
@@ -356,6 +382,11 @@ class Lowerer(ExprLowerer, ControlLowerer):
         if len(self.ctx.stack) > _MAX_INLINE_DEPTH:
             raise self.src.error(node, "calls nested too deeply")
         env = bind_arguments(src, fnode, args, kwargs, defaults, node_for_errors=node, caller=self.src)
+        from . import typing_hooks
+        if typing_hooks.call_bound_violation is not None and not isinstance(fn, LocalFunction):
+            msg = typing_hooks.call_bound_violation(fn, env)
+            if msg is not None:
+                raise self.src.error(node, msg, TypeAnnotationError)
         self.ctx.stack.append(key)
         try:
             callee = Lowerer(src, scope, self.ctx, self.b, env)
@@ -452,7 +483,8 @@ def _refusal(node) -> str:
         "Try": "`try`/`except` is not supported; validate inputs outside the differentiated function",
         "Global": "`global` is not supported; pass the value as an argument",
         "Nonlocal": "`nonlocal` is not supported; return the value instead",
-        "Delete": "`del` is not supported; just stop using the name",
+        "Delete": "`del` is supported only on a plain name outside branches and loops; "
+                  "just stop using the name",
         "ClassDef": "defining a class inside a differentiated function is not supported; define it outside",
         "Import": "`import` inside a differentiated function is not supported; import at module level",
         "ImportFrom": "`import` inside a differentiated function is not supported; import at module level",

@@ -15,7 +15,11 @@ basis; see ``tlaloc._jit.transformed``).
 
 One compile per signature: argument structure, shapes and dtypes, and the
 values of ``static_argnums``; set ``TLALOC_LOG_COMPILES=1`` to log each compile
-with its reason (new shape / new dtype / new static value).
+with its reason (new shape / new dtype / new static value). A call whose
+signature was seen before takes the hit path (``tlaloc._jit.dispatch``): one walk
+over the arguments, no TreeDefs, avals or argument checks (they passed for that
+signature), and on XLA jaxlib's C++ dispatch moves NumPy arguments to the device,
+runs the program and wraps its outputs, as ``jax.jit`` does.
 
 The pipeline, and where later stages plug in:
 
@@ -34,23 +38,19 @@ import time
 
 import numpy as np
 
-from .. import _pytree
+from .. import _pytree, _typecheck
 from .. import sharding as _sharding  # noqa: F401  (makes ``tl.sharding`` reachable once ``tl.jit`` is)
 from .._core.aval import AbstractValue
 from .._core.interpreter import eval_graph
 from .._core.specialize import specialize
 from ..errors import ArgumentError
+from . import bounded, bounded_export, dispatch
 from .lowering import Source, source_for
 from .stages import Compiled, Lowered
 from .transformed import shape_dependent
 
 log = logging.getLogger("tlaloc.jit")
 _LEAF = _pytree.TreeDef("leaf")
-
-
-@functools.lru_cache(maxsize=64)
-def _leaves(n):
-    return [_LEAF] * n
 
 
 def _array_types() -> tuple:
@@ -105,7 +105,7 @@ class Jitted:
     """The callable ``tl.jit`` returns; see the module docstring."""
 
     def __init__(self, fun, backend="xla", static_argnums=(), donate_argnums=(), platform=None, mesh=None,
-                 in_shardings=None, out_shardings=None, recognize=True):
+                 in_shardings=None, out_shardings=None, recognize=True, buckets=None):
         if backend not in _BACKENDS:
             raise ArgumentError(f"jit: backend must be one of {_BACKENDS}, got {backend!r}")
         if backend == "iree":
@@ -129,7 +129,9 @@ class Jitted:
         self.recognize = recognize
         self._array_types = _iree_array_types() if backend == "iree" else _ARRAY_TYPES
         self._cache: dict = {}
-        self._fast: dict = {}           # (dtype, shape) per array argument -> (compiled, source)
+        self._hits: dict = {}           # call signature (tlaloc._jit.dispatch) -> Hit
+        self._static = frozenset(self.static_argnums)
+        dispatch.know_array_types(self._array_types)
         self._sources: dict = {}
         self._seen: list = []           # keys compiled so far, for the recompile reason
         name = getattr(fun, "__name__", "f")
@@ -137,6 +139,16 @@ class Jitted:
         self.__qualname__ = getattr(fun, "__qualname__", name)
         self.__doc__ = getattr(fun, "__doc__", None)
         self.__wrapped__ = fun
+        self._plan = bounded.plan_for(fun, buckets)       # bounded axes (F32["seq<=512"]), or None
+        if self._plan is not None and (backend != "xla" or mesh is not None):
+            raise ArgumentError(f"jit: {name} has bounded axes {list(self._plan.names)}; they compile with "
+                                f"backend='xla' and no mesh")
+        # typed-tensor annotations: checked at every new signature (not on the hit path), and the
+        # function lowered now, so what its annotations refuse is refused here, as under tl.grad
+        self._check = _typecheck.call_checker(fun)
+        if not self.static_argnums and hasattr(fun, "__code__"):
+            trees = [_LEAF] * fun.__code__.co_argcount
+            _typecheck.lower_annotated(fun, lambda: self._source((), trees, ()))
 
     # -- signature ------------------------------------------------------------------------
     def _split(self, args):
@@ -184,7 +196,12 @@ class Jitted:
 
     # -- stages ----------------------------------------------------------------------------
     def lower(self, *args) -> Lowered:
-        """Specialise and emit for ``args``; ``.as_text()``, ``.compile()``, ``.serialize()``."""
+        """Specialise and emit for ``args``; ``.as_text()``, ``.compile()``, ``.serialize()``.
+
+        With bounded axes: the program of the bucket that holds ``args`` (it takes the
+        padded arguments, then one int32 valid length per bounded axis name)."""
+        if self._plan is not None:
+            return bounded_export.lower_for(self, args)[0]
         src, key, trees, flat, leaves, avals = self._prepare(args)
         return self._lower(src, trees, avals, len(flat), key[0])
 
@@ -194,8 +211,20 @@ class Jitted:
             self.platform = "cuda" if has_platform("cuda") else "cpu"
         return self.platform
 
-    def _lower(self, src, trees, avals, n_flat, statics=()) -> Lowered:
-        graph = specialize(src.graph, avals)
+    def export(self, directory, *args) -> dict:
+        """Write one StableHLO program per bucket and ``manifest.json`` into ``directory``.
+
+        Only for functions with bounded axes; ``args`` are example arguments (any sizes
+        within the bounds: only their dtypes, ranks and unbounded sizes matter). See
+        ``tlaloc._jit.bounded_export`` for the manifest. Returns the manifest.
+        """
+        if self._plan is None:
+            raise ArgumentError(f"jit: {self.__name__} has no bounded axis (F32['seq<=512', ...]); use "
+                                f".lower(*args).serialize(path) for one program")
+        return bounded_export.export(self, directory, args)
+
+    def _lower(self, src, trees, avals, n_flat, statics=(), graph=None) -> Lowered:
+        graph = specialize(src.graph, avals) if graph is None else graph
         donate = []
         k = 0
         for pos, tree in enumerate(trees):
@@ -253,32 +282,36 @@ class Jitted:
         if kwargs:
             raise ArgumentError(f"jit: pass the arguments of {self.__name__} positionally "
                                 f"(got keywords {sorted(kwargs)})")
-        if self.backend != "interpreter" and not self.static_argnums:
-            types = self._array_types
-            try:
-                fast = tuple((a.dtype, tuple(a.shape)) for a in args if type(a) in types)
-            except AttributeError:
-                fast = None
-            if fast is not None and len(fast) == len(args):
-                hit = self._fast.get(fast)
-                if hit is not None:                 # plain arrays, seen before: no flattening
-                    compiled, src = hit
-                    closure = [g() for g in src.closure_getters]
-                    return src.finish(args, _leaves(len(args)), compiled.executable(*args, *closure))
+        if self._plan is not None:
+            return bounded.call(self, self._plan, args)
+        sig = None
+        if self.backend != "interpreter":
+            sig = dispatch.signature(args, self._static)
+            if sig is not None:
+                hit = self._hits.get(sig[0])
+                if hit is not None:                 # a signature seen before (tlaloc._jit.dispatch)
+                    out = hit(args, sig[1])
+                    if out is not dispatch.Hit.MISS:
+                        return out
+        if self._check is not None:
+            self._check(args)                       # a new signature: the arguments against the annotations
         src, key, trees, flat, leaves, avals = self._prepare(args)
         if self.backend == "interpreter":
             src.check(args, trees, leaves)
             outs = eval_graph(src.graph, *[x if isinstance(x, (bool, int, float)) else np.asarray(x)
                                            for x in leaves])
             return src.finish(args, trees, outs)
+        src.check(args, trees, leaves)                  # before compiling: bad arguments are refused by name
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._compile(key, src, trees, avals, len(flat))
-        src.check(args, trees, leaves)
-        outs = compiled.call_flat(leaves)
-        if not self.static_argnums and all(type(a) in self._array_types for a in args) and not src.closure_getters:
-            self._fast[tuple((a.dtype, tuple(a.shape)) for a in args)] = (compiled, src)
-        return src.finish(args, trees, outs)
+        if sig is not None and len(sig[1]) == len(flat) and all(a is b for a, b in zip(sig[1], flat)):
+            # later calls with this signature skip _prepare and the checks: they passed for it now
+            hit = dispatch.make_hit(src, trees, compiled, leaves, len(flat))
+            if hit is not None:
+                self._hits[sig[0]] = hit
+                return src.finish(args, trees, hit.run(leaves))
+        return src.finish(args, trees, compiled.call_flat(leaves))
 
     def _compile(self, key, src, trees, avals, n_flat) -> Compiled:
         reason = self._reason(key)
@@ -309,7 +342,7 @@ class Jitted:
 
     def clear_cache(self) -> None:
         self._cache.clear()
-        self._fast.clear()
+        self._hits.clear()
         self._seen.clear()
 
     def cache_size(self) -> int:
@@ -317,7 +350,7 @@ class Jitted:
 
 
 def jit(fun=None, *, backend: str = "xla", static_argnums=(), donate_argnums=(), platform=None, mesh=None,
-        in_shardings=None, out_shardings=None, recognize=True):
+        in_shardings=None, out_shardings=None, recognize=True, buckets=None):
     """Compile ``fun`` with XLA (or IREE), once per argument signature.
 
     Args:
@@ -341,15 +374,33 @@ def jit(fun=None, *, backend: str = "xla", static_argnums=(), donate_argnums=(),
         ``PartitionSpec``, ``None`` or ``axis_rules(...)`` (see ``tlaloc.sharding``).
       recognize: find coarse patterns (attention, RMSNorm, RoPE, SwiGLU,
         cross-entropy) and let kernels claim them (``tlaloc._recognize``).
+      buckets: ``{axis name: sizes}`` for bounded axes (``F32["seq<=512", "d"]``);
+        default: powers of two from 16, and the bound. A function with bounded
+        axes compiles once per bucket, runs on arguments padded to the smallest
+        bucket that holds them, and returns results sliced back to the valid
+        lengths (see ``tlaloc._jit.bounded``; ``.export(dir, *args)`` writes
+        every bucket's program).
 
     Returns:
       A callable with ``fun``'s signature returning device arrays (in
       ``fun``'s output structure), with ``.lower(*args)`` for the AOT stages.
 
+    Raises:
+      ArgumentError: bad options; at a call, arguments that do not fit.
+      TypeAnnotationError: a call whose bounded axis is over its bound (naming
+        the argument, the axis, the size and the bound), or whose arguments do not
+        fit ``fun``'s typed-tensor annotations (checked once per new signature,
+        never on the hit path); with annotations, a dtype mix or an axis-name clash
+        they make visible is refused (DTypeError/TypeAnnotationError, at
+        ``file:line:col``) when ``jit`` is applied, as under ``tl.grad``.
+      BoundedAxisError: an operation of ``fun`` would read the padding of a
+        bounded axis (at its ``file:line:col``, when a bucket is first compiled).
+
     Usable as ``@tl.jit`` or ``@tl.jit(static_argnums=1)``.
     """
     opts = dict(backend=backend, static_argnums=static_argnums, donate_argnums=donate_argnums, platform=platform,
-                mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings, recognize=recognize)
+                mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings, recognize=recognize,
+                buckets=buckets)
     if fun is None:
         return functools.partial(jit, **opts)
     return Jitted(fun, **opts)

@@ -86,8 +86,10 @@ def source_for(fun, trees, statics: dict, arg_avals=None) -> Source:
         def finish(args, trees, outs):
             return outs[0]
     else:
+        rebuild = _pytree.unflattener(out_tree)
+
         def finish(args, trees, outs):
-            return _pytree.unflatten(out_tree, list(outs))
+            return rebuild(outs)
 
     def check(args, trees, leaves):
         if len(args) > n_params:

@@ -84,6 +84,10 @@ class Lowered:
             raise NoRuleError("serialize: a program with Shardy shardings (tl.jit(..., mesh=...)) has no portable "
                               "form: the versioned StableHLO artifact (VHLO) carries no `sdy` attributes. Lower "
                               "without a mesh to serialize, and give the shardings when compiling it")
+        if "chlo." in self.program.text:
+            raise NoRuleError("serialize: the program holds a `chlo` op (float64 `erf`), which the versioned "
+                              "StableHLO artifact (VHLO) cannot carry; compute erf in float32, or compile the "
+                              "StableHLO text (`.program.text`) instead of serializing it")
         with mlir_context():
             module = ir.Module.parse(self.program.text)     # a fresh copy: serialising mutates it
             data = stablehlo.serialize_portable_artifact(module, target or stablehlo.get_current_version())

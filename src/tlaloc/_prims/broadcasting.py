@@ -14,10 +14,13 @@ shapes themselves: they emit these primitives, which read the shape of a
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes as _dt
 from .._core.primitive import Primitive
+from . import _eager
 from ._rules import normalize_axes
 
 
@@ -30,24 +33,36 @@ def _dtype_of_x(x, like, **_):
 
 
 def _sum_to_impl(x, like):
-    x = np.asarray(x)
-    shape = np.shape(like)
-    if x.shape == shape:
+    shape = like.shape if type(like) is np.ndarray else np.shape(like)
+    if type(x) is not np.ndarray:
+        x = np.asarray(x)
+    if x.shape == shape:                  # the common case at run time: nothing was broadcast
         return x
     lead = x.ndim - len(shape)
+    if lead > 0 and x.shape[lead:] == shape:  # only leading axes were added (a bias): no reshape
+        out = np.add.reduce(x, axis=tuple(range(lead)))
+        return out if type(out) is np.ndarray else np.asarray(out)
     axes = tuple(range(lead)) + tuple(
         i + lead for i, d in enumerate(shape) if d == 1 and x.shape[i + lead] != 1)
-    out = x.sum(axis=axes, keepdims=True) if axes else x
+    out = np.add.reduce(x, axis=axes, keepdims=True) if axes else x    # = x.sum(axes), same bits
     if lead:
         out = out.reshape(out.shape[lead:])
     return out.reshape(shape)
 
 
+_SMALL = 4096      # elements: below this a filled copy is cheaper than np.broadcast_to's view
+
+
 def _broadcast_like_impl(x, like):
-    shape = np.shape(like)
-    x = np.asarray(x)
+    shape = like.shape if type(like) is np.ndarray else np.shape(like)
+    if type(x) is not np.ndarray:
+        x = np.asarray(x)
     if x.shape == shape:
         return x
+    if x.ndim <= len(shape) and math.prod(shape) <= _SMALL:
+        out = np.empty(shape, x.dtype)
+        out[...] = x                      # raises, as broadcast_to does, where x does not broadcast
+        return out
     return np.broadcast_to(x, shape)
 
 
@@ -67,9 +82,11 @@ def _expand_reduced_impl(g, like, *, axes, keepdims):
     g = np.asarray(g)
     if keepdims:
         return g
-    rank = np.ndim(like)
-    ax = normalize_axes(axes, rank)
-    shape = tuple(1 if i in ax else d for i, d in enumerate(np.shape(like)))
+    like_shape = np.shape(like)
+    if axes is None:
+        return g.reshape((1,) * len(like_shape))
+    ax = normalize_axes(axes, len(like_shape))
+    shape = tuple(1 if i in ax else d for i, d in enumerate(like_shape))
     return g.reshape(shape)
 
 
@@ -101,6 +118,8 @@ cast_like_p = Primitive("cast_like", impl=_cast_like_impl, hlo="stablehlo.conver
 expand_reduced_p = Primitive("expand_reduced", impl=_expand_reduced_impl, hlo="stablehlo.reshape",
                              shape_rule=_expand_reduced_shape, dtype_rule=lambda g, like, **_: g.dtype,
                              nondiff_argnums=(1,))
+sum_to_p.eager = _eager.like_shape(sum_to_p)
+broadcast_like_p.eager = _eager.like_shape(broadcast_like_p)
 zeros_like_p = Primitive("zeros_like", impl=_zeros_like_impl, hlo="stablehlo.constant",
                          shape_rule=lambda x: x.shape, dtype_rule=lambda x: x.dtype, render="tnp.zeros_like")
 

@@ -15,34 +15,56 @@ Conventions (tested with analytic values in tests/ad/test_conventions.py):
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes as _dt
 from .._core.primitive import Primitive
+from . import _eager
+from ._fpstate import quiet
 from ._rules import elementwise_dtype, elementwise_shape, refuse_float_mix, same_shape
 from .broadcasting import sum_to
 
 
 def _declare(name, impl, hlo, nargs, render=None, names=None):
-    return Primitive(name, impl=refuse_float_mix(name, impl, names or ["x", "y"]), hlo=hlo,
-                     shape_rule=elementwise_shape(name),
-                     dtype_rule=elementwise_dtype(name, impl, names), render=render)
+    p = Primitive(name, impl=refuse_float_mix(name, impl, names or ["x", "y"]), hlo=hlo,
+                  shape_rule=elementwise_shape(name),
+                  dtype_rule=elementwise_dtype(name, impl, names), render=render)
+    p.eager = _eager.elementwise(p, impl)
+    return p
 
 
 # -- NaN-safe products (used by every derivative rule) -------------------------
 
+_BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _holds_nan(out) -> bool:
+    """Whether a result holds a NaN.
+
+    float32/float64: one BLAS dot product ``out · out``, a sum of squares, so NaN
+    exactly when an element is NaN (inf and overflow give inf); half the cost of
+    ``np.isnan(out).any()`` on small arrays and no temporary on large ones."""
+    dt = out.dtype
+    if dt is _BLAS_FLOATS[1] or dt is _BLAS_FLOATS[0]:
+        s = np.vdot(out, out)
+        return s != s
+    return _dt.is_float(dt) and bool(np.isnan(out).any())
+
+
+@quiet                                           # 0 * inf: replaced by 0 below
 def _safe_mul_impl(a, b):
-    with np.errstate(invalid="ignore"):          # 0 * inf: replaced by 0 below
-        out = np.multiply(a, b)
-    if _dt.is_float(out.dtype) and np.isnan(out).any():
+    out = np.multiply(a, b)
+    if _holds_nan(out):
         out = np.where((np.asarray(a) == 0) | (np.asarray(b) == 0), out.dtype.type(0), out)
     return out
 
 
+@quiet
 def _safe_div_impl(a, b):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.divide(a, b)
-    if _dt.is_float(out.dtype) and np.isnan(out).any():
+    out = np.divide(a, b)
+    if _holds_nan(out):
         out = np.where(np.asarray(a) == 0, out.dtype.type(0), out)
     return out
 
@@ -52,8 +74,17 @@ safe_div_p = _declare("safe_div", _safe_div_impl, "stablehlo.divide", 2)
 
 
 def safe_mul(a, b):
-    """``a * b``, except that an exact zero in either factor gives exactly 0."""
+    """``a * b``, except that an exact zero in either factor gives exactly 0.
+
+    A finite non-zero Python number as a factor cannot meet ``0 * inf``: that
+    is a plain ``multiply``."""
+    if _finite_nonzero(a) or _finite_nonzero(b):
+        return mul_p.bind(a, b)
     return safe_mul_p.bind(a, b)
+
+
+def _finite_nonzero(x) -> bool:
+    return type(x) in (float, int) and x != 0 and math.isfinite(x)
 
 
 def safe_div(a, b):
@@ -74,6 +105,7 @@ def unary(name, impl, hlo, deriv=None, render=None, linear=False):
     """
     p = Primitive(name, impl=impl, hlo=hlo, shape_rule=same_shape,
                   dtype_rule=elementwise_dtype(name, impl), render=render or f"tnp.{name}")
+    p.eager = _eager.unary(p)
     p.deriv = deriv
     UNARY[name] = p
 
@@ -87,11 +119,7 @@ def unary(name, impl, hlo, deriv=None, render=None, linear=False):
 
 
 def _np1(fn):
-    def impl(x):
-        with np.errstate(all="ignore"):
-            return fn(x)
-    impl.__name__ = fn.__name__
-    return impl
+    return quiet(fn)
 
 
 def _logistic(x):
@@ -152,9 +180,9 @@ neg_p.vjp = lambda g, x, out: (negative(g),)
 neg_p.jvp = lambda t, x, out: None if t[0] is None else negative(t[0])
 
 
+@quiet
 def _reciprocal_impl(x):
-    with np.errstate(divide="ignore"):
-        return np.reciprocal(x) if _dt.is_float(np.asarray(x).dtype) else np.divide(1.0, x)
+    return np.reciprocal(x) if _dt.is_float(np.asarray(x).dtype) else np.divide(1.0, x)
 
 
 reciprocal_p = unary("reciprocal", _reciprocal_impl, "stablehlo.divide",
@@ -164,17 +192,15 @@ reciprocal_p = unary("reciprocal", _reciprocal_impl, "stablehlo.divide",
 # -- binary ------------------------------------------------------------------
 
 def binary(name, impl, hlo, render=None):
-    return Primitive(name, impl=refuse_float_mix(name, impl, ["x", "y"]), hlo=hlo, shape_rule=elementwise_shape(name),
-                     dtype_rule=elementwise_dtype(name, impl, ["x", "y"]),
-                     render=render or f"tnp.{name}")
+    p = Primitive(name, impl=refuse_float_mix(name, impl, ["x", "y"]), hlo=hlo, shape_rule=elementwise_shape(name),
+                  dtype_rule=elementwise_dtype(name, impl, ["x", "y"]),
+                  render=render or f"tnp.{name}")
+    p.eager = _eager.elementwise(p, impl)
+    return p
 
 
 def _np2(fn):
-    def impl(x, y):
-        with np.errstate(all="ignore"):
-            return fn(x, y)
-    impl.__name__ = fn.__name__
-    return impl
+    return quiet(fn)
 
 
 add_p = binary("add", np.add, "stablehlo.add")

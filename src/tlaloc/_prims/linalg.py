@@ -19,6 +19,7 @@ import numpy as np
 from .._core.primitive import Primitive
 from .. import dtypes as _dt
 from ..errors import NoRuleError, ShapeError
+from . import _eager
 from ._rules import broadcast_shapes, refuse_float_mix
 from .broadcasting import _sum_to_impl, broadcast_like, sum_to
 from .elementwise import add, multiply, negative
@@ -75,6 +76,8 @@ matmul_p = Primitive("matmul", impl=_contraction("matmul", np.matmul), hlo="stab
 
 
 def _mm_lhs_impl(g, y, x):
+    if type(g) is np.ndarray and type(y) is np.ndarray and y.ndim >= 2 and np.ndim(x) >= 2:
+        return _sum_to_impl(g @ y.swapaxes(-1, -2), x)     # the last branch below, without the dispatch
     g, y = np.asarray(g), np.asarray(y)
     xn, yn = np.ndim(x), y.ndim
     if xn == 1 and yn == 1:
@@ -89,6 +92,8 @@ def _mm_lhs_impl(g, y, x):
 
 
 def _mm_rhs_impl(g, x, y):
+    if type(g) is np.ndarray and type(x) is np.ndarray and x.ndim >= 2 and np.ndim(y) >= 2:
+        return _sum_to_impl(x.swapaxes(-1, -2) @ g, y)     # the last branch below, without the dispatch
     g, x = np.asarray(g), np.asarray(x)
     xn, yn = x.ndim, np.ndim(y)
     if xn == 1 and yn == 1:
@@ -108,6 +113,9 @@ matmul_t_lhs_p = Primitive("matmul_t_lhs", impl=_contraction("matmul_t_lhs", _mm
 matmul_t_rhs_p = Primitive("matmul_t_rhs", impl=_contraction("matmul_t_rhs", _mm_rhs_impl, ("g", "x", "y")),
                            hlo="stablehlo.dot_general",
                            shape_rule=lambda g, x, y: y.shape, dtype_rule=_mm_dtype("matmul_t_rhs"))
+matmul_p.eager = _eager.contraction(matmul_p, np.matmul)
+matmul_t_lhs_p.eager = _eager.contraction(matmul_t_lhs_p, _mm_lhs_impl)
+matmul_t_rhs_p.eager = _eager.contraction(matmul_t_rhs_p, _mm_rhs_impl)
 
 
 def matmul(x, y):

@@ -3,6 +3,8 @@
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes as _dt
@@ -34,7 +36,7 @@ def dim_size(x, axis):
 def _count_impl(x, *, axes):
     shape = np.shape(x)
     ax = normalize_axes(axes, len(shape))
-    n = int(np.prod([shape[a] for a in ax])) if ax else 1
+    n = math.prod(shape[a] for a in ax)
     dt = np.asarray(x).dtype
     return np.asarray(n, dtype=dt if _dt.is_float(dt) else np.float64)
 

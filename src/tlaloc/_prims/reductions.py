@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._core.primitive import Primitive
+from . import _eager
 from ._rules import accumulation_dtype, reduced_shape
 from .broadcasting import broadcast_like, cast_like, expand_reduced
 from .elementwise import divide, equal, multiply, safe_mul
@@ -26,19 +27,25 @@ def _axes_param(axes):
     return tuple(int(a) for a in axes)
 
 
-def reduction(name, np_fn, hlo, dtype_rule=None):
+def reduction(name, np_fn, hlo, dtype_rule=None, ufunc=None):
+    """``ufunc``: the ufunc whose ``reduce`` ``np_fn`` calls on an ndarray (the same
+    bits without ``np_fn``'s dispatch)."""
     def impl(x, *, axes, keepdims):
+        if ufunc is not None and type(x) is np.ndarray:
+            return np.asarray(ufunc.reduce(x, axis=axes, keepdims=keepdims))
         return np.asarray(np_fn(x, axis=axes, keepdims=keepdims))
 
     def shape_rule(x, *, axes, keepdims):
         return reduced_shape(x.shape, axes, keepdims, name)
 
-    return Primitive(name, impl=impl, hlo=hlo, shape_rule=shape_rule,
-                     dtype_rule=dtype_rule or (lambda x, **_: accumulation_dtype(x.dtype)),
-                     render=f"lax.{name}")
+    p = Primitive(name, impl=impl, hlo=hlo, shape_rule=shape_rule,
+                  dtype_rule=dtype_rule or (lambda x, **_: accumulation_dtype(x.dtype)),
+                  render=f"lax.{name}")
+    p.eager = _eager.unary(p)
+    return p
 
 
-reduce_sum_p = reduction("reduce_sum", np.sum, "stablehlo.reduce add")
+reduce_sum_p = reduction("reduce_sum", np.sum, "stablehlo.reduce add", ufunc=np.add)
 reduce_max_p = reduction("reduce_max", np.max, "stablehlo.reduce max", lambda x, **_: x.dtype)
 reduce_min_p = reduction("reduce_min", np.min, "stablehlo.reduce min", lambda x, **_: x.dtype)
 reduce_prod_p = reduction("reduce_prod", np.prod, "stablehlo.reduce multiply")

@@ -23,9 +23,11 @@ uniform sample on [0, 1) of the same key, so its VJP gives ``1 - u`` to
 ``minval`` and ``u`` to ``maxval`` (the final ``max(minval, ·)`` that guards
 against rounding below ``minval`` is treated as the identity).
 
-Lowering: JAX expands ``threefry2x32`` into ``stablehlo`` add/shift/or/xor ops
-on CPU and calls the ``cu_threefry2x32`` custom call on GPU; the samplers add
-``xor`` / ``shift_right_logical`` / ``bitcast_convert`` and ``chlo.erf_inv``.
+Lowering (``tlaloc/_render/stablehlo_rng.py``): ``threefry2x32`` expands into
+``stablehlo`` add/shift/or/xor ops on ``ui32``, as JAX's CPU lowering (JAX
+calls the ``cu_threefry2x32`` custom call on GPU; the bits are the same); the
+samplers add ``iota`` counters, ``xor`` / ``shift_right_logical`` /
+``bitcast_convert`` and ``chlo.erf_inv``, so compiled code gives the bits above.
 """
 from __future__ import annotations
 
@@ -89,7 +91,7 @@ def _threefry_impl(key, x0, x1):
 
 
 threefry2x32_p = Primitive("threefry2x32", impl=_checked("threefry2x32", _threefry_impl),
-                           hlo="stablehlo.custom_call threefry2x32", multiple_results=True,
+                           hlo="stablehlo.add/shift/xor (threefry2x32)", multiple_results=True,
                            shape_rule=_threefry_shape, dtype_rule=_threefry_dtype)
 threefry2x32_p.vjp = lambda gs, key, x0, x1, out: (None, None, None)
 threefry2x32_p.jvp = lambda t, key, x0, x1, out: (None, None)

@@ -285,16 +285,31 @@ split_like_p.vjp, split_like_p.jvp = _split_like_vjp, _split_like_jvp
 
 # -- pad / flip ---------------------------------------------------------------------
 
+# ``pad_width`` holds one ``(low, high)`` pair per axis, or a single pair for every axis (NumPy's
+# ``np.pad(x, n)`` / ``(b, a)`` forms, whose rank may be unknown when the graph is built).
+# Negative widths crop (as StableHLO's ``pad``): the VJP is the pad with negated widths.
+
+def _per_axis(pad_width, rank):
+    return tuple(pad_width) * rank if len(pad_width) == 1 else tuple(pad_width)
+
+
 def _pad_impl(x, *, pad_width, constant):
-    return np.pad(x, pad_width, mode="constant", constant_values=constant)
+    x = np.asarray(x)
+    pw = _per_axis(pad_width, x.ndim)
+    if any(lo < 0 or hi < 0 for lo, hi in pw):
+        x = x[tuple(slice(-min(lo, 0), x.shape[a] + min(hi, 0)) for a, (lo, hi) in enumerate(pw))]
+        pw = tuple((max(lo, 0), max(hi, 0)) for lo, hi in pw)
+    return np.pad(x, pw, mode="constant", constant_values=constant)
 
 
 def _pad_shape(x, *, pad_width, constant):
     if x.shape is None:
         return None
-    if len(pad_width) != len(x.shape):
-        raise ShapeError(f"pad: pad_width has {len(pad_width)} entries for an array of rank {len(x.shape)}")
-    return tuple(d + lo + hi if type(d) is int else None for d, (lo, hi) in zip(x.shape, pad_width))
+    if len(pad_width) != len(x.shape) and len(pad_width) != 1:
+        raise ShapeError(f"pad: pad_width has {len(pad_width)} entries for an array of rank {len(x.shape)}; "
+                         f"give one (before, after) pair per axis, or one pair for every axis")
+    pw = _per_axis(pad_width, len(x.shape))
+    return tuple(d + lo + hi if type(d) is int else None for d, (lo, hi) in zip(x.shape, pw))
 
 
 pad_p = Primitive("pad", impl=_pad_impl, hlo="stablehlo.pad", shape_rule=_pad_shape,
@@ -302,12 +317,13 @@ pad_p = Primitive("pad", impl=_pad_impl, hlo="stablehlo.pad", shape_rule=_pad_sh
 
 
 def pad(x, pad_width, constant=0):
+    """``x`` padded with ``constant``: ``pad_width`` is one ``(low, high)`` pair per axis, or one pair
+    for every axis; negative widths crop."""
     return pad_p.bind(x, pad_width=tuple((int(lo), int(hi)) for lo, hi in pad_width), constant=constant)
 
 
 def _pad_vjp(g, x, out, pad_width, constant):
-    from .indexing import getitem_static
-    return (getitem_static(g, tuple(slice(lo, (-hi) if hi else None) for lo, hi in pad_width)),)
+    return (pad(g, tuple((-lo, -hi) for lo, hi in pad_width), 0),)
 
 
 def _pad_jvp(t, x, out, pad_width, constant):

@@ -136,6 +136,7 @@ class Renderer:
         self.n = namer
         self.lines: list[str] = []
         self.last_comment = None
+        self.free_after: dict[int, list] = {}     # top-level node index i -> vars node i - 1 read last
 
     def atom(self, a) -> str:
         if isinstance(a, Literal):
@@ -160,8 +161,10 @@ class Renderer:
         else:
             self.emit(indent, f"# {_short(loc.filename)}:{loc.lineno}: {loc.line}")
 
-    def body(self, graph: Graph, indent: int):
-        for node in graph.nodes:
+    def body(self, graph: Graph, indent: int, top: bool = False):
+        for i, node in enumerate(graph.nodes):
+            if top and i in self.free_after:        # values node i - 1 read last
+                self.emit(indent, f"del {', '.join(self.n.name(v) for v in self.free_after[i])}")
             self.comment(node, indent)
             if node.prim is cond_p:
                 self.render_cond(node, indent)
@@ -317,13 +320,40 @@ def render_function(graph: Graph, name: str, arg_names=None, header: str = "") -
             nm = namer.name(v)
         params.append(nm)
     r = Renderer(namer)
+    r.free_after = _last_reads(graph)
     r.emit(0, f"def {name}({', '.join(params)}):")
     if header:
         r.emit(1, f'"""{header}"""')
-    r.body(graph, 1)
+    r.body(graph, 1, top=True)
     outs = [r.atom(o) for o in graph.outputs]
     r.emit(1, f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
     return "\n".join(r.lines)
+
+
+def _last_reads(graph: Graph) -> dict:
+    """``{i: vars}``: the values computed in ``graph`` that node ``i - 1`` reads last.
+
+    The function body ``del``s each right after that node. A local otherwise
+    keeps its array alive until the function returns; NumPy code written by
+    hand frees temporaries as it goes, and a larger working set costs fresh
+    pages from the system on every call (glibc unmaps large blocks when freed).
+    Left out: the inputs and outputs, values known to be scalars, and values
+    read last by the final node (the return frees them)."""
+    last, order = {}, []
+    for i, node in enumerate(graph.nodes):
+        for a in node.inputs:
+            if isinstance(a, Var):
+                last[a.id] = i + 1
+        for o in node.outputs:
+            last[o.id] = i + 1
+            order.append(o)
+    keep = {v.id for v in graph.inputs} | {o.id for o in graph.outputs if isinstance(o, Var)}
+    out: dict[int, list] = {}
+    for v in order:
+        i = last[v.id]
+        if v.id not in keep and i < len(graph.nodes) and getattr(v.aval, "shape", None) != ():
+            out.setdefault(i, []).append(v)
+    return out
 
 
 def render_module(functions, title: str) -> str:

@@ -10,6 +10,7 @@ with the ops it has, accurate to a few ulp:
   ``arctan x = atan2(x, 1)``;
 * ``arcsinh x = sign(x) log1p(|x| + x²/(1 + sqrt(1 + x²)))`` (``log 2|x|`` past 2^28);
 * ``arctanh x = log1p(2x / (1 - x)) / 2``;
+* ``erf``: see ``stablehlo_special``;
 * ``remainder`` and ``floor_divide`` follow NumPy's floored division
   (``npy_divmod``), not StableHLO's truncated one.
 """

@@ -11,19 +11,18 @@ from __future__ import annotations
 from .._core.primitive import REGISTRY
 from ..errors import NoRuleError
 from . import (stablehlo_coarse, stablehlo_control, stablehlo_elementwise, stablehlo_index, stablehlo_linalg,
-               stablehlo_scan, stablehlo_structural)
+               stablehlo_rng, stablehlo_scan, stablehlo_special, stablehlo_structural)
 
 LOWERINGS: dict = {}
 for _table in (stablehlo_elementwise.LOWERINGS, stablehlo_structural.LOWERINGS,
                stablehlo_index.LOWERINGS, stablehlo_scan.LOWERINGS, stablehlo_linalg.LOWERINGS,
-               stablehlo_control.LOWERINGS, stablehlo_coarse.LOWERINGS):
+               stablehlo_control.LOWERINGS, stablehlo_coarse.LOWERINGS, stablehlo_rng.LOWERINGS,
+               stablehlo_special.LOWERINGS):
     LOWERINGS.update(_table)
 
 _SPECIALIZED = ("specialisation rewrites it to dot_general (tlaloc._core.specialize); "
                 "lower the specialised graph")
 
-_RANDOM = ("random sampling (threefry2x32) is not compiled yet; draw the random numbers outside the "
-           "jitted function and pass them in as an argument")
 _INLINED = "specialisation inlines the call's body (custom rules only matter to transforms)"
 
 #: ``name -> why compiled code does not take it``.
@@ -35,10 +34,6 @@ REFUSED = {
                "write the indices out, or take tnp.diagonal first"),
     "prod_others_grad": "the second derivative of prod is a dense O(n^3) reference computation; not compiled",
     "arange": "specialisation folds arange with static bounds into a constant; run-time bounds are refused there",
-    "threefry2x32": _RANDOM,
-    "random_bits": _RANDOM,
-    "random_uniform": _RANDOM,
-    "random_normal": _RANDOM,
     "custom_jvp_call": _INLINED,
     "custom_vjp_call": _INLINED,
     "custom_vjp_jvp_call": _INLINED,

@@ -1,8 +1,13 @@
 """StableHLO lowerings of the serving primitives (``tlaloc._prims.serving``).
 
-* ``kv_cache_write``: one ``stablehlo.scatter`` of token rows into the pool viewed as
-  ``(P*BS, K, E)``; a negative slot is moved out of range, which XLA's scatter skips
-  (the same contract JAX's ``mode="drop"`` relies on), so padding writes nothing.
+* ``kv_cache_write``: one ``stablehlo.scatter`` of token rows into the ``(P, BS, K, E)``
+  pool at ``(slot // BS, slot % BS)``; a negative slot gets page ``P`` (out of range),
+  which XLA's scatter skips (the same contract JAX's ``mode="drop"`` relies on), so
+  padding writes nothing. The pool is not reshaped, and a single row is written as two
+  identical updates: XLA CPU turns a one-row scatter into a dynamic-update-slice, fuses a
+  copy of it into the attention's gather as well, and then copies the donated pool
+  (three to four copies of every pool at every batch-1 decode step). Written this way
+  the pool is updated in place and read once.
 * ``sort_descending``: ``stablehlo.sort`` of (values, iota) on the last axis with a
   ``GT`` comparator, stable, so ties keep the lower index first.
 * ``paged_attention``: its definition (``paged_attention_reference``, written with
@@ -29,21 +34,24 @@ I32 = np.dtype(np.int32)
 def _kv_cache_write(em, node, cache, new, slots):
     dt, sh = out_aval(node)
     P, BS, K, E = sh
-    c = em.reshape(em.value(cache), (P * BS, K, E))                           # (P*BS, K, E)
     n = int(node.inputs[1].aval.shape[0])
     upd = em.value(new, dt)                                                   # (N, K, E) in the pool dtype
     s = em.value(slots, I64)                                                  # (N,)
-    oob = em.const(P * BS, I64, (n,))
-    s = em.select(em.compare("LT", s, em.const(0, I64, (n,))), oob, s)        # padding -> out of range
-    idx = em.reshape(s, (n, 1))                                               # (N, 1)
-    dims = ("#stablehlo.scatter<update_window_dims = [1, 2], inserted_window_dims = [0], "
-            "scatter_dims_to_operand_dims = [0], index_vector_dim = 1>")
+    pad = em.compare("LT", s, em.const(0, I64, (n,)))
+    page = em.select(pad, em.const(P, I64, (n,)), em.binary("stablehlo.divide", s, em.const(BS, I64, (n,))))
+    offset = em.select(pad, em.const(0, I64, (n,)), em.binary("stablehlo.remainder", s, em.const(BS, I64, (n,))))
+    idx = em.op("stablehlo.concatenate", [em.reshape(page, (n, 1)), em.reshape(offset, (n, 1))], (I64, (n, 2)),
+                attrs={"dimension": "1 : i64"})                               # (N, 2): page, offset
+    if n == 1:                                                                # see the module docstring
+        idx = em.op("stablehlo.concatenate", [idx, idx], (I64, (2, 2)), attrs={"dimension": "0 : i64"})
+        upd = em.op("stablehlo.concatenate", [upd, upd], (dt, (2, K, E)), attrs={"dimension": "0 : i64"})
+    dims = ("#stablehlo.scatter<update_window_dims = [1, 2], inserted_window_dims = [0, 1], "
+            "scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 1>")
     with em.region([(dt, ()), (dt, ())]) as ((_, b), body):
         em.ret([b])                                                           # overwrite
-    out = em.op("stablehlo.scatter", [c, idx, upd], (dt, (P * BS, K, E)),
-                attrs={"scatter_dimension_numbers": dims, "indices_are_sorted": "false",
-                       "unique_indices": "false"}, regions=[body])
-    return em.reshape(out, sh)
+    return em.op("stablehlo.scatter", [em.value(cache), idx, upd], (dt, sh),
+                 attrs={"scatter_dimension_numbers": dims, "indices_are_sorted": "false",
+                        "unique_indices": "false"}, regions=[body])
 
 
 def _sort_descending(em, node, x):

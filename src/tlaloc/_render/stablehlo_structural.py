@@ -175,6 +175,8 @@ def _split_like(em, node, g, *likes):
 def _pad(em, node, x):
     dt, sh = out_aval(node)
     pw = node.params["pad_width"]
+    if len(pw) == 1:                                   # one pair for every axis
+        pw = tuple(pw) * len(sh)
     return em.op("stablehlo.pad", [em.value(x, dt), em.const(node.params["constant"], dt, ())], (dt, sh),
                  attrs={"edge_padding_low": i64s([lo for lo, _ in pw]),
                         "edge_padding_high": i64s([hi for _, hi in pw]),

@@ -94,12 +94,64 @@ class Executable:
         self.arg_names = arg_names or [f"argument {k}" for k in range(len(self.in_avals))]
         self._exe = self.client.compile_and_load(text, xc.DeviceList((self.device,)), xc.CompileOptions())
         self._put = _putter(self.device)
+        self._handlers = None           # per output, a C++ result handler (after the first call), or False
 
     def __call__(self, *args):
         bufs = [a if (type(a) is _ARRAY and not a.is_deleted()) else self.to_device(a, k)
                 for k, a in enumerate(args)]
-        res = self._exe.execute_sharded(bufs).disassemble_into_single_device_arrays()
-        outs = [r[0] for r in res]
+        return self._outputs(self._exe.execute_sharded(bufs))
+
+    def runner(self, leaves, name: str = "f"):
+        """A call specialised to arguments like ``leaves``: the same types, dtypes and shapes
+        (``tl.jit``'s hit path, whose signature guarantees that). Device arrays of the compiled
+        type pass as they are, NumPy arrays of the compiled type take one transfer each, and
+        anything else (a Python number, another dtype) goes through ``to_device``. An argument
+        donated to an earlier call is refused by name, as ``__call__`` does.
+
+        Where every argument is an array of the compiled type and the program has no run-time
+        checks, the call goes through jax's C++ dispatch (``_cpp_runner``)."""
+        puts, converts = [], []
+        for k, a in enumerate(leaves):
+            dtype, shape = self.in_avals[k]
+            if type(a) is _ARRAY and a.dtype == dtype and tuple(a.shape) == shape:
+                continue
+            if type(a) is np.ndarray and a.dtype == dtype and a.shape == shape:
+                puts.append((k, self._put.fixed(shape, dtype)))
+            else:
+                converts.append(k)
+        execute, outputs, to_device = self._exe.execute_sharded, self._outputs, self.to_device
+
+        def run(leaves):
+            bufs = list(leaves)
+            for k, put in puts:
+                bufs[k] = put(bufs[k])
+            for k in converts:
+                bufs[k] = to_device(bufs[k], k)
+            try:
+                results = execute(bufs)
+            except Exception:
+                self._refuse_deleted(bufs)
+                raise
+            return outputs(results)
+        if not converts and not self.checks:
+            return _cpp_runner(self, run, len(leaves), name) or run
+        return run
+
+    def _refuse_deleted(self, args) -> None:
+        """``ArgumentError`` naming the first argument whose buffer was donated to an earlier call."""
+        for k, a in enumerate(args):
+            if _is_device_array(a) and a.is_deleted():
+                self.to_device(a, k)
+
+    def _outputs(self, results) -> list:
+        """The device arrays of one execution, with the run-time checks applied."""
+        handlers = self._handlers
+        if handlers:
+            outs = results.consume_with_handlers(handlers)
+        else:
+            outs = [r[0] for r in results.disassemble_into_single_device_arrays()]
+            if handlers is None:
+                self._handlers = _result_handlers(outs, self.device)
         if self.checks:
             flags, outs = outs[len(outs) - len(self.checks):], outs[:len(outs) - len(self.checks)]
             for flag, message in zip(flags, self.checks):
@@ -210,17 +262,91 @@ def _putter(device):
         from jaxlib import _jax as xc
         sharding = jax.sharding.SingleDeviceSharding(device)
         avals = {}
+        devices = [device]
 
         def put(arr):
             key = (arr.shape, arr.dtype)
             aval = avals.get(key)
             if aval is None:
                 aval = avals[key] = core.ShapedArray(arr.shape, arr.dtype)
-            return xc.batched_device_put(aval, sharding, [arr], [device], True, False)
+            return xc.batched_device_put(aval, sharding, [arr], devices, True, False)
+
+        def fixed(shape, dtype):
+            """``put`` for arrays of this shape and dtype only (no look-up)."""
+            aval = core.ShapedArray(shape, dtype)
+            return lambda arr: xc.batched_device_put(aval, sharding, [arr], devices, True, False)
+        put.fixed = fixed
         put(np.zeros((1,), np.float32))
+        fixed((1,), np.dtype(np.float32))(np.zeros((1,), np.float32))
         return put
     except Exception:                                      # pragma: no cover  (jaxlib internals moved)
-        return lambda arr: jax.device_put(arr, device)
+        def put(arr):
+            return jax.device_put(arr, device)
+        put.fixed = lambda shape, dtype: put
+        return put
+
+
+def _cpp_runner(exe: Executable, slow, n_in: int, name: str):
+    """``slow`` (``Executable.runner``'s Python call) behind jaxlib's C++ dispatch: the
+    function object jax's own ahead-of-time ``Compiled`` calls through. The first call (and
+    any call whose argument types jaxlib has not seen) runs ``slow`` and hands jaxlib the
+    executable and the output types; later ones transfer NumPy arguments, execute and wrap
+    the outputs without Python, as ``jax.jit`` does. ``None`` where jax's internals differ
+    from what this expects (the Python call then serves)."""
+    try:
+        import jax
+        from jax._src import tree_util
+        from jax._src.interpreters import pxla
+        from jaxlib import _jax as xc
+        sharding = jax.sharding.SingleDeviceSharding(exe.device)
+        registry = tree_util.dispatch_registry
+
+        def cache_miss(*leaves):
+            outs = slow(list(leaves))
+            fastpath = None
+            if all(type(o) is _ARRAY for o in outs):
+                try:
+                    fastpath = pxla.MeshExecutableFastpathData(
+                        exe._exe, registry.flatten(tuple(outs), None)[1], [sharding] * n_in,
+                        [sharding] * len(outs), [o.aval for o in outs], [True] * len(outs), [True] * n_in,
+                        [None] * n_in, [])
+                except Exception:                          # pragma: no cover  (jax internals moved)
+                    fastpath = None
+            return tuple(outs), fastpath, False
+
+        def python_call(*leaves):                          # what jaxlib runs under jax.disable_jit()
+            return tuple(slow(list(leaves)))
+        call = xc.pjit(f"tlaloc.jit:{name}", python_call, cache_miss, [], [], pxla.JitGlobalCppCacheKeys(),
+                       registry, pxla.cc_shard_arg)
+    except Exception:                                      # pragma: no cover  (jax internals moved)
+        return None
+
+    def run(leaves):
+        try:
+            return list(call(*leaves))
+        except Exception:
+            exe._refuse_deleted(leaves)
+            raise
+    return run
+
+
+def _result_handlers(outs, device):
+    """C++ result handlers that wrap each output of an execution as a device array like ``outs``
+    (what jax's own dispatch uses: no Python per output), or ``False`` where jaxlib has none."""
+    try:
+        import jax
+        from jax._src import core
+        from jaxlib import _jax as xc
+        sharding = jax.sharding.SingleDeviceSharding(device)
+        handlers = []
+        for o in outs:
+            if type(o) is not _ARRAY or o.weak_type or not o.committed or o.sharding != sharding:
+                return False
+            handlers.append(xc.array_result_handler(core.ShapedArray(o.shape, o.dtype), sharding, True,
+                                                    _skip_checks=True))
+        return handlers
+    except Exception:                                      # pragma: no cover  (jaxlib internals moved)
+        return False
 
 
 def device_put(x, platform: str = "cpu"):

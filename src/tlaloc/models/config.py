@@ -13,6 +13,7 @@ from .errors import UnsupportedModelError
 
 DECODER_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 ENCODER_TYPES = ("bert",)
+_ENCODER_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh")   # exact erf GELU, tanh GELU, tanh GELU
 ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -157,6 +158,9 @@ def config_from_hf(cfg: Mapping[str, Any]) -> DecoderConfig | EncoderConfig:
         if cfg.get("position_embedding_type", "absolute") != "absolute":
             raise UnsupportedModelError(
                 f"position_embedding_type={cfg['position_embedding_type']!r} is not supported; only 'absolute' is")
+        if cfg.get("hidden_act", "gelu") not in _ENCODER_ACTS:
+            raise UnsupportedModelError(f"hidden_act={cfg['hidden_act']!r} is not supported for {model_type}; "
+                                        f"supported: {', '.join(_ENCODER_ACTS)}")
         return EncoderConfig(
             model_type=model_type, vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
             intermediate_size=cfg["intermediate_size"], num_layers=cfg["num_hidden_layers"],

@@ -69,7 +69,9 @@ def decoder_hidden(cfg: DecoderConfig, weights: dict, token_ids, positions, back
 def lm_head(cfg: DecoderConfig, weights: dict, h):
     """Logits (..., V) from hidden states h (..., D); tied models reuse the embedding."""
     if cfg.tie_word_embeddings:
-        return tnp.matmul(h, tnp.transpose(weights["embed"]))            # (..., V)
+        # contract D with the table's own axis 1: a transpose here made XLA CPU copy the
+        # whole (V, D) table into (D, V) order at every step before its dot
+        return tnp.tensordot(h, weights["embed"], axes=(-1, 1))         # (..., V)
     return tnp.matmul(h, weights["lm_head"])                              # (..., V)
 
 

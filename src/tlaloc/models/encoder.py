@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import numpy as tnp
 from .config import EncoderConfig
-from .layers import attention, gelu, layer_norm, linear
+from .layers import ACTIVATIONS, attention, layer_norm, linear
 
 
 def encoder_layer(cfg: EncoderConfig, p: dict, x, key_valid):
@@ -27,7 +27,7 @@ def encoder_layer(cfg: EncoderConfig, p: dict, x, key_valid):
     a = attention(q, k, v, pos, pos, causal=False, key_valid=key_valid)  # (B, T, H, E)
     a = linear(tnp.reshape(a, (B, T, D)), p["wo"], p["bo"])              # (B, T, D)
     x = layer_norm(x + a, p["attn_ln_w"], p["attn_ln_b"], cfg.layer_norm_eps)  # (B, T, D)
-    h = gelu(linear(x, p["w_in"], p["b_in"]))                            # (B, T, F)
+    h = ACTIVATIONS[cfg.hidden_act](linear(x, p["w_in"], p["b_in"]))    # (B, T, F)
     h = linear(h, p["w_out"], p["b_out"])                                # (B, T, D)
     return layer_norm(x + h, p["out_ln_w"], p["out_ln_b"], cfg.layer_norm_eps)  # (B, T, D)
 

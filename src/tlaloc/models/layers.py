@@ -83,18 +83,18 @@ def silu(x):
     return x * tnp.sigmoid(x)
 
 
-def erf(x):
-    """The error function, Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7)."""
-    sign = tnp.sign(x)
-    a = tnp.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return sign * (1.0 - poly * tnp.exp(-(a * a)))
-
-
 def gelu(x):
     """The exact GELU, 0.5 x (1 + erf(x / sqrt 2)), as BERT's ``hidden_act="gelu"``."""
-    return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+    return 0.5 * x * (1.0 + tnp.erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def gelu_tanh(x):
+    """The tanh GELU, HF's ``hidden_act="gelu_new"`` / ``"gelu_pytorch_tanh"``."""
+    return 0.5 * x * (1.0 + tnp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
+
+
+#: HF ``hidden_act`` -> the function; ``config.py`` refuses any other name.
+ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "silu": silu}
 
 
 # -- attention ------------------------------------------------------------------------------

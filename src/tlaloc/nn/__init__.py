@@ -15,7 +15,7 @@ from ._linear import Linear, Embedding, Dropout, Lambda, Sequential, MLP, SwiGLU
 from ._norm import LayerNorm, RMSNorm
 from ._conv import Conv2d, MaxPool2d, AvgPool2d, Flatten
 from ._attention import MultiHeadAttention, TransformerBlock, rope, causal_mask
-from .functional import (relu, gelu, silu, sigmoid, tanh, softmax, log_softmax, one_hot, cross_entropy,
+from .functional import (relu, gelu, gelu_tanh, silu, sigmoid, tanh, softmax, log_softmax, one_hot, cross_entropy,
                          mse_loss)
 from . import init, functional
 
@@ -24,6 +24,6 @@ __all__ = [
     "Linear", "Embedding", "Dropout", "Lambda", "Sequential", "MLP", "SwiGLU",
     "LayerNorm", "RMSNorm", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten",
     "MultiHeadAttention", "TransformerBlock", "rope", "causal_mask",
-    "relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "one_hot", "cross_entropy", "mse_loss",
+    "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "one_hot", "cross_entropy", "mse_loss",
     "init", "functional",
 ]

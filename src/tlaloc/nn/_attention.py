@@ -187,7 +187,7 @@ class TransformerBlock(Module):
             raise ArgumentError(f"TransformerBlock: norm must be 'layernorm' or 'rmsnorm', got {norm!r}")
         if mlp == "gelu":
             hidden = 4 * d_model if mlp_hidden is None else int(mlp_hidden)
-            ff = MLP((d_model, hidden, d_model), activation=F.gelu, bias=bias, dtype=dtype, key=km)
+            ff = MLP((d_model, hidden, d_model), activation=F.gelu_tanh, bias=bias, dtype=dtype, key=km)
         elif mlp == "swiglu":
             hidden = (-(-8 * d_model // 3) + 7) // 8 * 8 if mlp_hidden is None else int(mlp_hidden)
             ff = SwiGLU(d_model, hidden, bias=bias, dtype=dtype, key=km)

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import numpy as tnp
+from .._prims import checks as _checks
 from ..errors import ArgumentError
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_SQRT_HALF = math.sqrt(0.5)
 
 
 def relu(x):
@@ -19,18 +23,30 @@ def relu(x):
     return tnp.where(tnp.greater(x, 0), x, 0.0)
 
 
-def gelu(x, approximate: str = "tanh"):
-    """GELU, tanh approximation (PyTorch's ``gelu(x, approximate='tanh')``):
-    ``0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))``. Shape: same as x.
+def gelu(x, approximate: str = "none"):
+    """GELU, PyTorch's ``F.gelu`` (same default). Shape and dtype: same as x.
 
-    ``approximate='none'`` (the exact erf form, PyTorch's default) is refused:
-    tlaloc has no ``erf`` primitive yet.
+    Args:
+      x: floats, any shape.
+      approximate: ``'none'`` (default): the exact ``0.5 x (1 + erf(x / √2))``
+        (HF ``hidden_act="gelu"``); ``'tanh'``: ``0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))``
+        (HF ``"gelu_new"``/``"gelu_pytorch_tanh"``). ``False``/``True`` are read as
+        ``'none'``/``'tanh'``, as ``jax.nn.gelu(approximate=...)``.
+    Raises:
+      ArgumentError: any other ``approximate``.
     """
-    if approximate != "tanh":
-        raise ArgumentError("gelu: only approximate='tanh' is available (tlaloc has no `erf` primitive yet); "
-                            "PyTorch's equivalent is torch.nn.functional.gelu(x, approximate='tanh')")
-    inner = _SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))
-    return 0.5 * x * (1.0 + tnp.tanh(inner))
+    if approximate is False or approximate == "none":
+        return 0.5 * x * (1.0 + tnp.erf(x * _SQRT_HALF))
+    if approximate is True or approximate == "tanh":
+        inner = _SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))
+        return 0.5 * x * (1.0 + tnp.tanh(inner))
+    raise ArgumentError(f"gelu: approximate must be 'none' (exact, erf) or 'tanh', got {approximate!r}")
+
+
+def gelu_tanh(x):
+    """``gelu(x, approximate='tanh')`` as a one-argument function (for ``nn.MLP(activation=...)``,
+    GPT-2's MLP, HF ``"gelu_new"``). Shape and dtype: same as x."""
+    return gelu(x, approximate="tanh")
 
 
 def silu(x):
@@ -74,21 +90,56 @@ def _reduce(loss, reduction: str, who: str):
     raise ArgumentError(f"{who}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-def cross_entropy(logits, labels, reduction: str = "mean"):
+def cross_entropy(logits, labels, reduction: str = "mean", *, ignore_index: int = -100,
+                  label_smoothing: float = 0.0):
     """Softmax cross-entropy, PyTorch's ``F.cross_entropy`` for class indices.
 
     Args:
       logits: ``(..., C)`` floats.
-      labels: ``(...)`` integers in ``[0, C)``.
-      reduction: ``'mean'`` (default), ``'sum'`` or ``'none'`` (shape ``(...)``).
+      labels: ``(...)`` integers in ``[0, C)``, or ``ignore_index``.
+      reduction: ``'mean'`` (default: the mean over the labels that are not ``ignore_index``;
+        NaN if all are ignored, as PyTorch), ``'sum'`` or ``'none'`` (shape ``(...)``, 0 where ignored).
+      ignore_index: a label value that contributes nothing (default -100, as PyTorch).
+      label_smoothing: ``ε`` in ``[0, 1]``: the target is ``(1 - ε)·onehot + ε/C``.
     Returns:
       a scalar (or ``(...)`` for ``'none'``) in the logits' dtype.
+    Raises:
+      ArgumentError: a label outside ``[0, C)`` that is not ``ignore_index`` (eagerly, and in
+        ``tl.grad``/``tl.vjp`` code run on arrays); a bad ``reduction`` or ``label_smoothing``.
+        Compiled code (``tl.jit``) cannot raise: there such a label gives a NaN loss.
     """
-    logp = tnp.log_softmax(logits, axis=-1)                                    # (..., C)
+    if not 0.0 <= float(label_smoothing) <= 1.0:
+        raise ArgumentError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing!r}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ArgumentError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     num_classes = tnp.shape(logits)[-1]
+    if _is_concrete(labels) and type(num_classes) is int:
+        msg = _checks.bad_label_message(labels, num_classes, ignore_index, "cross_entropy")
+        if msg is not None:
+            raise ArgumentError(msg)
+    else:
+        labels = _checks.check_labels(labels, num_classes, ignore_index)
+    logp = tnp.log_softmax(logits, axis=-1)                                    # (..., C)
+    kept = tnp.not_equal(labels, ignore_index)                                 # (...) bool
+    in_range = tnp.logical_and(tnp.greater_equal(labels, 0), tnp.less(labels, num_classes))
+    ok = tnp.logical_or(in_range, tnp.logical_not(kept))                       # (...) bool
     hit = tnp.equal(tnp.expand_dims(labels, -1), tnp.arange(num_classes))     # (..., C) bool
     nll = -tnp.sum(tnp.where(hit, logp, 0.0), axis=-1)                         # (...)
+    if label_smoothing:
+        smooth = -tnp.mean(logp, axis=-1)                                      # (...)
+        nll = (1.0 - label_smoothing) * nll + label_smoothing * smooth         # (...)
+    # a label neither in range nor ignored: its loss and its row's gradient are NaN (compiled
+    # code cannot raise; never a silent number); derivative rules give the other rows exact 0s
+    nll = nll + tnp.where(ok, 0.0, tnp.nan * tnp.sum(logp, axis=-1))           # (...)
+    nll = tnp.where(kept, nll, 0.0)                                            # (...)
+    if reduction == "mean":
+        count = tnp.sum(tnp.where(kept, 1.0, nll * 0.0))                       # in the logits' dtype
+        return tnp.sum(nll) / count
     return _reduce(nll, reduction, "cross_entropy")
+
+
+def _is_concrete(x) -> bool:
+    return isinstance(x, (np.ndarray, np.integer, int)) and not isinstance(x, bool)
 
 
 def mse_loss(pred, target, reduction: str = "mean"):

@@ -23,6 +23,7 @@ from .._prims import broadcasting as _bc
 from .._prims import misc as _misc
 from ..errors import ShapeError
 from . import lax  # noqa: F401
+from ._pad import pad  # noqa: F401
 
 float64, float32, float16, bfloat16 = _dt.float64, _dt.float32, _dt.float16, _dt.bfloat16
 int8, int32, int64, uint32, bool_ = _dt.int8, _dt.int32, _dt.int64, _dt.uint32, _dt.bool_
@@ -331,12 +332,6 @@ def stack(arrays, axis=0):
 
 def flip(a, axis=None):
     return _sh.flip(a, axis)
-
-
-def pad(array, pad_width, mode="constant", constant_values=0):
-    if mode != "constant":
-        raise ValueError(f"pad: only mode='constant' is supported, got {mode!r}")
-    return _sh.pad(array, pad_width, constant_values)
 
 
 def take(a, indices, axis=None):

@@ -4,16 +4,18 @@ primitive's operands and params: ``lax.multiply(x, y)``,
 
 Generated derivative source calls primitives through this module, so every
 node renders as one call with a fixed signature. Each call runs the primitive's
-NumPy implementation on arrays (and records a DXIR node on symbolic values).
+NumPy implementation on arrays (and records a DXIR node on symbolic values);
+on plain NumPy arrays it skips ``bind``'s checks (``_prims/_eager.py``).
 """
 from __future__ import annotations
 
 from .. import _prims  # noqa: F401  (declares every primitive)
 from .._core import control as _control  # noqa: F401  (cond, for_range, while_loop)
 from .._core.primitive import REGISTRY
+from .._prims import _eager
 
 for _name, _prim in REGISTRY.items():
-    globals()[_name] = _prim.bind
+    globals()[_name] = _eager.entry(_prim)
 
 __all__ = sorted(REGISTRY)
 
@@ -21,7 +23,8 @@ __all__ = sorted(REGISTRY)
 def __getattr__(name):
     # primitives declared after import (control flow, custom rules) are found late
     if name in REGISTRY:
-        return REGISTRY[name].bind
+        fn = globals()[name] = _eager.entry(REGISTRY[name])
+        return fn
     raise AttributeError(f"tlaloc.numpy.lax has no primitive {name!r}")
 
 

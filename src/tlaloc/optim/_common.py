@@ -14,7 +14,8 @@ from .. import _pytree
 from .. import numpy as tnp
 from .._core.builder import Value
 from .._prims.broadcasting import cast_like
-from ..errors import ArgumentError
+from .. import dtypes as _dt
+from ..errors import ArgumentError, DTypeError
 
 
 def is_symbolic(x) -> bool:
@@ -60,7 +61,46 @@ def flatten_like(params, grads, who: str):
     if p_tree != g_tree:
         raise ArgumentError(f"{who}.update: grads must have the structure of params;\n  params: {p_tree!r}\n"
                             f"  grads:  {g_tree!r}")
+    for k, (p, g) in enumerate(zip(p_leaves, g_leaves)):
+        pd, gd = _float_dtype(p), _float_dtype(g)
+        if pd is not None and gd is not None and pd != gd:
+            path = leaf_paths(p_tree)[k]
+            raise DTypeError(f"{who}.update: the parameter at {path} is {pd.name} but its gradient is {gd.name}; "
+                             f"float dtypes never mix implicitly (the update would silently become {gd.name} or "
+                             f"lose precision). Cast the grads to the params' dtypes first (each leaf "
+                             f"g.astype(p.dtype)), or compute the loss in {pd.name}")
     return p_leaves, g_leaves, p_tree
+
+
+def _float_dtype(x):
+    """The float dtype of an array leaf (NumPy, device or symbolic), or None (Python numbers, ints, unknown)."""
+    dt = getattr(x, "dtype", None)
+    if dt is None or isinstance(x, (float, int)):
+        return None
+    dt = np.dtype(dt)
+    return dt if _dt.is_float(dt) else None
+
+
+def leaf_paths(treedef) -> list:
+    """A readable path per leaf of ``treedef``, in leaf order: ``['w']``, ``.layers[0].weight``, ``<root>``."""
+    out: list = []
+
+    def walk(td, prefix):
+        if td.kind == "leaf":
+            out.append(prefix or "<root>")
+            return
+        if td.kind == "dict":
+            names = [f"[{k!r}]" for k in td.aux[1]]
+        elif td.kind == "dataclass":
+            names = [f".{n}" for n in td.aux[1]]
+        elif td.kind == "namedtuple":
+            names = [f".{n}" for n in td.aux._fields]
+        else:
+            names = [f"[{i}]" for i in range(len(td.children))]
+        for name, child in zip(names, td.children):
+            walk(child, prefix + name)
+    walk(treedef, "")
+    return out
 
 
 def leaves_of(tree, p_tree, who: str, what: str):

@@ -6,9 +6,10 @@ Two halves, kept apart so an artifact serves without the compiler:
   folder or GGUF file into an artifact directory (manifest, one StableHLO program per
   bucket, safetensors weights, tokenizer).
 * **runtime**: :class:`Engine` loads an artifact with PJRT and serves it: ``generate``,
-  ``embed``, and the streaming ``submit``/``step``/``cancel`` API with continuous
-  batching, chunked prefill, paged KV and a prefix cache. It imports numpy,
-  safetensors, tokenizers and the PJRT client only.
+  ``embed``, ``score`` (per-token log-probabilities, see :func:`perplexity`), and the
+  streaming ``submit``/``step``/``cancel`` API with continuous batching, chunked
+  prefill, paged KV and a prefix cache. It imports numpy, safetensors, tokenizers and
+  the PJRT client only.
 
 :mod:`tlaloc.serving.generate` is the eager NumPy reference the runtime is tested
 against. Names load on first use, so ``from tlaloc.serving import Engine`` pulls in
@@ -22,6 +23,7 @@ _EXPORTS = {
     "Engine": ".engine", "GenerationResult": ".engine",
     "Event": ".scheduler",
     "ArtifactError": ".errors", "CapacityError": ".errors", "QueueFullError": ".errors",
+    "ScoreResult": ".scoring", "perplexity": ".scoring", "greedy_agreement": ".scoring",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -25,6 +25,17 @@ Decoder artifacts take ``text_input`` (and optional ``max_tokens``, ``temperatur
   cancelled in the engine.
 
 Encoder artifacts take ``text_input`` and answer ``embedding`` (float32, one row per text).
+
+How tensors cross into the stub: numeric tensors (and ``TYPE_UINT8`` text) go through
+DLPack both ways (``np.from_dlpack(tensor)``, ``pb_utils.Tensor.from_dlpack``), never
+through the stub's NumPy conversions. A stub built with pybind11 < 2.12 (Triton before
+24.11, e.g. the one bundled in nvidia-pytriton 0.7.0) reads NumPy 2's dtype structs with
+NumPy 1's layout: it takes every item size for 0, so ``as_numpy`` repeats the first
+element and ``TYPE_STRING`` tensors cannot cross at all. Text is therefore either
+``TYPE_STRING`` (the default: Triton's usual LLM interface, for stubs that handle
+NumPy 2) or, with ``export-triton``'s ``text_tensors="utf8"``, ``TYPE_UINT8`` tensors of
+UTF-8 bytes (one text per row, trailing NUL bytes dropped) that any stub passes.
+``initialize`` refuses a ``TYPE_STRING`` model on a stub that cannot pass it, saying so.
 """
 import importlib
 import json
@@ -39,6 +50,40 @@ import triton_python_backend_utils as pb_utils
 
 _DEFAULT_FACTORY = "tlaloc.serving._load:load_engine"
 _DEFAULT_MAX_TOKENS = 64
+
+
+def _numeric(tensor):
+    """A request's numeric (or UINT8) tensor as a NumPy array, read through DLPack."""
+    return np.array(np.from_dlpack(tensor), copy=True)
+
+
+def _tensor(name, array):
+    """An output tensor handed over through DLPack (a writable C-contiguous copy)."""
+    return pb_utils.Tensor.from_dlpack(name, np.array(array, order="C", copy=True))
+
+
+def _stub_passes_numpy_arrays():
+    """False when the stub's pybind11 predates NumPy 2 (it then reads [1, 2, 3] as [1, 1, 1])."""
+    probe = pb_utils.Tensor.from_dlpack("probe", np.array([1, 2, 3], dtype=np.int32))
+    return np.asarray(probe.as_numpy()).reshape(-1).tolist() == [1, 2, 3]
+
+
+def _quiet_used_capsules():
+    """Drop the unraisable ValueError NumPy's DLPack capsule deleter reports for every tensor
+    handed to ``Tensor.from_dlpack``: the stub renames the capsules it consumes
+    ``used_dlpack`` (not DLPack's ``used_dltensor``) and frees them itself, so NumPy's
+    deleter finds a name it does not know; nothing leaks and there is nothing to report."""
+    previous = sys.unraisablehook
+    if getattr(previous, "tlaloc_quiet_capsules", False):
+        return
+
+    def hook(unraisable):
+        if not (unraisable.object is None and unraisable.exc_type is ValueError
+                and str(unraisable.exc_value) == "PyCapsule_GetPointer called with incorrect name"):
+            previous(unraisable)
+
+    hook.tlaloc_quiet_capsules = True
+    sys.unraisablehook = hook
 
 
 def _add_site_dirs(spec):
@@ -57,6 +102,14 @@ class TritonPythonModel:
         artifact = params.get("artifact_dir", "artifact")
         if not os.path.isabs(artifact):
             artifact = os.path.join(args["model_repository"], str(args["model_version"]), artifact)
+        inputs = {i["name"]: i for i in self.model_config.get("input", [])}
+        self.utf8 = inputs.get("text_input", {}).get("data_type") == "TYPE_UINT8"
+        _quiet_used_capsules()
+        if not self.utf8 and not _stub_passes_numpy_arrays():
+            raise RuntimeError(
+                f"this Triton Python-backend stub was built with pybind11 < 2.12 and misreads NumPy "
+                f"{np.__version__}'s arrays, so it cannot pass TYPE_STRING tensors; re-export with "
+                f"text_tensors='utf8' (UINT8 tensors of UTF-8 bytes), or serve with Triton >= 24.11")
         _add_site_dirs(params.get("python_site_dirs", ""))
         module, _, function = params.get("engine_factory", _DEFAULT_FACTORY).partition(":")
         self.engine = getattr(importlib.import_module(module), function)(artifact)
@@ -88,14 +141,29 @@ class TritonPythonModel:
         tensor = pb_utils.get_input_tensor_by_name(request, name)
         if tensor is None:
             return default
-        value = tensor.as_numpy().reshape(-1)[0]
-        if isinstance(value, bytes):
-            return value.decode("utf-8")
-        return value.item() if hasattr(value, "item") else value
+        return _numeric(tensor).reshape(-1)[0].item()
+
+    def _texts(self, request):
+        """The request's ``text_input`` as a list of str (one per row)."""
+        tensor = pb_utils.get_input_tensor_by_name(request, "text_input")
+        if tensor is None:
+            return []
+        if self.utf8:
+            data = _numeric(tensor)                                  # (..., n_bytes) uint8
+            rows = data.reshape(-1, data.shape[-1] if data.ndim else 1)
+            return [bytes(row).rstrip(b"\0").decode("utf-8") for row in rows]
+        values = tensor.as_numpy().reshape(-1)
+        return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+
+    def _text_tensor(self, name, text, lead):
+        data = text.encode("utf-8")
+        if self.utf8:
+            return _tensor(name, np.frombuffer(data, dtype=np.uint8).reshape(lead + (-1,)))
+        return pb_utils.Tensor(name, np.array([data], dtype=object).reshape(lead + (1,)))
 
     def _submit(self, request):
         from tlaloc.serving._detok import TextStream
-        prompt = self._scalar(request, "text_input", "")
+        prompt = (self._texts(request) or [""])[0]
         ids = list(self.engine.tokenizer.encode(prompt).ids)
         top_k, top_p, seed = (self._scalar(request, n, None) for n in ("top_k", "top_p", "seed"))
         rid = self.engine.submit(ids, max_new_tokens=int(self._scalar(request, "max_tokens", _DEFAULT_MAX_TOKENS)),
@@ -108,10 +176,9 @@ class TritonPythonModel:
     def _response(self, text, token_ids, finish_reason):
         lead = (1,) if self.batched else ()
         return pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=object).reshape(lead + (1,))),
-            pb_utils.Tensor("token_ids", np.asarray(token_ids, dtype=np.int32).reshape(lead + (-1,))),
-            pb_utils.Tensor("finish_reason", np.array([(finish_reason or "").encode()], dtype=object)
-                            .reshape(lead + (1,))),
+            self._text_tensor("text_output", text, lead),
+            _tensor("token_ids", np.asarray(token_ids, dtype=np.int32).reshape(lead + (-1,))),
+            self._text_tensor("finish_reason", finish_reason or "", lead),
         ])
 
     @staticmethod
@@ -208,8 +275,7 @@ class TritonPythonModel:
     def _embed(self, requests):
         texts, counts = [], []
         for request in requests:
-            values = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)
-            batch = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+            batch = self._texts(request)
             texts += batch
             counts.append(len(batch))
         try:
@@ -221,5 +287,5 @@ class TritonPythonModel:
             rows = vectors[start:start + count]                                    # (count, dim)
             start += count
             responses.append(pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("embedding", rows if self.batched else rows.reshape(-1))]))
+                _tensor("embedding", rows if self.batched else rows.reshape(-1))]))
         return responses

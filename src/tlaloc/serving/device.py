@@ -5,6 +5,18 @@ serving hot path: arguments are already device arrays (weights, KV pools) or sma
 NumPy arrays (the per-step request inputs, transferred here); outputs stay on the
 device. ``fast_compile`` lowers XLA's backend (LLVM) optimisation level to 0, which
 compiles several times faster and runs the same program, somewhat slower.
+
+On the CPU platform the serving runtime asks XLA for its memory-minimising scheduler
+instead of the concurrency-optimised one (:data:`CPU_SCHEDULER_FLAG`, added to
+``XLA_FLAGS`` when this module is imported). The concurrency-optimised scheduler starts
+every independent op as early as it can, so a program that converts its bf16 or int8
+weights to float32 converts all of them before the first layer runs and keeps a float32
+copy of the whole model in temporary memory (freshly mapped, written and read back at
+every step). With the other scheduler each weight is converted just before its dot.
+XLA reads this flag from ``XLA_FLAGS`` only, once per process, when its first CPU
+client starts (a per-compile option is accepted and ignored): import
+``tlaloc.serving`` before anything else starts XLA, or set the flag yourself.
+:func:`memory_scheduler_active` says whether it is in effect.
 """
 from __future__ import annotations
 
@@ -14,6 +26,26 @@ import tempfile
 import numpy as np
 
 from .._runtime import pjrt
+
+#: the XLA flag the serving runtime sets (see the module docstring)
+CPU_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+
+
+def _prefer_memory_scheduler() -> bool:
+    """Add CPU_SCHEDULER_FLAG to XLA_FLAGS unless the user chose a scheduler; True if added."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_enable_concurrency_optimized_scheduler" in flags:
+        return False
+    os.environ["XLA_FLAGS"] = f"{CPU_SCHEDULER_FLAG} {flags}".strip()     # first: XLA stops at a bad token
+    return True
+
+
+_prefer_memory_scheduler()
+
+
+def memory_scheduler_active() -> bool:
+    """Whether XLA_FLAGS asks for the memory-minimising CPU scheduler (effective if set before XLA started)."""
+    return CPU_SCHEDULER_FLAG in os.environ.get("XLA_FLAGS", "").split()
 
 
 class Program:
@@ -82,4 +114,4 @@ def device_put(array: np.ndarray, platform: str):
     return pjrt.device_put(array, platform)
 
 
-__all__ = ["Program", "device_put"]
+__all__ = ["Program", "device_put", "CPU_SCHEDULER_FLAG", "memory_scheduler_active"]

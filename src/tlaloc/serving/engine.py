@@ -100,6 +100,7 @@ class Engine:
         self.platform = platform
         self._lock = threading.RLock()
         self._programs = {(p["mode"], p["batch"], p["context"]): p for p in m["programs"]}
+        self.programs_used: set = set()     # (mode, batch, context) of every program this engine has run
         self._plans: dict = {}
         self._special = {"bos_token": "", "eos_token": ""}
         self.tokenizer, self.chat_template = self._load_tokenizer()
@@ -198,7 +199,10 @@ class Engine:
         cache_path = None
         if self.cache_dir:
             import jaxlib
-            tag = f"{program['cache_key']}-{self.platform}-{'O0' if self.fast_compile else 'O2'}-jaxlib{jaxlib.__version__}"
+            opts = "O0" if self.fast_compile else "O2"
+            if self.platform == "cpu" and not self._device.memory_scheduler_active():
+                opts += "-concurrent"                   # the scheduler changes the executable
+            tag = f"{program['cache_key']}-{self.platform}-{opts}-jaxlib{jaxlib.__version__}"
             cache_path = os.path.join(self.cache_dir, tag + ".xla")
         exe = self._device.Program(text.decode("utf-8"), self.platform, list(program["inputs"]), avals,
                                    fast_compile=self.fast_compile, cache_path=cache_path)
@@ -216,6 +220,7 @@ class Engine:
 
     def _run(self, mode: str, B: int, C: int, request: dict) -> np.ndarray:
         program, exe = self._executable(mode, B, C)
+        self.programs_used.add((mode, B, C))
         outs = exe(*self._args(program, request))
         for slot, out in zip(program["outputs"][1:], outs[1:]):
             self._pools[slot["name"]] = out
@@ -270,12 +275,14 @@ class Engine:
             return self.scheduler is not None and self.scheduler.has_work()
 
     def stats(self) -> dict:
-        """running, waiting, kv_pages_used, kv_pages_total, kv_pages_cached, tokens_in, tokens_out, ..."""
+        """running, waiting, kv_pages_used, kv_pages_total, kv_pages_cached, tokens_in, tokens_out, ...;
+        ``programs_compiled`` (in this process) and ``programs_used`` (distinct buckets this engine ran)."""
         with self._lock:
             if self.scheduler is None:
                 return {"running": 0, "waiting": 0, "kv_pages_used": 0, "kv_pages_total": 0, "kv_pages_cached": 0,
                         "tokens_in": 0, "tokens_out": 0}
-            return {**self.scheduler.stats(), "programs_compiled": len(_COMPILED)}
+            return {**self.scheduler.stats(), "programs_compiled": len(_COMPILED),
+                    "programs_used": len(self.programs_used)}
 
     # -- offline API -----------------------------------------------------------------------------
     def encode(self, text: str) -> list:
@@ -350,6 +357,19 @@ class Engine:
                     text = text[:text.index(s)]
             results.append(GenerationResult(tokens[k], text, reasons[k]))
         return results
+
+    def score(self, prompt):
+        """Log-probabilities of ``prompt`` (a string or token ids) under the model: a ScoreResult.
+
+        ``result.logprobs`` is (n-1,) float32 in nats, ``logprobs[i] = log p(ids[i+1] | ids[:i+1])``;
+        ``result.greedy_ids`` (n-1,) int32 the argmax at each position; ``result.prompt_logprobs``
+        vLLM's layout. Needs an artifact exported with ``score=True`` (``tlaloc export --score``).
+        Raises ArgumentError (no score programs, encoder, bad ids) or CapacityError (longer
+        than the largest context; ``tlaloc.serving.perplexity`` scores long texts in windows).
+        See :mod:`tlaloc.serving.scoring`.
+        """
+        from .scoring import score
+        return score(self, prompt)
 
     def embed(self, texts) -> np.ndarray:
         """Sentence embeddings (n, D) float32 of strings or token-id lists (encoder artifacts)."""

@@ -4,7 +4,7 @@
     export("SmolLM2.gguf", "smol-art", batch=(1, 2, 4, 8), context=(64, 256, 1024))
 
 What ``tlaloc export MODEL OUT_DIR [--batch 1,2,4,8] [--context 64,256,1024]
-[--block-size 16] [--dtype f32|bf16] [--weights int8]`` runs. The artifact (see
+[--block-size 16] [--dtype f32|bf16] [--weights int8] [--score]`` runs. The artifact (see
 :mod:`tlaloc.serving.manifest`) holds one StableHLO program per bucket, built by the
 tracing front end from the model code with the paged primitives, the weights as
 safetensors, the tokenizer, and a manifest with every file's sha256. The same model
@@ -121,6 +121,22 @@ def _decoder_programs(cfg, stored, batch, context, block_size, chunk, num_pages,
     return programs, texts, kv
 
 
+def _score_programs(cfg, stored, context, kv_dtype, bar):
+    """One score program per context, batch 1 (see :func:`tlaloc.serving.programs.decoder_score`)."""
+    from .programs import decoder_score, lower, score_slots, weight_slots
+    ws = weight_slots(stored)
+    fn = decoder_score(cfg, [s.name for s in ws], kv_dtype)
+    programs, texts = [], {}
+    for C in context:
+        name = f"score_b1_c{C}"
+        request, outputs = score_slots(C)
+        program = lower(fn, request + ws, name)
+        programs.append(_program_entry(name, "score", 1, C, C, request + ws, outputs, {}, program.text))
+        texts[name] = program.text
+        bar.update(1)
+    return programs, texts
+
+
 def _encoder_programs(cfg, stored, batch, context, bar):
     from .programs import Slot, encoder_embed, lower, weight_slots
     ws = weight_slots(stored)
@@ -163,7 +179,7 @@ def _model_name(model_path: str) -> str:
 def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), block_size: int = 16,
            dtype: str = "f32", weights: str | None = None, prefill_chunk: int | None = None,
            num_pages: int | None = None, name: str | None = None, overwrite: bool = False,
-           progress: bool | None = None) -> ExportSummary:
+           progress: bool | None = None, score: bool = False) -> ExportSummary:
     """Export a model to a serving artifact directory.
 
     Args:
@@ -179,6 +195,9 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
         max context / block_size: every row at full context at once).
       name: the model name the artifact reports (default: the file or folder name).
       progress: show a progress bar (default: when stderr is a terminal).
+      score: also write one ``score_b1_c<C>`` program per context (decoders): per-token
+        log-probabilities of a given text, for ``Engine.score`` and ``tlaloc.serving.perplexity``.
+        Off by default: each computes full-vocabulary logits for every position.
 
     Returns:
       An ExportSummary. Raises ArgumentError for a bad option, naming it.
@@ -198,9 +217,12 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     stored = stored_tensors(flatten(model.weights), fmt)
     kv_dtype = np.dtype(np.float32) if dtype == "f32" else np.dtype("bfloat16")
     is_encoder = isinstance(cfg, EncoderConfig)
+    if score and is_encoder:
+        raise ArgumentError("export: score=True writes next-token log-probability programs, which need a decoder; "
+                            f"{model_path} is an encoder")
     chunk = min(prefill_chunk or DEFAULT_CHUNK, context[-1])
     pages = num_pages or 1 + batch[-1] * context[-1] // block_size
-    count = len(batch) * len(context) * (1 if is_encoder else 2)
+    count = len(batch) * len(context) * (1 if is_encoder else 2) + (len(context) if score and not is_encoder else 0)
     with tqdm(total=count, desc=f"export {_model_name(model_path)}", unit="program",
               disable=None if progress is None else not progress) as bar:
         if is_encoder:
@@ -211,6 +233,9 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
                 raise ArgumentError(f"export: num_pages={pages}; at least 2 (page 0 is scratch)")
             programs, texts, kv_list = _decoder_programs(cfg, stored, batch, context, block_size, chunk, pages,
                                                          kv_dtype, bar)
+            if score:
+                more, more_texts = _score_programs(cfg, stored, context, kv_dtype, bar)
+                programs, texts = programs + more, {**texts, **more_texts}
             kv = {"block_size": block_size, "num_pages": pages, "scratch_page": 0, "dtype": kv_dtype.name,
                   "layout": ["pages", "block_size", "kv_heads", "head_dim"],
                   "slots": [s.to_json() for s in kv_list]}

@@ -3,7 +3,7 @@
 An artifact is a directory::
 
     manifest.json              this schema (sorted keys, no timestamps: exports are byte-identical)
-    programs/<mode>_b<B>_c<C>.mlir   one StableHLO module per (prefill|decode|embed, batch, context) bucket
+    programs/<mode>_b<B>_c<C>.mlir   one StableHLO module per (prefill|decode|score|embed, batch, context) bucket
     weights.safetensors        the weights, by slot name (f32, bf16, or int8 + per-channel scales)
     tokenizer.json             the tokenizer (``tokenizers``), when the model has one
 
@@ -26,7 +26,8 @@ MANIFEST = "manifest.json"
 #: Roles of program inputs and outputs.
 REQUEST_ROLES = ("token_ids", "positions", "block_tables", "seq_lens", "slot_mapping",
                  "temperature", "top_k", "top_p", "uniforms", "attention_mask")
-ROLES = REQUEST_ROLES + ("kv_pool", "weight", "weight_scale", "next_token_ids", "embeddings")
+ROLES = REQUEST_ROLES + ("kv_pool", "weight", "weight_scale", "next_token_ids", "embeddings", "token_logprobs",
+                         "greedy_ids")
 
 
 def dumps(manifest: dict) -> bytes:

@@ -15,6 +15,11 @@ sampled token comes from its last real token (the last one with ``slot_mapping >
 Padding: token 0, position 0, slot -1; a padding row has seq_len 1 and a block table of
 zeros (page 0, the scratch page).
 
+A score program (mode ``score``, batch 1, exported with ``score=True``) runs a whole
+row causally from position 0, without the KV pools: ``token_ids`` (1, C) and
+``seq_lens`` (1,) i32 and the weights in; ``token_logprobs`` (1, C) f32 (nats) and
+``greedy_ids`` (1, C) i32 out, see :func:`decoder_score`.
+
 An encoder program (mode ``embed``) takes ``token_ids`` and ``attention_mask`` (B, C) i32
 and the weights, and returns ``embeddings`` (B, D) float32.
 """
@@ -31,6 +36,7 @@ from .._frontend.tracing import trace_region
 from .._render import stablehlo_serving  # noqa: F401  (registers the paged primitives' lowerings)
 from .._render.stablehlo import emit_module
 from ..models import DecoderConfig, decoder_hidden, encode, lm_head
+from ..models.kv_cache import NoCache
 from .paged import PagedBackend
 from .sampling import sample_tokens
 from .weights_format import dequantize
@@ -105,6 +111,56 @@ def decoder_step(cfg: DecoderConfig, weight_names: list, n_layers: int):
     return step
 
 
+def score_slots(C: int) -> tuple[list[Slot], list[Slot]]:
+    """The request inputs and the outputs of a score program over C tokens (see :func:`decoder_score`)."""
+    inputs = [Slot("token_ids", "token_ids", I32, (1, C)), Slot("seq_lens", "seq_lens", I32, (1,))]
+    outputs = [Slot("token_logprobs", "token_logprobs", F32, (1, C)), Slot("greedy_ids", "greedy_ids", I32, (1, C))]
+    return inputs, outputs
+
+
+class _RoundedNoCache(NoCache):
+    """Attention within the call, keys and values first rounded to the KV pools' dtype (as prefill stores them)."""
+
+    def __init__(self, kv_dtype):
+        self.kv_dtype = np.dtype(kv_dtype)
+
+    def attend(self, layer: int, q, k, v, positions, window: int | None):
+        if self.kv_dtype != F32:
+            k = tnp.astype(tnp.astype(k, self.kv_dtype), tnp.float32)                # (B, T, K, E)
+            v = tnp.astype(tnp.astype(v, self.kv_dtype), tnp.float32)                # (B, T, K, E)
+        return super().attend(layer, q, k, v, positions, window)
+
+
+def decoder_score(cfg: DecoderConfig, weight_names: list, kv_dtype):
+    """The function traced into every score program: (token_ids, seq_lens, *weights) -> [logprobs, greedy ids].
+
+    token_ids (B, C) int32, left-aligned, padded with anything; seq_lens (B,) int32 real tokens
+    per row. Outputs, both (B, C): ``token_logprobs`` float32, where ``[b, t]`` is
+    log p(token_ids[b, t+1] | token_ids[b, :t+1]) in nats, and ``greedy_ids`` int32, the
+    argmax of that same next-token distribution; both are 0 where ``t + 1 >= seq_lens[b]``.
+    The whole row is one causal forward pass from position 0 (no KV pool), with keys and
+    values rounded to ``kv_dtype`` as the prefill programs store them.
+    """
+    def score(token_ids, seq_lens, *ws):
+        weights = dequantize(dict(zip(weight_names, ws)))
+        B, C = token_ids.shape
+        t = np.arange(C, dtype=np.int32)                                          # (C,)
+        positions = token_ids * 0 + t[None, :]                                    # (B, C) traced, not a literal
+        h = decoder_hidden(cfg, weights, token_ids, positions, _RoundedNoCache(kv_dtype))  # (B, C, D)
+        logits = lm_head(cfg, weights, h)                                         # (B, C, V)
+        V = logits.shape[-1]
+        logz = tnp.logsumexp(logits, axis=-1)                                     # (B, C)
+        nxt = tnp.concatenate([token_ids[:, 1:], tnp.zeros((B, 1), tnp.int32)], axis=1)   # (B, C) next token
+        rows = np.arange(B * C, dtype=np.int32) * np.int32(V)                     # (B*C,) flat row starts
+        flat = tnp.reshape(logits, (B * C * V,))
+        picked = tnp.reshape(tnp.take(flat, rows + tnp.reshape(nxt, (B * C,)), axis=0), (B, C))  # (B, C)
+        valid = tnp.less(t[None, :] + 1, seq_lens[:, None])                       # (B, C)
+        logprobs = tnp.where(valid, picked - logz, np.float32(0.0))               # (B, C) nats
+        greedy = tnp.where(valid, tnp.astype(tnp.argmax(logits, axis=-1), tnp.int32), 0)  # (B, C)
+        return [logprobs, greedy]
+    return score
+
+
 def encoder_embed(cfg, weight_names: list):
     """The function traced into every encoder program: (ids, mask, *weights) -> [embeddings]."""
     def embed(token_ids, attention_mask, *ws):
@@ -123,4 +179,5 @@ def lower(fn, inputs: list[Slot], name: str, donate=()):
     return emit_module(graph, name=name, donate=list(donate))
 
 
-__all__ = ["Slot", "request_slots", "kv_slots", "weight_slots", "decoder_step", "encoder_embed", "lower"]
+__all__ = ["Slot", "request_slots", "kv_slots", "weight_slots", "decoder_step", "score_slots", "decoder_score",
+           "encoder_embed", "lower"]

@@ -13,6 +13,16 @@ model with Triton's dynamic batcher (requests that arrive together are stepped a
 batch) or, with ``streaming=True``, a decoupled model that streams text as it is made.
 Encoder artifacts get a dynamically batched ``embedding`` model. See
 :mod:`tlaloc.serving._triton_model` for the tensors.
+
+Text tensors are ``TYPE_STRING`` by default (Triton's usual ``text_input``/``text_output``).
+Triton's Python-backend stubs older than 24.11 (built with pybind11 < 2.12, e.g. the
+``tritonserver`` bundled in nvidia-pytriton 0.7.0) misread NumPy 2 arrays and cannot pass
+``TYPE_STRING`` at all; ``text_tensors="utf8"`` declares the text tensors ``TYPE_UINT8``
+``[-1]`` instead (the UTF-8 bytes of one text per row), which every stub passes, since
+numeric tensors cross through DLPack. Start ``tritonserver`` with ``PYTHONPATH`` set to
+the exporting environment's site-packages so that the stub imports that environment's
+NumPy, and with ``LD_LIBRARY_PATH`` naming that Python's ``lib/`` (the stub links
+``libpython``).
 """
 from __future__ import annotations
 
@@ -24,29 +34,31 @@ import sysconfig
 from pathlib import Path
 
 _MODEL_PY = Path(__file__).with_name("_triton_model.py")
-_DECODER_IO = """\
-input [
-  { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
-  { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] optional: true },
-  { name: "temperature" data_type: TYPE_FP32 dims: [ 1 ] optional: true },
-  { name: "top_k" data_type: TYPE_INT32 dims: [ 1 ] optional: true },
-  { name: "top_p" data_type: TYPE_FP32 dims: [ 1 ] optional: true },
-  { name: "seed" data_type: TYPE_INT64 dims: [ 1 ] optional: true }
-]
-output [
-  { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] },
-  { name: "token_ids" data_type: TYPE_INT32 dims: [ -1 ] },
-  { name: "finish_reason" data_type: TYPE_STRING dims: [ 1 ] }
-]
-"""
-_ENCODER_IO = """\
-input [
-  { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] }
-]
-output [
-  { name: "embedding" data_type: TYPE_FP32 dims: [ -1 ] }
-]
-"""
+_TEXT_TENSORS = ("string", "utf8")
+
+
+def _text(name: str, text_tensors: str, *, batched: bool, optional: str = "") -> str:
+    """One text tensor: TYPE_STRING [1], or TYPE_UINT8 [-1] of UTF-8 bytes (ragged when batched)."""
+    if text_tensors == "string":
+        return f'{{ name: "{name}" data_type: TYPE_STRING dims: [ 1 ]{optional} }}'
+    ragged = " allow_ragged_batch: true" if batched and name == "text_input" else ""
+    return f'{{ name: "{name}" data_type: TYPE_UINT8 dims: [ -1 ]{ragged}{optional} }}'
+
+
+def _io(kind: str, text_tensors: str, batched: bool) -> str:
+    """The ``input [...]`` and ``output [...]`` blocks of a decoder or encoder model."""
+    inputs = [_text("text_input", text_tensors, batched=batched)]
+    if kind == "encoder":
+        outputs = ['{ name: "embedding" data_type: TYPE_FP32 dims: [ -1 ] }']
+    else:
+        inputs += [f'{{ name: "{n}" data_type: TYPE_{t} dims: [ 1 ] optional: true }}'
+                   for n, t in (("max_tokens", "INT32"), ("temperature", "FP32"), ("top_k", "INT32"),
+                                ("top_p", "FP32"), ("seed", "INT64"))]
+        outputs = [_text("text_output", text_tensors, batched=batched),
+                   '{ name: "token_ids" data_type: TYPE_INT32 dims: [ -1 ] }',
+                   _text("finish_reason", text_tensors, batched=batched)]
+    return "".join(f"{block} [\n" + ",\n".join(f"  {t}" for t in tensors) + "\n]\n"
+                   for block, tensors in (("input", inputs), ("output", outputs)))
 
 
 def read_kind_and_name(artifact_dir: str) -> tuple[str, str]:
@@ -72,8 +84,10 @@ def triton_name(name: str) -> str:
 
 def config_pbtxt(name: str, kind: str, *, streaming: bool = False, max_batch_size: int = 8,
                  artifact_dir: str = "artifact", engine_factory: str | None = None,
-                 python_site_dirs: list[str] | None = None) -> str:
+                 python_site_dirs: list[str] | None = None, text_tensors: str = "string") -> str:
     """The text of ``config.pbtxt`` for a tlaloc model."""
+    if text_tensors not in _TEXT_TENSORS:
+        raise ValueError(f"text_tensors must be one of {_TEXT_TENSORS}, got {text_tensors!r}")
     if streaming and kind == "encoder":
         raise ValueError("streaming (a decoupled model) is for decoder artifacts; encoders answer at once")
     if max_batch_size < 1:
@@ -83,7 +97,7 @@ def config_pbtxt(name: str, kind: str, *, streaming: bool = False, max_batch_siz
         lines += ["max_batch_size: 0", "model_transaction_policy { decoupled: true }"]
     else:
         lines += [f"max_batch_size: {max_batch_size}", "dynamic_batching { max_queue_delay_microseconds: 2000 }"]
-    text = "\n".join(lines) + "\n" + (_ENCODER_IO if kind == "encoder" else _DECODER_IO)
+    text = "\n".join(lines) + "\n" + _io(kind, text_tensors, batched=not streaming)
     text += "instance_group [ { count: 1 kind: KIND_MODEL } ]\n"
     params = {"artifact_dir": artifact_dir}
     if engine_factory:
@@ -97,7 +111,8 @@ def config_pbtxt(name: str, kind: str, *, streaming: bool = False, max_batch_siz
 
 def write_repository(artifact_dir: str, repo_dir: str, *, model_name: str | None = None,
                      streaming: bool = False, max_batch_size: int = 8, copy_artifact: bool = True,
-                     engine_factory: str | None = None, python_site_dirs: list[str] | None = None) -> str:
+                     engine_factory: str | None = None, python_site_dirs: list[str] | None = None,
+                     text_tensors: str = "string") -> str:
     """Write (or replace) one model of a Triton repository; return its folder.
 
     Arguments:
@@ -112,6 +127,9 @@ def write_repository(artifact_dir: str, repo_dir: str, *, model_name: str | None
             ``tlaloc.serving.Engine``).
         python_site_dirs: site-packages folders the Triton stub adds before importing
             tlaloc (default: this interpreter's, where tlaloc is installed; pass [] for none).
+        text_tensors: ``"string"`` (TYPE_STRING ``[1]``, Triton's usual LLM interface) or
+            ``"utf8"`` (TYPE_UINT8 ``[-1]`` of UTF-8 bytes; for stubs built against NumPy 1.x,
+            such as nvidia-pytriton 0.7.0's, which cannot pass TYPE_STRING under NumPy 2).
     """
     if python_site_dirs is None:
         python_site_dirs = [sysconfig.get_paths()["purelib"]]
@@ -129,6 +147,7 @@ def write_repository(artifact_dir: str, repo_dir: str, *, model_name: str | None
         where = os.path.abspath(artifact_dir)
     (model_dir / "config.pbtxt").write_text(
         config_pbtxt(name, kind, streaming=streaming, max_batch_size=max_batch_size, artifact_dir=where,
-                     engine_factory=engine_factory, python_site_dirs=python_site_dirs), encoding="utf-8")
+                     engine_factory=engine_factory, python_site_dirs=python_site_dirs,
+                     text_tensors=text_tensors), encoding="utf-8")
     shutil.copyfile(_MODEL_PY, version_dir / "model.py")
     return str(model_dir)

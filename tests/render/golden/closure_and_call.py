@@ -71,11 +71,9 @@ def dclosure_and_call_dx_k(x, k_1):
         x_bar_1 = lax.sum_to(v18, x)
         v19 = lax.safe_mul(v_bar_3, x)
         v20 = lax.sum_to(v19, x)
-        v21 = lax.safe_mul(v_bar_3, x)
-        v22 = lax.sum_to(v21, x)
         x_bar_2 = lax.add(x_bar_1, v20)
-        x_bar_3 = lax.add(x_bar_2, v22)
-        v23 = lax.add(x_bar, x_bar_3)
-        v24 = lax.add(k_bar, k_bar_1)
-        v8, x_bar, k_bar = total_bar_1, v23, v24
+        x_bar_3 = lax.add(x_bar_2, v20)
+        v21 = lax.add(x_bar, x_bar_3)
+        v22 = lax.add(k_bar, k_bar_1)
+        v8, x_bar, k_bar = total_bar_1, v21, v22
     return (x_bar, k_bar)

@@ -39,8 +39,11 @@ def dhistogram_update_dx(x, idx):
     # grad of: return (acc * np.arange(1.0, 5.0)).sum()
     v8 = lax.expand_reduced(out_bar, v6, axes=None, keepdims=False)
     v_bar = lax.broadcast_like(v8, v6)
+    del v6, v8
     v9 = lax.safe_mul(v_bar, np.asarray([1.0, 2.0, 3.0, 4.0], dtype=tnp.float64))
+    del v_bar
     acc_bar = lax.sum_to(v9, acc)
+    del acc, v9
     # grad of: for j in range(len(idx)):
     v10 = lax.zeros_like(x)
     v11, x_bar = acc_bar, v10
@@ -54,25 +57,23 @@ def dhistogram_update_dx(x, idx):
         v16 = res_stack_4[k_2]
         # grad of: acc[idx[j]] += x[j] ** 2
         v17 = lax.getitem(v11, v12, spec=(('d', 0),))
-        v18 = lax.getitem(v11, v12, spec=(('d', 0),))
-        v19 = lax.zeros_like(v18)
-        v20 = lax.add(v19, 1.0)
-        v21 = lax.reshape(v20, shape=(-1,))
-        v22 = lax.cumsum(v21, axis=0, reverse=False)
-        v23 = lax.reshape_like(v22, v18)
-        v24 = lax.zeros_like(v11)
-        v25 = lax.index_set(v24, v23, v12, spec=(('d', 0),))
-        v26 = lax.getitem(v25, v12, spec=(('d', 0),))
-        v27 = lax.equal(v26, v23)
-        v28 = lax.zeros_like(v17)
-        v29 = lax.select(v27, v17, v28)
+        v18 = lax.zeros_like(v17)
+        v19 = lax.add(v18, 1.0)
+        v20 = lax.reshape(v19, shape=(-1,))
+        v21 = lax.cumsum(v20, axis=0, reverse=False)
+        v22 = lax.reshape_like(v21, v17)
+        v23 = lax.zeros_like(v11)
+        v24 = lax.index_set(v23, v22, v12, spec=(('d', 0),))
+        v25 = lax.getitem(v24, v12, spec=(('d', 0),))
+        v26 = lax.equal(v25, v22)
+        v27 = lax.select(v26, v17, v18)
         acc_bar_1 = lax.index_set(v11, 0.0, v12, spec=(('d', 0),))
-        v_bar_1 = lax.sum_to(v29, v13)
+        v_bar_1 = lax.sum_to(v27, v13)
         v_bar_2 = lax.sum_to(v_bar_1, v14)
         v_bar_3 = lax.sum_to(v_bar_1, v15)
         acc_bar_2 = lax.index_add(acc_bar_1, v_bar_2, v12, spec=(('d', 0),))
-        v30 = lax.multiply(2.0, v16)
-        v_bar_4 = lax.safe_mul(v_bar_3, v30)
-        v31 = lax.index_add(x_bar, v_bar_4, i, spec=(('d', 0),))
-        v11, x_bar = acc_bar_2, v31
+        v28 = lax.multiply(2.0, v16)
+        v_bar_4 = lax.safe_mul(v_bar_3, v28)
+        v29 = lax.index_add(x_bar, v_bar_4, i, spec=(('d', 0),))
+        v11, x_bar = acc_bar_2, v29
     return (x_bar,)

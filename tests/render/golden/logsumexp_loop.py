@@ -30,74 +30,81 @@ def dlogsumexp_loop_dx(x):
         res_stack[k_1] = v2
         m_stack[k_1] = m_1
         m_1 = m_2
+    del m
     # golden_functions.py:18: for i in range(len(x)):
-    v3 = lax.dim_size(x, axis=0)
     s = 0.0
-    trips_1 = range(0, int(v3), 1)
+    trips_1 = range(0, int(v0), 1)
     s_stack = [None] * len(trips_1)
     res_stack_1 = [None] * len(trips_1)
     res_stack_2 = [None] * len(trips_1)
     for k_2 in range(len(trips_1)):
         i_1 = trips_1[k_2]
         # golden_functions.py:19: s = s + np.exp(x[i] - m)
-        v4 = lax.getitem(x, i_1, spec=(('d', 0),))
-        v5 = lax.subtract(v4, m_1)
-        v6 = lax.exp(v5)
-        s_1 = lax.add(s, v6)
+        v3 = lax.getitem(x, i_1, spec=(('d', 0),))
+        v4 = lax.subtract(v3, m_1)
+        v5 = lax.exp(v4)
+        s_1 = lax.add(s, v5)
         s_stack[k_2] = s
-        res_stack_1[k_2] = v6
-        res_stack_2[k_2] = v4
+        res_stack_1[k_2] = v5
+        res_stack_2[k_2] = v3
         s = s_1
     # golden_functions.py:20: return m + np.log(s)
-    v7 = lax.log(s)
-    v8 = lax.add(m_1, v7)
-    out_bar = lax.grad_seed(v8)
+    v6 = lax.log(s)
+    v7 = lax.add(m_1, v6)
+    out_bar = lax.grad_seed(v7)
+    del v7
     # grad of: return m + np.log(s)
     m_bar = lax.sum_to(out_bar, m_1)
-    v_bar = lax.sum_to(out_bar, v7)
-    v9 = lax.reciprocal(s)
-    s_bar = lax.safe_mul(v_bar, v9)
+    v_bar = lax.sum_to(out_bar, v6)
+    del v6
+    v8 = lax.reciprocal(s)
+    del s
+    s_bar = lax.safe_mul(v_bar, v8)
+    del v_bar, v8
     # grad of: for i in range(len(x)):
-    v10 = lax.zeros_like(x)
-    v11 = lax.zeros_like(m_1)
-    v12, x_bar, m_bar_1 = s_bar, v10, v11
-    trips_2 = range(0, int(v3), 1)
+    v9 = lax.zeros_like(x)
+    v10 = lax.zeros_like(m_1)
+    v11, x_bar, m_bar_1 = s_bar, v9, v10
+    trips_2 = range(0, int(v0), 1)
     for k_3 in reversed(range(len(trips_2))):
         i_2 = trips_2[k_3]
         s_2 = s_stack[k_3]
-        v13 = res_stack_1[k_3]
-        v14 = res_stack_2[k_3]
+        v12 = res_stack_1[k_3]
+        v13 = res_stack_2[k_3]
         # grad of: s = s + np.exp(x[i] - m)
-        s_bar_1 = lax.sum_to(v12, s_2)
-        v_bar_1 = lax.sum_to(v12, v13)
-        v_bar_2 = lax.safe_mul(v_bar_1, v13)
-        v_bar_3 = lax.sum_to(v_bar_2, v14)
-        v15 = lax.negative(v_bar_2)
-        m_bar_2 = lax.sum_to(v15, m_1)
-        v16 = lax.index_add(x_bar, v_bar_3, i_2, spec=(('d', 0),))
-        v17 = lax.add(m_bar_1, m_bar_2)
-        v12, x_bar, m_bar_1 = s_bar_1, v16, v17
+        s_bar_1 = lax.sum_to(v11, s_2)
+        v_bar_1 = lax.sum_to(v11, v12)
+        v_bar_2 = lax.safe_mul(v_bar_1, v12)
+        v_bar_3 = lax.sum_to(v_bar_2, v13)
+        v14 = lax.negative(v_bar_2)
+        m_bar_2 = lax.sum_to(v14, m_1)
+        v15 = lax.index_add(x_bar, v_bar_3, i_2, spec=(('d', 0),))
+        v16 = lax.add(m_bar_1, m_bar_2)
+        v11, x_bar, m_bar_1 = s_bar_1, v15, v16
+    del m_1, s_stack, res_stack_1, res_stack_2, s_bar, v10, v11
     m_bar_3 = lax.add(m_bar, m_bar_1)
+    del m_bar, m_bar_1
     # grad of: for i in range(1, len(x)):
-    v18 = lax.zeros_like(x)
-    m_bar_4, x_bar_1 = m_bar_3, v18
+    m_bar_4, x_bar_1 = m_bar_3, v9
     trips_3 = range(1, int(v0), 1)
     for k_4 in reversed(range(len(trips_3))):
         i_3 = trips_3[k_4]
-        v19 = res_stack[k_4]
+        v17 = res_stack[k_4]
         m_4 = m_stack[k_4]
         # grad of: if x[i] > m:
-        if lax.truth(v19, 'if'):
+        if lax.truth(v17, 'if'):
             # grad of: m = x[i]
-            v20 = lax.zeros_like(x)
-            x_bar_3 = lax.index_add(v20, m_bar_4, i_3, spec=(('d', 0),))
+            v18 = lax.zeros_like(x)
+            x_bar_3 = lax.index_add(v18, m_bar_4, i_3, spec=(('d', 0),))
             m_bar_6 = lax.zeros_like(m_4)
             x_bar_2, m_bar_5 = x_bar_3, m_bar_6
         else:
             x_bar_4 = lax.zeros_like(x)
             x_bar_2, m_bar_5 = x_bar_4, m_bar_4
-        v21 = lax.add(x_bar_1, x_bar_2)
-        m_bar_4, x_bar_1 = m_bar_5, v21
+        v19 = lax.add(x_bar_1, x_bar_2)
+        m_bar_4, x_bar_1 = m_bar_5, v19
+    del res_stack, m_stack, v9, m_bar_3
     x_bar_5 = lax.add(x_bar, x_bar_1)
+    del x_bar, x_bar_1
     x_bar_6 = lax.index_add(x_bar_5, m_bar_4, spec=(('i', 0),))
     return (x_bar_6,)

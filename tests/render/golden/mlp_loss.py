@@ -11,6 +11,7 @@ def dmlp_loss_dw1_w2(w1, w2, x, y):
     # golden_functions.py:6: h = np.tanh(x @ w1)
     v0 = lax.matmul(x, w1)
     h = lax.tanh(v0)
+    del v0
     # golden_functions.py:7: pred = h @ w2
     pred = lax.matmul(h, w2)
     # golden_functions.py:8: err = pred - y
@@ -26,16 +27,24 @@ def dmlp_loss_dw1_w2(w1, w2, x, y):
     v_bar = lax.sum_to(v5, v2)
     v6 = lax.expand_reduced(v_bar, v1, axes=None, keepdims=False)
     v_bar_1 = lax.broadcast_like(v6, v1)
+    del v1, v6
     v7 = lax.multiply(2.0, err)
+    del err
     err_bar = lax.safe_mul(v_bar_1, v7)
+    del v_bar_1, v7
     # grad of: err = pred - y
     pred_bar = lax.sum_to(err_bar, pred)
+    del pred, err_bar
     # grad of: pred = h @ w2
     h_bar = lax.matmul_t_lhs(pred_bar, w2, h)
     w2_bar = lax.matmul_t_rhs(pred_bar, h, w2)
+    del pred_bar
     # grad of: h = np.tanh(x @ w1)
     v8 = lax.multiply(h, h)
+    del h
     v9 = lax.subtract(1.0, v8)
+    del v8
     v_bar_2 = lax.safe_mul(h_bar, v9)
+    del h_bar, v9
     w1_bar = lax.matmul_t_rhs(v_bar_2, x, w1)
     return (w1_bar, w2_bar)

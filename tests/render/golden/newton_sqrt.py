@@ -32,6 +32,7 @@ def dnewton_sqrt_da(a):
         x = x_1
         v0 += 1
     x_bar = lax.grad_seed(x)
+    del x
     # grad of: while np.abs(x * x - a) > 1e-12:
     v7 = lax.zeros_like(a)
     a_bar, a_bar_1 = x_bar, v7
@@ -42,7 +43,7 @@ def dnewton_sqrt_da(a):
         x_2 = x_stack[k_1]
         v9 = res_stack_1[k_1]
         # grad of: x = 0.5 * (x + a / x)
-        v10 = lax.safe_mul(a_bar, 0.5)
+        v10 = lax.multiply(a_bar, 0.5)
         v_bar = lax.sum_to(v10, v8)
         x_bar_1 = lax.sum_to(v_bar, x_2)
         v_bar_1 = lax.sum_to(v_bar, v9)
@@ -55,5 +56,6 @@ def dnewton_sqrt_da(a):
         x_bar_2 = lax.add(x_bar_1, v15)
         v16 = lax.add(a_bar_1, a_bar_2)
         a_bar, a_bar_1 = x_bar_2, v16
+    del res_stack, x_stack, res_stack_1, v7
     a_bar_3 = lax.add(a_bar, a_bar_1)
     return (a_bar_3,)

@@ -1,0 +1,150 @@
+"""Clean-up passes for generated graphs: common-subexpression elimination and
+pruning of loop values nobody reads.
+
+Reverse mode emits each rule's result separately, so ``d * d`` gives the same
+``safe_mul(d_bar, d)`` and ``sum_to`` twice, and a backward loop carries the
+cotangent of every loop constant, also of constants outside ``argnums``. These
+passes remove that work; the values computed are the same (same NumPy calls on
+the same operands), so results keep their bits.
+
+* ``cse(graph)``: a node that applies the same primitive to the same operands
+  with the same params as an earlier node is dropped, and its results are
+  read from the earlier node. Every primitive is pure (random primitives take
+  their key as an operand). Nodes that hold regions are kept, their regions
+  simplified inside.
+* ``prune_loops(graph)``: a ``for_range`` carry whose result nobody reads and
+  which no live carry or stacked output depends on is dropped, with stacked
+  outputs nobody reads, and loop constants and stacked inputs the body no
+  longer reads. Loops whose results are all unread are dropped.
+"""
+from __future__ import annotations
+
+from .control import for_range_p
+from .graph import Graph, Node, Var
+
+
+def simplify(graph: Graph) -> Graph:
+    return prune_loops(cse(graph))
+
+
+# -- common-subexpression elimination ---------------------------------------------------
+
+def cse(graph: Graph) -> Graph:
+    """``graph`` with repeated computations merged (see the module docstring)."""
+    subst: dict[int, Var] = {}
+    seen: dict = {}
+    nodes = []
+
+    def atom(a):
+        return subst.get(a.id, a) if isinstance(a, Var) else a
+
+    for node in graph.nodes:
+        ins = tuple(atom(a) for a in node.inputs)
+        if node.regions():
+            params = {k: cse(v) if isinstance(v, Graph) else v for k, v in node.params.items()}
+            nodes.append(Node(node.prim, ins, node.outputs, params, node.loc))
+            continue
+        key = _key(node, ins)
+        if key is not None:
+            earlier = seen.get(key)
+            if earlier is not None:
+                for old, new in zip(node.outputs, earlier.outputs):
+                    subst[old.id] = new
+                continue
+        if ins != node.inputs:
+            node = Node(node.prim, ins, node.outputs, node.params, node.loc)
+        if key is not None:
+            seen[key] = node
+        nodes.append(node)
+    outputs = tuple(atom(o) for o in graph.outputs)
+    return Graph(graph.inputs, tuple(nodes), outputs, graph.name)
+
+
+def _key(node, ins):
+    """A hashable identity of ``node``'s computation, or None (never merged)."""
+    try:
+        params = tuple(sorted((k, type(v), v) for k, v in node.params.items()))
+        key = (node.prim, tuple(_atom_key(a) for a in ins), params)
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _atom_key(a):
+    if isinstance(a, Var):
+        return a.id
+    v = a.value
+    if isinstance(v, (bool, int, float, str, type(None))):
+        return ("literal", type(v), repr(v))         # repr: 0.0 and -0.0 differ, as do 1 and 1.0
+    return ("literal object", id(v))
+
+
+# -- pruning loops --------------------------------------------------------------------
+
+def prune_loops(graph: Graph) -> Graph:
+    """``graph`` without unread loop carries, stacked outputs and loops (see the module docstring)."""
+    live = {o.id for o in graph.outputs if isinstance(o, Var)}
+    kept = []
+    for node in reversed(graph.nodes):
+        if not any(o.id in live for o in node.outputs):
+            continue                                 # dead (regions are pure)
+        if node.prim is for_range_p:
+            node = _prune_for(node, live)
+        elif node.regions():
+            params = {k: prune_loops(v) if isinstance(v, Graph) else v for k, v in node.params.items()}
+            if any(params[k] is not v for k, v in node.params.items()):
+                node = Node(node.prim, node.inputs, node.outputs, params, node.loc)
+        kept.append(node)
+        live.update(a.id for a in node.inputs if isinstance(a, Var))
+    kept.reverse()
+    if len(kept) == len(graph.nodes) and all(a is b for a, b in zip(kept, graph.nodes)):
+        return graph
+    return Graph(graph.inputs, tuple(kept), graph.outputs, graph.name)
+
+
+def _prune_for(node, live) -> Node:
+    p = dict(node.params)
+    body, n_carry, n_consts, n_xs = p["body"], p["n_carry"], p["n_consts"], p["n_xs"]
+    n_ys = len(body.outputs) - n_carry
+    carry_in = body.inputs[1:1 + n_carry]
+    keep_carry = [node.outputs[k].id in live for k in range(n_carry)]
+    keep_ys = [node.outputs[n_carry + j].id in live for j in range(n_ys)]
+    while True:                      # a carry that a kept output reads is kept
+        outs = [o for o, keep in zip(body.outputs, keep_carry + keep_ys) if keep]
+        needed = _needed(body, outs)
+        grown = [keep or v.id in needed for keep, v in zip(keep_carry, carry_in)]
+        if grown == keep_carry:
+            break
+        keep_carry = grown
+    if all(keep_carry) and all(keep_ys) and all(v.id in needed for v in body.inputs[1 + n_carry:]):
+        inner = prune_loops(body)
+        if inner is body:
+            return node
+        p["body"] = inner
+        return Node(node.prim, node.inputs, node.outputs, p, node.loc)
+    consts_in = body.inputs[1 + n_carry:1 + n_carry + n_consts]
+    xs_in = body.inputs[1 + n_carry + n_consts:]
+    keep_consts = [v.id in needed for v in consts_in]
+    keep_xs = [v.id in needed for v in xs_in]
+    ops = node.inputs[3:]
+    keep_ops = keep_carry + keep_consts + keep_xs
+    new_body = Graph((body.inputs[0],) + _pick(body.inputs[1:], keep_ops), body.nodes,
+                     _pick(body.outputs, keep_carry + keep_ys), body.name)
+    p.update(body=prune_loops(new_body), n_carry=sum(keep_carry), n_consts=sum(keep_consts), n_xs=sum(keep_xs))
+    return Node(node.prim, tuple(node.inputs[:3]) + _pick(ops, keep_ops),
+                _pick(node.outputs, keep_carry + keep_ys), p, node.loc)
+
+
+def _pick(items, keep) -> tuple:
+    return tuple(x for x, k in zip(items, keep) if k)
+
+
+def _needed(graph: Graph, outputs) -> set:
+    """Ids of the vars (inputs included) that computing ``outputs`` reads."""
+    need = {o.id for o in outputs if isinstance(o, Var)}
+    for node in reversed(graph.nodes):
+        if any(o.id in need for o in node.outputs):
+            need.update(a.id for a in node.inputs if isinstance(a, Var))
+    return need
+

@@ -1,0 +1,69 @@
+"""StableHLO lowerings of the special functions (``erf``) and of ``check_labels`` (the identity).
+
+StableHLO has no ``erf``. For float32 and narrower the emitter writes the
+rational approximation XLA itself expands ``chlo.erf`` into for f32 (Eigen's:
+``x·α(x²)/β(x²)`` on ``x`` clamped to [-4, 4], a few ulp), in plain StableHLO
+ops, so the program also serializes as a portable artifact. For float64 it
+writes ``chlo.erf``, which XLA and IREE expand into Cephes' f64 erf/erfc; a
+portable artifact (VHLO) cannot hold ``chlo`` ops, so ``Lowered.serialize``
+refuses such a program by name.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .stablehlo import out_aval
+
+# Eigen's generic_fast_erf_float (also XLA's ErfImpl32), highest degree first.
+_ALPHA = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_BETA = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+         -1.42647390514189e-02)
+
+
+def _poly(em, x, coefficients):
+    """Horner's rule: ``((c0·x + c1)·x + ...)``."""
+    acc = em.const(0.0, x.dtype, x.shape)
+    for c in coefficients:
+        acc = em.binary("stablehlo.add", em.binary("stablehlo.multiply", acc, x), em.const(c, x.dtype, x.shape))
+    return acc
+
+
+def _erf_f32(em, v):
+    lo, hi = em.const(-4.0, v.dtype, v.shape), em.const(4.0, v.dtype, v.shape)
+    x = em.op("stablehlo.clamp", [lo, v, hi], (v.dtype, v.shape))
+    x2 = em.binary("stablehlo.multiply", x, x)
+    num = em.binary("stablehlo.multiply", x, _poly(em, x2, _ALPHA))
+    return em.binary("stablehlo.divide", num, _poly(em, x2, _BETA))
+
+
+def _erf(em, node, x):
+    dt, sh = out_aval(node)
+    if np.dtype(dt) == np.float64:
+        return em.unary("chlo.erf", em.value(x, dt, sh))
+    if np.dtype(dt) == np.float32:
+        return _erf_f32(em, em.value(x, dt, sh))
+    # float16 / bfloat16: in float32, as XLA does
+    wide = _erf_f32(em, em.value(x, np.float32, sh))
+    return em.op("stablehlo.convert", [wide], (dt, sh))
+
+
+def _check_labels(em, node, labels, n):
+    """``check_labels`` (``_prims/checks.py``) cannot raise in compiled code: the identity."""
+    dt, sh = out_aval(node)
+    return em.value(labels, dt, sh)
+
+
+def _check_cotangent(em, node, bar, arg):
+    """``check_cotangent``: shapes are static here, so a mismatch is refused while compiling."""
+    from .._prims.checks import cotangent_message
+    dt, sh = out_aval(node)
+    want = node.inputs[1].aval
+    msg = cotangent_message(np.zeros(sh, dt), np.zeros(want.shape, want.dtype), **node.params)
+    if msg is not None:
+        from ..errors import ShapeError
+        raise ShapeError(msg)
+    return em.value(bar, dt, sh)
+
+
+LOWERINGS = {"erf": _erf, "check_labels": _check_labels, "check_cotangent": _check_cotangent}

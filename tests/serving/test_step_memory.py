@@ -1,0 +1,79 @@
+"""What a compiled decode step moves besides the weights: no copies of the KV pools, no
+transposed copy of a tied embedding, and bf16 weights converted one at a time.
+
+These read XLA's optimised HLO and compiled memory statistics of the programs the Engine
+runs (the PJRT executable), so they check the program XLA built, not its speed.
+"""
+import re
+
+import numpy as np
+import pytest
+
+from .fixtures import PROMPTS
+
+
+def _compiled(eng, mode, B, C):
+    _, program = eng._executable(mode, B, C)
+    return program._exe
+
+
+def _entry(hlo: str) -> str:
+    return hlo[hlo.index("\nENTRY"):]
+
+
+def _shape(dtype: str, shape) -> str:
+    return f"{dtype}[{','.join(str(d) for d in shape)}]"
+
+
+@pytest.mark.parametrize("B", [1, 4])
+def test_decode_step_updates_the_pools_without_copying_them(engine, B):
+    eng = engine("llama")
+    pool = eng.manifest["kv"]["slots"][0]
+    P, BS, K, E = pool["shape"]
+    hlo = _entry(_compiled(eng, "decode", B, 16).get_hlo_text())
+    pool_shapes = {_shape("f32", (P, BS, K, E)), _shape("f32", (P * BS, K, E))}
+    copied = [m for m in re.findall(r"= (f32\[[\d,]+\])\{[\d,]*\} copy\(", hlo) if m in pool_shapes]
+    assert copied == [], f"decode b{B}: {len(copied)} copies of KV pools per step"
+    # ... and the step still writes where it should: same buffers, tokens as before
+    pointers = eng.kv_pool_pointers()
+    [r] = eng.generate([PROMPTS[1]], max_new_tokens=4)
+    assert eng.kv_pool_pointers() == pointers and len(r.token_ids) == 4
+
+
+def test_tied_lm_head_reads_the_embedding_in_place(engine):
+    eng = engine("qwen3_tied")
+    V, D = eng.config["vocab_size"], eng.config["hidden_size"]
+    hlo = _compiled(eng, "decode", 1, 16).get_hlo_text()
+    assert not re.search(rf"f32\[{D},{V}\]\{{1,0\}} copy\(", hlo), "the (V, D) table is copied into (D, V) order"
+
+
+_CONVERT_PROGRAM = """
+import numpy as np
+from tlaloc.serving import device                       # before XLA starts: sets the scheduler flag
+import jax, jax.numpy as jnp, ml_dtypes
+N, D, F = 8, 256, 1024
+def f(x, *ws):                                          # 8 layers of x @ f32(w_bf16)
+    for w in ws:
+        x = jnp.tanh(x @ w.astype(jnp.float32)) @ jnp.ones((F, D), jnp.float32)
+    return x
+args = [jax.ShapeDtypeStruct((1, D), jnp.float32)] + [jax.ShapeDtypeStruct((D, F), jnp.bfloat16)] * N
+p = device.Program(jax.jit(f).lower(*args).as_text(), "cpu", ["x"] + [f"w{i}" for i in range(N)],
+                   [(np.float32, (1, D))] + [(ml_dtypes.bfloat16, (D, F))] * N)
+print(device.memory_scheduler_active(), p._exe.get_compiled_memory_stats().temp_size_in_bytes, N * D * F * 4)
+"""
+
+
+@pytest.mark.parametrize("xla_flags, one_at_a_time", [("", True), ("--xla_cpu_multi_thread_eigen=false", True),
+                                                     ("--xla_cpu_enable_concurrency_optimized_scheduler=true", False)])
+def test_bf16_weights_are_converted_one_at_a_time(xla_flags, one_at_a_time):
+    """The serving runtime's scheduler flag: converted weights live one (or two) at a time,
+    not all at once; a user's own choice of scheduler is kept (the negative control)."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "XLA_FLAGS": xla_flags}
+    out = subprocess.run([sys.executable, "-c", _CONVERT_PROGRAM], env=env, capture_output=True, text=True,
+                         timeout=300, check=True).stdout.split()
+    active, temp, all_f32 = out[-3] == "True", int(out[-2]), int(out[-1])
+    assert active == one_at_a_time
+    assert (temp < all_f32 / 2) == one_at_a_time, (temp, all_f32)
