@@ -7,6 +7,11 @@ serving runtime (``tlaloc.serving``) loads without the compiler.
 from __future__ import annotations
 
 import importlib
+import os
+
+# jaxlib's C++ runtime logs at INFO on stderr ("PjRt-IFRT device count ...") unless this is
+# set before it loads, as JAX arranges for its own users; a value the user set wins
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 __version__ = "0.1.0"
 

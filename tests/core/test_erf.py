@@ -79,3 +79,12 @@ def test_portable_artifact_float32_and_float64_refusal():
     assert len(tl.jit(tnp.erf).lower(X.astype(np.float32)).serialize()) > 0
     with pytest.raises(NoRuleError, match="chlo.*float64 `erf`"):
         tl.jit(tnp.erf).lower(X).serialize()
+
+
+def test_complex_input_is_refused():
+    """Regression: erf(1+1j) silently returned erf(1) (the imaginary part dropped)."""
+    from tlaloc.errors import DTypeError
+    with pytest.raises(DTypeError, match="erf: x must be real"):
+        tnp.erf(np.array([1 + 1j]))
+    with pytest.raises(DTypeError, match="erf: x must be real"):
+        tnp.erf(1j)

@@ -255,3 +255,21 @@ def test_export_writes_one_program_per_bucket(tmp_path):
     assert again == manifest                                         # example sizes do not matter
     lowered = tl.jit(softmax_rows).lower(x, w)
     assert [str(v.aval) for v in lowered.graph.inputs] == ["f64[16,4]", "f64[4,3]", "i32[]"]
+
+
+def test_bad_bucket_specs_and_export_examples_are_refused(tmp_path):
+    """Regression: '64', (16.5,), (True,) were read as sizes; export took examples of the wrong dtype or rank
+    (a program for another signature) and a file path as the directory (FileExistsError)."""
+    for spec in ("64", (16.5,), (True,), 64):
+        with pytest.raises(ArgumentError, match="expected a tuple of ints"):
+            tl.jit(softmax_rows, buckets={"seq": spec})
+    with pytest.raises(ArgumentError, match="must be a dict"):
+        tl.jit(softmax_rows, buckets=[(8,)])
+    w = np.ones((4, 3))
+    with pytest.raises(TypeAnnotationError, match=r"argument `x` of `softmax_rows`.*\(2 axes\)"):
+        tl.jit(softmax_rows).export(tmp_path / "a", np.ones(3), w)
+    with pytest.raises(TypeAnnotationError, match="float64"):
+        tl.jit(softmax_rows).export(tmp_path / "b", _x(3).astype(np.float32), w)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ArgumentError, match="is an existing file"):
+        tl.jit(softmax_rows).export(tmp_path / "file", _x(3), w)

@@ -110,3 +110,20 @@ def test_bad_arguments_are_refused():
         nn.cross_entropy(Z, Y, reduction="avg")
     with pytest.raises(ArgumentError, match="integer class indices"):
         nn.cross_entropy(Z, Y.astype(np.float64))
+
+
+def test_bad_label_shapes_and_options_are_refused():
+    """Regression: labels of another shape were broadcast (a number where PyTorch raises); a str/None
+    label_smoothing crashed with TypeError; a float or None ignore_index was accepted."""
+    with pytest.raises(ArgumentError, match=r"labels must have the logits' shape without the class axis"):
+        nn.cross_entropy(Z, Y[None])
+    with pytest.raises(ArgumentError, match=r"labels must have the logits' shape"):
+        nn.cross_entropy(Z, np.array(1))
+    with pytest.raises(ArgumentError, match=r"labels must have the logits' shape"):
+        nn.cross_entropy(Z, Y[:-1])
+    for ls in ("0.1", None, float("nan")):
+        with pytest.raises(ArgumentError, match="label_smoothing must be in"):
+            nn.cross_entropy(Z, Y, label_smoothing=ls)
+    for ii in (1.5, None):
+        with pytest.raises(ArgumentError, match="ignore_index must be an int"):
+            nn.cross_entropy(Z, Y, ignore_index=ii)

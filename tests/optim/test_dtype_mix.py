@@ -39,3 +39,15 @@ def test_the_path_names_a_module_field():
     opt = optim.Adam(lr=1e-3)
     with pytest.raises(DTypeError, match=r"parameter at \.layers\[0\]\.weight is float32 but its gradient is float64"):
         opt.update(model, grads, opt.init(model))
+
+
+@pytest.mark.parametrize("name,make", OPTIMIZERS, ids=[o[0] for o in OPTIMIZERS])
+def test_gradient_of_another_shape_is_refused(name, make):
+    """Regression: a (4,) grad for a (3,) param crashed with NumPy's broadcast ValueError, and a (1,)
+    grad was silently broadcast over the whole parameter."""
+    from tlaloc.errors import ArgumentError
+    params = {"b": np.zeros(2, np.float32), "w": np.ones(3, np.float32)}
+    opt = make()
+    for bad in (np.ones(4, np.float32), np.ones(1, np.float32)):
+        with pytest.raises(ArgumentError, match=r"parameter at \['w'\] has shape \(3,\) but its gradient has shape"):
+            opt.update(params, {"b": np.zeros(2, np.float32), "w": bad}, opt.init(params))

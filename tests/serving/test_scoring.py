@@ -177,6 +177,14 @@ def test_score_refusals(engine):
     with pytest.raises(ArgumentError, match="one token"):
         perplexity(eng, [5])
     assert eng.score([5]).logprobs.shape == (0,)
+    # regression: floats, strings and bytes were read as ids (int(1.7) == 1, b"ab" -> [97, 98])
+    for bad in ([1.7, 2.2], ["5", "6"], b"ab", [True, False], np.array([1.5, 2.5]), np.array([[1, 2]]), None, 5):
+        with pytest.raises(ArgumentError, match="prompt must be a string or a list"):
+            eng.score(bad)
+    assert eng.score(np.array([1, 2, 3])).token_ids == [1, 2, 3]
+    for kw in ({"window": 16.5}, {"window": "16"}, {"stride": 4.9}):
+        with pytest.raises(ArgumentError, match="must be an int or None"):
+            token_logprobs(eng, IDS, **kw)
 
 
 def test_score_manifest_entries(artifact):

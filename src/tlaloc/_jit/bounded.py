@@ -65,10 +65,12 @@ def ladder(bound: int, buckets=None) -> tuple:
             out.append(b)
             b *= 2
         return tuple(out) + (bound,)
-    try:
-        sizes = sorted({int(s) for s in buckets})
-    except (TypeError, ValueError):
-        raise ArgumentError(f"jit: buckets must be ints, got {buckets!r}") from None
+    ok = isinstance(buckets, (tuple, list, set, frozenset, range)) and all(
+        isinstance(s, (int, np.integer)) and not isinstance(s, (bool, np.bool_)) for s in buckets)
+    if not ok:
+        raise ArgumentError(f"jit: buckets= gives the sizes {buckets!r}; expected a tuple of ints, "
+                            f"e.g. buckets={{'seq': (64, 128)}}")
+    sizes = sorted({int(s) for s in buckets})
     bad = [s for s in sizes if not 1 <= s <= bound]
     if bad:
         raise ArgumentError(f"jit: bucket sizes {bad} are outside 1..{bound} (the bound of the axis)")
@@ -91,6 +93,9 @@ class Plan:
 def plan_for(fun, buckets=None):
     """The ``Plan`` of ``fun``'s annotations, or None when no axis is bounded."""
     from .._typecheck import _unwrap, param_specs
+    if buckets is not None and not isinstance(buckets, dict):
+        raise ArgumentError(f"jit: buckets= must be a dict from a bounded axis name to its bucket sizes, e.g. "
+                            f"buckets={{'seq': (64, 128)}}; got {type(buckets).__name__}")
     specs = param_specs(_unwrap(fun))
     bounds: dict = {}
     for s in specs:

@@ -72,6 +72,10 @@ def _io(avals, hints, tags_list) -> list:
 def export(jitted, directory, args) -> dict:
     """Write every bucket's program and ``manifest.json`` into ``directory``; returns the manifest."""
     plan = jitted._plan
+    bounded.lengths_of(plan, jitted.fun, args)            # the examples against the annotations (dtype, rank, bound)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ArgumentError(f"export: directory {os.fspath(directory)!r} is an existing file, not a directory; "
+                            f"pass a new or existing directory path")
     os.makedirs(directory, exist_ok=True)
     programs = []
     for combo in itertools.product(*(plan.ladders[n] for n in plan.names)):

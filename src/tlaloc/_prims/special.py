@@ -25,6 +25,10 @@ def _erf_impl(x):
     float32, as scipy has no loop for them); integers and bools give float64."""
     from scipy import special
     x = np.asarray(x)
+    if np.issubdtype(x.dtype, np.complexfloating) or x.dtype == object:
+        from ..errors import DTypeError
+        raise DTypeError(f"erf: x must be real (float, int or bool), got dtype {x.dtype}; the complex error "
+                         f"function is not supported (pass x.real, or use scipy.special.erf outside tlaloc)")
     if x.dtype in (np.float32, np.float64):
         return special.erf(x)
     if _dt.is_float(x.dtype):

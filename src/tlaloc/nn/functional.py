@@ -108,10 +108,24 @@ def cross_entropy(logits, labels, reduction: str = "mean", *, ignore_index: int 
         ``tl.grad``/``tl.vjp`` code run on arrays); a bad ``reduction`` or ``label_smoothing``.
         Compiled code (``tl.jit``) cannot raise: there such a label gives a NaN loss.
     """
-    if not 0.0 <= float(label_smoothing) <= 1.0:
-        raise ArgumentError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing!r}")
+    try:
+        smoothing_ok = not isinstance(label_smoothing, (bool, str)) and 0.0 <= float(label_smoothing) <= 1.0
+    except (TypeError, ValueError):
+        smoothing_ok = False
+    if not smoothing_ok:
+        raise ArgumentError(f"cross_entropy: label_smoothing must be in [0, 1] (a float), got {label_smoothing!r}")
     if reduction not in ("mean", "sum", "none"):
         raise ArgumentError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    if not isinstance(ignore_index, (int, np.integer)) or isinstance(ignore_index, bool):
+        raise ArgumentError(f"cross_entropy: ignore_index must be an int label value (default -100), got "
+                            f"{ignore_index!r}")
+    arrays = (np.ndarray, np.generic, list, tuple, int, float)
+    shape = np.shape(logits) if isinstance(logits, arrays) else None        # eager arguments only
+    label_shape = np.shape(labels) if isinstance(labels, arrays) else None
+    if shape is not None and label_shape is not None and label_shape != shape[:-1]:
+        raise ArgumentError(f"cross_entropy: labels must have the logits' shape without the class axis, "
+                            f"{shape[:-1]} for logits of shape {shape}, got {label_shape}; one class index per "
+                            f"row of logits")
     num_classes = tnp.shape(logits)[-1]
     if _is_concrete(labels) and type(num_classes) is int:
         msg = _checks.bad_label_message(labels, num_classes, ignore_index, "cross_entropy")

@@ -62,6 +62,11 @@ def flatten_like(params, grads, who: str):
         raise ArgumentError(f"{who}.update: grads must have the structure of params;\n  params: {p_tree!r}\n"
                             f"  grads:  {g_tree!r}")
     for k, (p, g) in enumerate(zip(p_leaves, g_leaves)):
+        ps, gs = _static_shape(p), _static_shape(g)
+        if ps is not None and gs is not None and ps != gs:
+            raise ArgumentError(f"{who}.update: the parameter at {leaf_paths(p_tree)[k]} has shape {ps} but its "
+                                f"gradient has shape {gs}; each gradient must have its parameter's shape (no "
+                                f"broadcasting); were the grads taken with respect to these params?")
         pd, gd = _float_dtype(p), _float_dtype(g)
         if pd is not None and gd is not None and pd != gd:
             path = leaf_paths(p_tree)[k]
@@ -70,6 +75,17 @@ def flatten_like(params, grads, who: str):
                              f"lose precision). Cast the grads to the params' dtypes first (each leaf "
                              f"g.astype(p.dtype)), or compute the loss in {pd.name}")
     return p_leaves, g_leaves, p_tree
+
+
+def _static_shape(x):
+    """The shape of an array leaf as a tuple of ints, or None (Python numbers, unknown sizes)."""
+    if isinstance(x, (float, int)):
+        return None
+    try:
+        shape = tuple(getattr(x, "shape"))
+    except Exception:                                   # no shape, or a rank unknown when the graph is built
+        return None
+    return shape if all(type(d) is int for d in shape) else None
 
 
 def _float_dtype(x):

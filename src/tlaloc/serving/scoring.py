@@ -49,8 +49,28 @@ class ScoreResult:
         return float(-np.mean(self.logprobs, dtype=np.float64)) if len(self.logprobs) else math.nan
 
 
+def _is_int(t) -> bool:
+    return isinstance(t, (int, np.integer)) and not isinstance(t, (bool, np.bool_))
+
+
 def _ids(engine, prompt) -> list:
-    ids = engine.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+    if isinstance(prompt, str):
+        ids = engine.encode(prompt)
+    else:
+        arr = prompt if isinstance(prompt, np.ndarray) else None
+        ok = (arr.ndim == 1 and np.issubdtype(arr.dtype, np.integer)) if arr is not None else (
+            isinstance(prompt, (list, tuple)) and all(_is_int(t) for t in prompt))
+        if not ok:
+            if arr is not None:
+                what = f"an array of dtype {arr.dtype} and shape {arr.shape}"
+            elif isinstance(prompt, (list, tuple)):
+                bad = next(t for t in prompt if not _is_int(t))
+                what = f"a {type(prompt).__name__} holding {bad!r} ({type(bad).__name__})"
+            else:
+                what = type(prompt).__name__
+            raise ArgumentError(f"score: prompt must be a string or a list (or 1-D int array) of int token ids, "
+                                f"got {what}; decode bytes to str first, and round float ids with care")
+        ids = [int(t) for t in prompt]
     if not ids:
         raise ArgumentError("score: the prompt is empty; pass at least one token")
     bad = [t for t in ids if not 0 <= t < engine.vocab_size]
@@ -108,6 +128,10 @@ def token_logprobs(engine, prompt, *, window: int | None = None, stride: int | N
     contexts = score_contexts(engine) if engine.kind == "decoder" else []
     if not contexts:
         return score(engine, prompt)                                    # raises, naming why
+    for label, v in (("window", window), ("stride", stride)):
+        if v is not None and not _is_int(v):
+            raise ArgumentError(f"token_logprobs: {label} must be an int or None, got {v!r} "
+                                f"({type(v).__name__})")
     ids = _ids(engine, prompt)
     W = contexts[-1] if window is None else int(window)
     S = W // 2 if stride is None else int(stride)
