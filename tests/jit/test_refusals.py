@@ -52,3 +52,12 @@ def test_boolean_mask_indexing_is_refused():
 
     with pytest.raises(tl.TlalocError, match="mask"):
         tl.jit(f)(np.array([1.0, -1.0]))
+
+
+def test_grad_of_a_jitted_function_says_what_to_write():
+    def f(x):
+        return (x * x).sum()
+
+    with pytest.raises(tl.FenceError, match=r"tl\.jit\(tl\.grad\(f\)\)"):
+        tl.grad(tl.jit(f))
+    np.testing.assert_allclose(tl.jit(tl.grad(f))(np.arange(3.0)), 2 * np.arange(3.0))

@@ -35,7 +35,11 @@ def read_source(fn) -> FunctionSource:
     """Parse ``fn``'s source. Raises FenceError when no source is available."""
     code = getattr(fn, "__code__", None)
     if code is None:
-        raise FenceError(f"cannot read the source of {fn!r}: only Python functions can be transformed")
+        hint = ""
+        if type(fn).__name__ == "Jitted":
+            hint = ("; a tl.jit function is compiled code, not source: apply the transform first and "
+                    "compile the result, e.g. tl.jit(tl.grad(f)) rather than tl.grad(tl.jit(f))")
+        raise FenceError(f"cannot read the source of {fn!r}: only Python functions can be transformed{hint}")
     try:
         # the code object, not the function: inspect.getsource follows __wrapped__
         # (functools.wraps), which would silently drop a decorator's own code
