@@ -77,3 +77,31 @@ def test_bf16_weights_are_converted_one_at_a_time(xla_flags, one_at_a_time):
     active, temp, all_f32 = out[-3] == "True", int(out[-2]), int(out[-1])
     assert active == one_at_a_time
     assert (temp < all_f32 / 2) == one_at_a_time, (temp, all_f32)
+
+
+@pytest.mark.parametrize("name, options", [("qwen3_tied", dict(dtype="bf16")),
+                                           ("qwen3_untied", dict(weights="int8"))])
+def test_bf16_and_int8_heads_are_converted_a_slice_at_a_time(name, options, tiny, engine, tmp_path, monkeypatch):
+    """No float32 copy of the whole output head: with HEAD_CHUNK below the vocabulary, the
+    optimised decode step holds (chunk, D) slices only, and its greedy ids are bit-identical to
+    the one-slice program (HEAD_CHUNK above the vocabulary: the whole table converted, the
+    negative control)."""
+    from tlaloc.serving import Engine, programs
+    from tlaloc.serving.export import export
+    from .fixtures import LADDER
+    whole = engine(name, **options)
+    V, D = whole.config["vocab_size"], whole.config["hidden_size"]
+    chunk = 32
+    assert V > chunk and V % chunk == 0 and programs.HEAD_CHUNK >= V
+    full = re.compile(rf"\bf32\[({V},{D}|{D},{V})\]")
+    # the entry computation's instructions are buffers; fused computations' are not
+    assert full.search(_entry(_compiled(whole, "decode", 1, 16).get_hlo_text())), "control: the whole table in f32"
+
+    monkeypatch.setattr(programs, "HEAD_CHUNK", chunk)
+    export(tiny(name)[1], tmp_path / "art", **LADDER, **options, progress=False)
+    sliced = Engine(tmp_path / "art", fast_compile=True)
+    hlo = _entry(_compiled(sliced, "decode", 1, 16).get_hlo_text())
+    assert not full.search(hlo), f"{name} {options}: a float32 (V, D) head temporary"
+    assert re.search(rf"\bf32\[({chunk},{D}|{D},{chunk})\]", hlo), "no (chunk, D) slice of the head"
+    greedy = [r.token_ids for r in sliced.generate(PROMPTS, max_new_tokens=8, stop=[])]
+    assert greedy == [r.token_ids for r in whole.generate(PROMPTS, max_new_tokens=8, stop=[])]

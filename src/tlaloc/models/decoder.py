@@ -66,13 +66,28 @@ def decoder_hidden(cfg: DecoderConfig, weights: dict, token_ids, positions, back
     return rms_norm(x, weights["norm"], cfg.rms_norm_eps)                 # (B, T, D)
 
 
-def lm_head(cfg: DecoderConfig, weights: dict, h):
-    """Logits (..., V) from hidden states h (..., D); tied models reuse the embedding."""
+def lm_head(cfg: DecoderConfig, weights: dict, h, head_parts=None):
+    """Logits (..., V) from hidden states h (..., D); tied models reuse the embedding.
+
+    ``head_parts``, if given, replaces the table: the head split along the vocabulary, in
+    order, each part in the table's own layout ((n, D) tied, (D, n) untied). Each part's
+    logits come from their own dot (the same contraction, so the same values) and are
+    concatenated. The serving programs pass parts converted from bf16 or int8 one at a
+    time, so no float32 copy of the whole table is made (``tlaloc.serving.programs``).
+    """
+    if head_parts is None:
+        head_parts = [weights["embed"] if cfg.tie_word_embeddings else weights["lm_head"]]
+    logits = [_head_dot(cfg, h, part) for part in head_parts]            # [(..., n)]
+    return logits[0] if len(logits) == 1 else tnp.concatenate(logits, axis=-1)  # (..., V)
+
+
+def _head_dot(cfg: DecoderConfig, h, table):
+    """h (..., D) against a head table (n, D) tied or (D, n) untied: (..., n)."""
     if cfg.tie_word_embeddings:
         # contract D with the table's own axis 1: a transpose here made XLA CPU copy the
         # whole (V, D) table into (D, V) order at every step before its dot
-        return tnp.tensordot(h, weights["embed"], axes=(-1, 1))         # (..., V)
-    return tnp.matmul(h, weights["lm_head"])                              # (..., V)
+        return tnp.tensordot(h, table, axes=(-1, 1))                    # (..., n)
+    return tnp.matmul(h, table)                                           # (..., n)
 
 
 def decoder_forward(cfg: DecoderConfig, weights: dict, token_ids, positions, backend=None, *,

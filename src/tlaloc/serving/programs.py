@@ -39,9 +39,12 @@ from ..models import DecoderConfig, decoder_hidden, encode, lm_head
 from ..models.kv_cache import NoCache
 from .paged import PagedBackend
 from .sampling import sample_tokens
-from .weights_format import dequantize
+from .weights_format import channel_axis, dequantize, dequantize_channels
 
 I32, F32 = np.dtype(np.int32), np.dtype(np.float32)
+
+#: vocabulary ids per dot of an output head stored in bf16 or int8 (see :func:`head_parts`)
+HEAD_CHUNK = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +90,24 @@ def weight_slots(stored: dict) -> list[Slot]:
             for name, a in stored.items()]
 
 
+def head_parts(cfg: DecoderConfig, stored: dict, chunk: int | None = None):
+    """The output head for :func:`~tlaloc.models.lm_head`: None (the whole float32 table), or
+    float32 slices of ``chunk`` (default :data:`HEAD_CHUNK`) vocabulary ids when it is stored
+    in bf16 or int8.
+
+    XLA CPU has no bf16 or int8 matrix-vector dot: it converts the weight to float32 first.
+    A whole head (49152 x 576 for SmolLM2-135M, 113 MB in float32) would be converted into a
+    fresh temporary at every step; slice by slice, each part is converted just before its
+    dot. Each logit is the same dot product either way.
+    """
+    name = "embed" if cfg.tie_word_embeddings else "lm_head"
+    if np.dtype(stored[name].dtype) == F32:
+        return None
+    chunk = HEAD_CHUNK if chunk is None else chunk
+    V = stored[name].shape[channel_axis(name)]
+    return [dequantize_channels(stored, name, a, min(a + chunk, V)) for a in range(0, V, chunk)]
+
+
 def decoder_step(cfg: DecoderConfig, weight_names: list, n_layers: int):
     """The function traced into every decoder program: flat inputs -> [next ids, pools...]."""
     n_req = 9
@@ -94,7 +115,8 @@ def decoder_step(cfg: DecoderConfig, weight_names: list, n_layers: int):
     def step(*flat):
         token_ids, positions, block_tables, seq_lens, slot_mapping, temperature, top_k, top_p, uniforms = flat[:n_req]
         pools = flat[n_req:n_req + 2 * n_layers]
-        weights = dequantize(dict(zip(weight_names, flat[n_req + 2 * n_layers:])))
+        stored = dict(zip(weight_names, flat[n_req + 2 * n_layers:]))
+        weights = dequantize(stored)
         backend = PagedBackend(pools[0::2], pools[1::2], block_tables, seq_lens, slot_mapping)
         h = decoder_hidden(cfg, weights, token_ids, positions, backend)           # (B, T, D)
         B, T = token_ids.shape
@@ -102,7 +124,7 @@ def decoder_step(cfg: DecoderConfig, weight_names: list, n_layers: int):
         last = tnp.maximum(real - 1, 0)                                           # (B,)
         pick = tnp.equal(np.arange(T, dtype=np.int32)[None, :], last[:, None])    # (B, T)
         h_last = tnp.sum(tnp.where(pick[:, :, None], h, np.float32(0.0)), axis=1)  # (B, D)
-        logits = lm_head(cfg, weights, h_last)                                    # (B, V)
+        logits = lm_head(cfg, weights, h_last, head_parts(cfg, stored))           # (B, V)
         ids = sample_tokens(logits, temperature, top_k, top_p, uniforms)          # (B,)
         outs = [ids]
         for layer in range(n_layers):
@@ -142,12 +164,13 @@ def decoder_score(cfg: DecoderConfig, weight_names: list, kv_dtype):
     values rounded to ``kv_dtype`` as the prefill programs store them.
     """
     def score(token_ids, seq_lens, *ws):
-        weights = dequantize(dict(zip(weight_names, ws)))
+        stored = dict(zip(weight_names, ws))
+        weights = dequantize(stored)
         B, C = token_ids.shape
         t = np.arange(C, dtype=np.int32)                                          # (C,)
         positions = token_ids * 0 + t[None, :]                                    # (B, C) traced, not a literal
         h = decoder_hidden(cfg, weights, token_ids, positions, _RoundedNoCache(kv_dtype))  # (B, C, D)
-        logits = lm_head(cfg, weights, h)                                         # (B, C, V)
+        logits = lm_head(cfg, weights, h, head_parts(cfg, stored))                # (B, C, V)
         V = logits.shape[-1]
         logz = tnp.logsumexp(logits, axis=-1)                                     # (B, C)
         nxt = tnp.concatenate([token_ids[:, 1:], tnp.zeros((B, 1), tnp.int32)], axis=1)   # (B, C) next token
@@ -179,5 +202,5 @@ def lower(fn, inputs: list[Slot], name: str, donate=()):
     return emit_module(graph, name=name, donate=list(donate))
 
 
-__all__ = ["Slot", "request_slots", "kv_slots", "weight_slots", "decoder_step", "score_slots", "decoder_score",
-           "encoder_embed", "lower"]
+__all__ = ["Slot", "HEAD_CHUNK", "head_parts", "request_slots", "kv_slots", "weight_slots", "decoder_step",
+           "score_slots", "decoder_score", "encoder_embed", "lower"]

@@ -98,19 +98,40 @@ def stored_tensors(flat: dict, fmt: str) -> dict[str, np.ndarray]:
 
 def dequantize(stored: dict) -> dict:
     """The float32 weights a program computes with, from its weight inputs (traced or eager)."""
-    flat = {}
-    for name, v in stored.items():
-        if name.endswith(".scale"):
-            continue
-        scale = stored.get(name + ".scale")
-        if scale is not None:
-            s = scale[:, None] if is_table(name) else scale[None, :]
-            flat[name] = tnp.astype(v, tnp.float32) * s
-        elif np.dtype(v.dtype) != np.float32:
-            flat[name] = tnp.astype(v, tnp.float32)
-        else:
-            flat[name] = v
+    flat = {name: _float32(name, v, stored.get(name + ".scale"))
+            for name, v in stored.items() if not name.endswith(".scale")}
     return unflatten(flat)
 
 
-__all__ = ["FORMATS", "flatten", "unflatten", "quantize_int8", "stored_tensors", "dequantize", "is_table"]
+def _float32(name: str, v, scale):
+    """One stored tensor as float32: ``q * s`` (int8 with its scale), a conversion, or ``v`` itself."""
+    if scale is not None:
+        s = scale[:, None] if is_table(name) else scale[None, :]
+        return tnp.astype(v, tnp.float32) * s
+    if np.dtype(v.dtype) != np.float32:
+        return tnp.astype(v, tnp.float32)
+    return v
+
+
+def channel_axis(name: str) -> int:
+    """The axis of a stored matrix that holds its output channels: rows for tables, else columns."""
+    return 0 if is_table(name) else 1
+
+
+def dequantize_channels(stored: dict, name: str, start: int, stop: int):
+    """Output channels [start, stop) of matrix ``name`` as float32, sliced before converting.
+
+    Each element is computed as in :func:`dequantize` (same conversion, same scale), so a
+    dot over the slice gives the same values as the matching part of a dot over the whole.
+    Returns (stop - start, in) for tables, (in, stop - start) otherwise.
+    """
+    v, scale = stored[name], stored.get(name + ".scale")
+    if channel_axis(name) == 0:
+        part = v[start:stop]                                              # (n, in)
+    else:
+        part = v[:, start:stop]                                           # (in, n)
+    return _float32(name, part, None if scale is None else scale[start:stop])
+
+
+__all__ = ["FORMATS", "flatten", "unflatten", "quantize_int8", "stored_tensors", "dequantize", "dequantize_channels",
+           "channel_axis", "is_table"]
