@@ -12,7 +12,7 @@ call waits for its loss (one XLA execution: its outputs are ready together).
 All three start from the same weights and their first losses are checked to
 agree. See train_models.py for the models.
 
-Goal (issue 9): tlaloc ≤ 1× JAX.
+Goal (issue 9, goal 4): tlaloc ≤ 1.1× JAX.
 """
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def run(quick: bool = False, repeats=None):
         t, j = row.timings.get("tlaloc"), row.timings.get("jax")
         row.note = f"initial loss {ref:.4f} (all agree)"
         if isinstance(t, common.Timing) and isinstance(j, common.Timing):
-            row.note = f"goal {'met' if t.median <= j.median else 'missed'}; " + row.note
+            row.note = f"goal {'met' if t.median <= 1.1 * j.median else 'missed'}; " + row.note
     bench.print_table(PEERS)
     return bench
 
