@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from .oracle import (TorchAttention, TorchBlock, TorchMLP, TorchSwiGLU, assert_close, gelu_tanh, linear_from,
-                     named_leaves, norm_from, rel_err, t, torch, RTOL)
+                     named_leaves, norm_from, rel_err, rtol_for, t, torch, RTOL)
 
 import tlaloc as tl
 import tlaloc.numpy as tnp
@@ -61,6 +61,29 @@ def _x(*shape):
     return lambda rng, dt: _rand(rng, shape, dt)
 
 
+RMS_EPS, LN_EPS = 1e-6, 1e-5
+
+
+def _rms_eps_rows(rng, dt):
+    """Rows where eps matters: mean(x²) ≈ eps, ≈ 10·eps, ordinary, and all zero
+    (there the output is 0 and the input gradient ``weight·r/√eps`` is finite only through eps)."""
+    x = rng.standard_normal((4, 6))
+    x[0] *= np.sqrt(RMS_EPS / np.mean(x[0] ** 2))
+    x[1] *= np.sqrt(10 * RMS_EPS / np.mean(x[1] ** 2))
+    x[3] = 0.0
+    return x.astype(dt)
+
+
+def _ln_eps_rows(rng, dt):
+    """LayerNorm rows where eps matters: variance ≈ eps about a mean of 0.5, a constant
+    row (variance 0; 0.5 is exact in binary, so the mean is too), ordinary, and all zero."""
+    x = rng.standard_normal((4, 6))
+    x[0] = 0.5 + (x[0] - x[0].mean()) * np.sqrt(LN_EPS / np.var(x[0]))
+    x[1] = 0.5
+    x[3] = 0.0
+    return x.astype(dt)
+
+
 CASES = [
     Case("linear", lambda dt, r: nn.Linear(5, 4, dtype=dt, key=1), linear_from, _x(3, 7, 5)),
     Case("linear_nobias", lambda dt, r: nn.Linear(5, 4, bias=False, dtype=dt, key=2), linear_from, _x(6, 5)),
@@ -71,6 +94,10 @@ CASES = [
     Case("layernorm_2d_nobias", lambda dt, r: _affine(nn.LayerNorm((3, 4), eps=1e-3, bias=False, dtype=dt), r),
          lambda o: _torch_same(torch.nn.LayerNorm, normalized_shape=(3, 4), eps=1e-3, bias=False)(o), _x(5, 3, 4)),
     Case("rmsnorm", lambda dt, r: _affine(nn.RMSNorm(6, dtype=dt), r), norm_from, _x(4, 6)),
+    Case("rmsnorm_eps_rows", lambda dt, r: _affine(nn.RMSNorm(6, eps=RMS_EPS, dtype=dt), r), norm_from,
+         _rms_eps_rows),
+    Case("layernorm_eps_rows", lambda dt, r: _affine(nn.LayerNorm(6, eps=LN_EPS, dtype=dt), r), norm_from,
+         _ln_eps_rows),
     Case("conv", lambda dt, r: nn.Conv2d(3, 4, 3, padding=1, dtype=dt, key=4),
          _torch_same(torch.nn.Conv2d, in_channels=3, out_channels=4, kernel_size=3, padding=1), _x(2, 3, 6, 7)),
     Case("conv_stride_dilation", lambda dt, r: nn.Conv2d(2, 3, (3, 2), stride=(2, 1), padding=(1, 2),
@@ -293,3 +320,33 @@ def test_control_layernorm_eps_is_detected():
     x = _rand(np.random.default_rng(8), (4, 6), np.float64, scale=0.05)
     ref = torch.nn.LayerNorm(6, eps=1e-3, dtype=torch.float64)
     assert rel_err(ln(x), ref(t(x)).detach().numpy()) > 100 * RTOL
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm"])
+def test_control_norm_eps_dropped_is_detected(kind, dtype):
+    """A norm that drops its eps (the layer with eps=0 against torch with the real eps)
+    fails the dtype's tolerance on eps-sensitive rows, by at least 100x; in float64
+    also on ordinary rows (mean(x²) ≈ 1, where the fault is only ≈ eps/2 = 5e-7)."""
+    rng = np.random.default_rng(9)
+    ours = (nn.RMSNorm(6, eps=RMS_EPS, dtype=dtype) if kind == "rmsnorm"
+            else nn.LayerNorm(6, eps=LN_EPS, dtype=dtype))
+    ours = _affine(ours, rng)
+    rows = (_rms_eps_rows if kind == "rmsnorm" else _ln_eps_rows)(rng, dtype)[[0, 2]]   # finite without eps
+    ref = norm_from(ours)
+    dropped = ours.replace(eps=0.0)
+    assert rel_err(ours(rows), ref(t(rows)).detach().numpy()) <= rtol_for(dtype)
+    assert rel_err(dropped(rows), ref(t(rows)).detach().numpy()) > 100 * rtol_for(dtype)
+    if dtype == np.float64:
+        ordinary = _rand(rng, (5, 6), dtype)
+        assert rel_err(dropped(ordinary), ref(t(ordinary)).detach().numpy()) > 100 * rtol_for(dtype)
+
+
+def test_control_float64_tolerance_catches_a_1e9_weight_fault():
+    """In float64 one weight off by 1e-9 relative is caught (the old shared 1e-5 passed faults 10^4x larger)."""
+    lin = nn.Linear(5, 4, dtype=np.float64, key=1)
+    x = _rand(np.random.default_rng(5), (3, 5), np.float64)
+    w = lin.weight.copy()
+    w[1, 2] *= 1 + 1e-9
+    with pytest.raises(AssertionError, match="relative error"):
+        assert_close(lin(x), linear_from(lin.replace(weight=w))(t(x)), "perturbed")
