@@ -1,6 +1,10 @@
-"""The simulator runs every library kernel to the tlaloc.numpy reference (float64
-oracle) within 1e-6 relative to the output's scale, on small f32 shapes that
-include masked tails, ignored labels, causal rows and a ragged GQA block table."""
+"""The simulator runs every library kernel to an independent float64 NumPy
+oracle (``oracle64``, not our ``reference`` module) within 1e-6 relative to the
+scale of each row, on small f32 shapes that include masked tails, ignored labels,
+causal rows, a ragged GQA block table, and RMSNorm rows where eps matters
+(mean(x²) = eps, = 10·eps, all zero). The kernels' float32 error is at most
+2.9e-7 of the row's scale (measured); an RMSNorm that drops eps is off by 0.4 on the
+mean(x²) = eps row (and NaN on the zero row): ``test_control_rmsnorm_without_eps_fails``."""
 import numpy as np
 import pytest
 
@@ -8,18 +12,34 @@ from tlaloc.kernels import library as L
 from tlaloc.kernels.library import reference as R
 from tlaloc.kernels.sim import simulate
 
+from . import oracle64 as O
+
 RTOL = 1e-6
+EPS = float(np.float32(1e-6))        # the RMSNorm kernel's eps, as the f32 constant it embeds
 
 
-def close(got, want):
+def close(got, want, per_row=False):
+    """|got - want| <= RTOL · scale, the scale being max|want| (of each row with ``per_row``:
+    rows of very different size, e.g. rstd of an eps row vs an ordinary one, are each held)."""
     want = np.asarray(want, np.float64)
-    scale = np.abs(want).max()
-    np.testing.assert_allclose(got, want, rtol=RTOL, atol=RTOL * scale)
-    assert not np.isnan(got).any()
+    assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
+    assert not np.isnan(got).any(), "NaN in the kernel's output"
+    w2 = want.reshape(len(want), -1) if per_row else want.reshape(1, -1)
+    scale = np.abs(w2).max(-1, keepdims=True)
+    err = np.abs(np.asarray(got, np.float64).reshape(w2.shape) - w2)
+    worst = (err / np.where(scale > 0, scale, 1.0)).max()           # an all-zero row must be exactly zero
+    assert worst <= RTOL, f"error {worst:.3g} of the scale > {RTOL:g}"
 
 
-def f64(*xs):
-    return [np.asarray(x, np.float64) if np.asarray(x).dtype.kind == "f" else x for x in xs]
+def eps_rows(rng, rows, dim):
+    """Standard-normal rows, except row 0 scaled to mean(x²) = eps, row 2 all zero, row 3 to 10·eps."""
+    x = rng.standard_normal((rows, dim))
+    x[0] *= np.sqrt(EPS / np.mean(x[0] ** 2))
+    if rows > 2:
+        x[2] = 0.0
+    if rows > 3:
+        x[3] *= np.sqrt(10 * EPS / np.mean(x[3] ** 2))
+    return x.astype(np.float32)
 
 
 @pytest.fixture
@@ -29,18 +49,31 @@ def rng():
 
 @pytest.mark.parametrize("rows,dim,threads", [(3, 100, 64), (2, 64, None), (4, 300, 128)])
 def test_rmsnorm_forward_and_backward(rng, rows, dim, threads):
-    x = rng.standard_normal((rows, dim)).astype(np.float32)
+    x = eps_rows(rng, rows, dim)
     w = rng.standard_normal(dim).astype(np.float32)
     g = rng.standard_normal((rows, dim)).astype(np.float32)
     shape = dict(rows=rows, dim=dim, threads=threads) if threads else dict(rows=rows, dim=dim)
     y, rstd = simulate(L.rmsnorm_fwd.specialize(arch="sm_90", **shape), x, w)
-    ry, rr = R.rmsnorm_fwd(*f64(x, w), eps=float(np.float32(1e-6)))
-    close(y, ry)
-    close(rstd, rr)
+    ry, rr = O.rmsnorm(x, w, EPS)
+    close(y, ry, per_row=True)
+    close(rstd[:, None], rr[:, None], per_row=True)
+    rdx, rdw = O.rmsnorm_grads(x, w, g, EPS)
     (dx,) = simulate(L.rmsnorm_bwd_dx.specialize(arch="sm_90", **shape), x, w, rstd, g)
-    close(dx, R.rmsnorm_bwd_dx(*f64(x, w, rstd, g))[0])
+    close(dx, rdx, per_row=True)
     (dw,) = simulate(L.rmsnorm_bwd_dw.specialize(arch="sm_90", rows=rows, dim=dim, threads=64), x, rstd, g)
-    close(dw, R.rmsnorm_bwd_dw(*f64(x, rstd, g))[0])
+    close(dw, rdw)
+
+
+def test_control_rmsnorm_without_eps_fails(rng):
+    """The same comparison rejects a forward kernel specialized with eps = 0 (the fault of a dropped eps)."""
+    x = eps_rows(rng, 4, 100)[[0, 1, 3]]                     # no zero row: without eps it would be NaN
+    w = rng.standard_normal(100).astype(np.float32)
+    y, rstd = simulate(L.rmsnorm_fwd.specialize(arch="sm_90", rows=3, dim=100, eps=0.0), x, w)
+    ry, rr = O.rmsnorm(x, w, EPS)
+    with pytest.raises(AssertionError, match="of the scale"):
+        close(y, ry, per_row=True)
+    with pytest.raises(AssertionError, match="of the scale"):
+        close(rstd[:, None], rr[:, None], per_row=True)
 
 
 def test_rmsnorm_backward_matches_the_derivative_of_the_forward(rng):
@@ -67,7 +100,7 @@ def test_rope_is_bit_exact(rng, tokens, heads, dim, max_pos):
     (out,) = simulate(L.rope.specialize(arch="sm_90", tokens=tokens, heads=heads, dim=dim, max_pos=max_pos),
                       x, cos, sin, pos)
     np.testing.assert_array_equal(out, R.rope(x, cos, sin, pos)[0])     # same f32 roundings as NumPy
-    close(out, R.rope(*f64(x, cos, sin), pos)[0])
+    close(out, O.rope(x, cos, sin, pos))
 
 
 @pytest.mark.parametrize("rows,vocab,threads", [(4, 300, 128), (2, 1000, 256)])
@@ -78,13 +111,13 @@ def test_cross_entropy_forward_and_backward(rng, rows, vocab, threads):
     labels[0] = vocab - 1                                                # last column
     shape = dict(rows=rows, vocab=vocab, threads=threads)
     loss, lse = simulate(L.cross_entropy_fwd.specialize(arch="sm_90", **shape), z, labels)
-    rl, rlse = R.cross_entropy_fwd(*f64(z), labels)
+    rl, rlse, rdz = O.cross_entropy(z, labels)
     close(loss, rl)
     close(lse, rlse)
     assert loss[1] == 0.0
     g = rng.standard_normal(rows).astype(np.float32)
     (dz,) = simulate(L.cross_entropy_bwd.specialize(arch="sm_90", **shape), z, labels, lse, g)
-    close(dz, R.cross_entropy_bwd(*f64(z), labels, *f64(lse, g))[0])
+    close(dz, rdz * np.float64(g)[:, None])
     assert not dz[1].any()
 
 
@@ -95,7 +128,7 @@ def test_attention(rng, batch, heads, seq, head_dim, causal):
     spec = L.attention.specialize(arch="sm_90", batch=batch, heads=heads, seq=seq, head_dim=head_dim,
                                   causal=causal)
     (out,) = simulate(spec, q, k, v)
-    close(out, R.attention(*f64(q, k, v), causal=causal)[0])
+    close(out, O.attention(q, k, v, causal))
 
 
 PAGED = [  # batch, q_heads, kv_heads, head_dim, num_blocks, block_size, max_blocks, seq_lens, extra
@@ -118,7 +151,7 @@ def test_paged_attention_gqa_ragged(rng, B, Hq, Hkv, D, NB, BS, MAXB, lens, extr
     spec = L.paged_attention.specialize(arch="sm_90", batch=B, q_heads=Hq, kv_heads=Hkv, head_dim=D,
                                         num_blocks=NB, block_size=BS, max_blocks=MAXB, **extra)
     (out,) = simulate(spec, q, kc, vc, tables, lens)
-    close(out, R.paged_attention(*f64(q, kc, vc), tables, lens)[0])
+    close(out, O.paged_attention(q, kc, vc, tables, lens))
 
 
 def test_paged_attention_reads_only_live_pages(rng):
