@@ -8,6 +8,9 @@ require("torch", "transformers")
 
 import tlaloc.models as tm  # noqa: E402
 
+# Hidden states of the tiny BERTs against transformers, every valid position: measured worst 1.9e-6
+# (at max|state| 3.4, float32 in both); the tanh GELU where the config says exact is off by more than 10x this.
+STATE_ATOL = 1e-5
 TEXTS = ["A man is eating food.", "The quick brown fox jumps over the lazy dog!",
          "tlaloc serves models without a compiler at run time.", "Hello"]
 
@@ -81,7 +84,7 @@ def test_tiny_bert_padded_batch_matches_transformers(tiny_bert):
     model = tm.load(folder)
     ours = tm.encoder_forward(model.config, model.weights, ids, mask)
     for r, row in enumerate(rows):
-        np.testing.assert_allclose(ours[r, :len(row)], states[r, :len(row)], atol=5e-5)
+        np.testing.assert_allclose(ours[r, :len(row)], states[r, :len(row)], rtol=0, atol=STATE_ATOL)
     alone = [model.embed([row])[0] for row in rows]
     np.testing.assert_allclose(model.embed(rows), np.stack(alone), atol=1e-6)
 
@@ -123,11 +126,11 @@ def test_tiny_bert_hidden_act_follows_config(tmp_path, hidden_act):
     """``hidden_act`` picks the exact (erf) or the tanh GELU, as transformers does."""
     ours, ref, model = _tiny_bert_states(tmp_path, hidden_act)
     assert model.config.hidden_act == hidden_act
-    np.testing.assert_allclose(ours, ref, atol=5e-5)
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=STATE_ATOL)
 
 
 def test_tiny_bert_wrong_gelu_is_detected(tmp_path):
-    """Negative control: the tanh GELU where the config says exact misses the 5e-5 tolerance."""
+    """Negative control: the tanh GELU where the config says exact misses the tolerance by 10x."""
     from tlaloc.models import layers
     ours, ref, model = _tiny_bert_states(tmp_path, "gelu")
     saved = layers.ACTIVATIONS["gelu"]
@@ -136,7 +139,7 @@ def test_tiny_bert_wrong_gelu_is_detected(tmp_path):
         wrong = tm.encoder_forward(model.config, model.weights, np.array([[2, 5, 9, 11, 40, 3]]), np.ones((1, 6), int))
     finally:
         layers.ACTIVATIONS["gelu"] = saved
-    assert np.abs(wrong - ref).max() > 5e-5
+    assert np.abs(wrong - ref).max() > 10 * STATE_ATOL
 
 
 def test_unsupported_hidden_act_is_refused(tiny_bert, tmp_path):

@@ -46,6 +46,42 @@ def test_encoder_traces_and_interprets_to_eager_embeddings():
     np.testing.assert_allclose(np.asarray(out), tm.encode(cfg, weights, ids, mask), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("cfg", [CFG])
-def test_random_weights_fit_their_own_key_check(cfg):
-    tm.check_keys(cfg, tm.expected_shapes(cfg), "generated")
+# -- the key/shape set against transformers (an oracle outside the code under test) -------------------
+
+def _saved_shapes(folder):
+    from safetensors import safe_open
+    with safe_open(f"{folder}/model.safetensors", "np") as f:
+        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+
+
+def _hf_checkpoint(kind, folder):
+    """A seeded transformers model of ``kind`` saved with save_pretrained; returns its config dict."""
+    import json
+    import transformers
+    from .tiny import CASES, make_tiny
+    if kind == "bert":
+        cfg = transformers.BertConfig(vocab_size=120, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                                      num_attention_heads=4, max_position_embeddings=64)
+        transformers.BertModel(cfg).save_pretrained(folder)
+    else:
+        make_tiny(*CASES[kind], folder)
+    with open(f"{folder}/config.json") as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3_tied", "qwen3_untied", "mistral_window6", "bert"])
+def test_expected_shapes_equal_a_transformers_checkpoint(kind, tmp_path):
+    """``expected_shapes`` of the config is exactly the key/shape set transformers writes for it
+    (BertModel also writes a pooler, which an embedding model does not use)."""
+    pytest.importorskip("transformers")
+    hf_cfg = _hf_checkpoint(kind, str(tmp_path))
+    saved = _saved_shapes(str(tmp_path))
+    if kind == "bert":
+        saved = {k: v for k, v in saved.items() if not k.startswith("pooler.")}
+    cfg = tm.config_from_hf(hf_cfg)
+    assert tm.expected_shapes(cfg) == saved
+    tm.check_keys(cfg, _saved_shapes(str(tmp_path)), "transformers")          # the file as written passes
+    one_less = dict(saved)
+    one_less.pop(sorted(one_less)[-1])
+    with pytest.raises(tm.CheckpointError, match="missing keys"):
+        tm.check_keys(cfg, one_less, "control")
