@@ -9,6 +9,7 @@ import pytest
 from tlaloc._core import aval as _aval
 from tlaloc._core.aval import AbstractValue
 from tlaloc._prims import REGISTRY
+from tlaloc.errors import ShapeError, TlalocError
 
 from .helpers import BF16
 
@@ -124,11 +125,69 @@ def test_rules_describe_the_implementation(case):
     check_rules_agree(*case)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
-def test_rules_accept_unknown_avals(case):
-    name, args, params = case
+# What the rules may still know when every array operand is unknown (dtype and shape None):
+# a dtype fixed by the primitive or its params, and a shape (or rank) given by the params.
+KNOWS_DTYPE = {"argmax", "argmin", "convert", "iota", "random_bits", "random_normal", "random_uniform",
+               "threefry2x32"}
+KNOWS_SHAPE = {"broadcast_in_dim", "dynamic_slice", "iota", "random_bits", "random_normal", "random_uniform",
+               "slice", "argmin", "reshape"}      # argmin with axis=None is a scalar; reshape knows its rank
+
+
+def check_unknown_in_unknown_out(name, args, params):
+    """With unknown array operands the rules neither raise nor invent: each output is an
+    AbstractValue whose dtype is known only for KNOWS_DTYPE and shape only for KNOWS_SHAPE,
+    and whatever is known (dtype, rank, each int dim) is what the implementation returns."""
+    p = REGISTRY[name]
     unknown = [AbstractValue() if not isinstance(a, (int, float)) else _aval.of(a) for a in args]
-    REGISTRY[name].abstract_eval(*unknown, **params)   # must not raise: unknown in, unknown out
+    got = p.abstract_eval(*unknown, **params)
+    with np.errstate(all="ignore"):
+        concrete = p.impl(*args, **params)
+    for a, o in zip(got if p.multiple_results else (got,), concrete if p.multiple_results else (concrete,)):
+        o = np.asarray(o)
+        assert isinstance(a, AbstractValue), f"{name}: {a!r} is not an AbstractValue"
+        assert (a.dtype is not None) == (name in KNOWS_DTYPE), f"{name}: dtype {a.dtype} from unknown operands"
+        assert (a.shape is not None) == (name in KNOWS_SHAPE), f"{name}: shape {a.shape} from unknown operands"
+        if a.dtype is not None:
+            assert np.dtype(a.dtype) == o.dtype, f"{name}: dtype rule {a.dtype}, impl {o.dtype}"
+        if a.shape is not None:
+            assert len(a.shape) == o.ndim, f"{name}: rank {len(a.shape)}, impl {o.ndim}"
+            for d, e in zip(a.shape, o.shape):
+                assert d is None or d == e, f"{name}: shape rule {a.shape}, impl {o.shape}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
+def test_rules_give_unknown_for_unknown_avals(case):
+    check_unknown_in_unknown_out(*case)
+
+
+def test_negative_control_unknown_check_sees_an_invented_shape(monkeypatch):
+    p = REGISTRY["exp"]
+    monkeypatch.setattr(p, "shape_rule", lambda x, **_: (2, 3))
+    with pytest.raises(AssertionError, match="shape"):
+        check_unknown_in_unknown_out("exp", (f32,), {})
+
+
+def _a(dtype, shape):
+    return AbstractValue(np.dtype(dtype), shape)
+
+
+# Known but incompatible operands: the rule raises the library's error class, naming the primitive.
+BAD = [
+    ("add", (_a(np.float32, (2, 3)), _a(np.float32, (4, 5))), {}, ShapeError, "add: shapes"),
+    ("matmul", (_a(np.float32, (2, 3)), _a(np.float32, (2, 3))), {}, ShapeError, "matmul"),
+    ("reshape", (_a(np.float32, (2, 3)),), dict(shape=(4, -1)), ShapeError, "reshape"),
+    ("transpose", (_a(np.float32, (2, 3)),), dict(axes=(0, 0)), ShapeError, "transpose"),
+    ("concatenate", (_a(np.float32, (2, 3)), _a(np.float32, (2, 3, 1))), dict(axis=0), ShapeError, "ranks"),
+    # regression: the sizes off the concatenated axis were not compared ((2,3)+(2,4) on axis 0 gave (4,3))
+    ("concatenate", (_a(np.float32, (2, 3)), _a(np.float32, (2, 4))), dict(axis=0), ShapeError, "axis 1"),
+]
+
+
+@pytest.mark.parametrize("name,args,params,error,match", BAD, ids=[f"{b[0]}-{b[-1]}" for b in BAD])
+def test_incompatible_operands_raise_the_library_error(name, args, params, error, match):
+    with pytest.raises(error, match=match):
+        REGISTRY[name].abstract_eval(*args, **params)
+    assert issubclass(error, TlalocError)
 
 
 def test_negative_control_lying_rules_are_caught(monkeypatch):

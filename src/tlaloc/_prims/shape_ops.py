@@ -219,6 +219,11 @@ def _concat_shape(*xs, axis):
     if any(len(x.shape) != rank for x in xs):
         raise ShapeError(f"concatenate: operands have ranks {[len(x.shape) for x in xs]}; all must match")
     a = axis % rank
+    for i in range(rank):
+        dims = {x.shape[i] for x in xs if type(x.shape[i]) is int}
+        if i != a and len(dims) > 1:
+            raise ShapeError(f"concatenate: operands have shapes {[tuple(x.shape) for x in xs]}; all axes but "
+                             f"axis {a} must match (axis {i} has sizes {sorted(dims)})")
     size = 0
     for x in xs:
         d = x.shape[a]
