@@ -79,7 +79,7 @@ MUTATIONS = [
       "        if i != a and len(dims) > 1:\n", "        if False:\n", ("tests/core/test_prim_table.py",)),
     M("indexing: scatter_add VJP drops the update's cotangent", "_prims/indexing.py",
       "(g, None, gather(g, i, axis))", "(g, None, zeros_like(gather(g, i, axis)))",
-      ("tests/ad/test_reverse_vs_jax.py",)),
+      ("tests/ad/test_reverse_vs_jax.py", "tests/core/test_prims_structural.py")),
     M("selection: select VJP branches swapped", "_prims/selection.py",
       "return None, sum_to(select(pred, g, z), x), sum_to(select(pred, z, g), y)",
       "return None, sum_to(select(pred, z, g), x), sum_to(select(pred, g, z), y)",

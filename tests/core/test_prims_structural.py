@@ -235,6 +235,29 @@ def test_gather_and_scatter_add_match_numpy():
         I.gather(x, np.array([5]), 1)
 
 
+@pytest.mark.parametrize("axis", [0, 1])
+def test_gather_and_scatter_add_vjps_match_jax(axis):
+    """Both rules against jax.vjp in float64, repeated indices included. scatter_add's VJP is
+    reached only by second derivatives of gather, so the first-order tables never run it."""
+    x = rng.standard_normal((5, 6))
+    idx = np.array([4, 0, 4, 2])
+    u = rng.standard_normal((4, 6) if axis == 0 else (5, 4))
+    sl = (idx, slice(None)) if axis == 0 else (slice(None), idx)
+    with jax.enable_x64(True):
+        out, vjp = jax.vjp(lambda x, u: x.at[sl].add(u), x, u)
+        g = rng.standard_normal(out.shape)
+        want_x, want_u = (np.asarray(a) for a in vjp(g))
+        gout, gvjp = jax.vjp(lambda x: x[sl], x)
+        gg = rng.standard_normal(gout.shape)
+        (want_gx,) = (np.asarray(a) for a in gvjp(gg))
+    got_x, got_i, got_u = I.scatter_add_p.vjp(g, x, idx, u, I.scatter_add(x, idx, u, axis), axis=axis)
+    assert got_i is None
+    np.testing.assert_allclose(got_x, want_x, rtol=1e-15)
+    np.testing.assert_allclose(got_u, want_u, rtol=1e-15)
+    got_gx, _ = I.gather_p.vjp(gg, x, idx, I.gather(x, idx, axis), axis=axis)
+    np.testing.assert_allclose(got_gx, want_gx, rtol=1e-15)
+
+
 # -- contractions and decompositions -----------------------------------------------------------
 DOT_GENERAL = [  # (lhs shape, rhs shape, contracting, batch)
     ((3, 4), (4, 5), ((1,), (0,)), ((), ())),
