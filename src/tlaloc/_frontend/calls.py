@@ -28,7 +28,9 @@ def _any_symbolic(args, kwargs) -> bool:
 
 
 def numpy_equivalent(fn):
-    """The ``tlaloc.numpy`` function for a NumPy function object, or None."""
+    """The ``tlaloc.numpy`` (or ``tlaloc.scipy``) function for a NumPy or SciPy callable, or None."""
+    if is_scipy_callable(fn):
+        return scipy_equivalent(fn)
     name = getattr(fn, "__name__", None)
     if name is None:
         return None
@@ -41,8 +43,99 @@ def numpy_equivalent(fn):
 
 
 def is_numpy_callable(fn) -> bool:
+    """NumPy and SciPy callables: mapped by ``numpy_equivalent``, or run when every argument is static."""
     mod = getattr(fn, "__module__", None) or ""
-    return isinstance(fn, np.ufunc) or mod.startswith("numpy")
+    return isinstance(fn, np.ufunc) or mod.startswith("numpy") or is_scipy_callable(fn)
+
+
+# -- SciPy: mapped by module and name onto tlaloc.scipy --------------------------------------------
+
+_SCIPY_MODULES = ("special", "stats", "linalg")
+_SCIPY_REFUSED = {
+    "scipy.integrate.odeint": "write the solver loop in the function (e.g. a fixed-step RK4 `for` loop, which "
+                              "tlaloc differentiates), or wrap odeint with tl.custom_vjp and an adjoint rule",
+    "scipy.integrate.solve_ivp": "write the solver loop in the function (e.g. a fixed-step RK4 `for` loop), or "
+                                 "wrap solve_ivp with tl.custom_vjp",
+}
+_scipy_table: dict | None = None
+
+
+def _scipy_owner(fn):
+    """``fn`` itself, or the object whose bound method it is (``norm`` for ``norm.logpdf``)."""
+    owner = getattr(fn, "__self__", None)
+    return owner if owner is not None and not isinstance(owner, types.ModuleType) else fn
+
+
+def is_scipy_callable(fn) -> bool:
+    target = _scipy_owner(fn)
+    mod = getattr(target, "__module__", None) or getattr(type(target), "__module__", "") or ""
+    if isinstance(fn, np.ufunc):          # scipy.special's ufuncs carry no module: find them by name
+        special = __import__("sys").modules.get("scipy.special")
+        return special is not None and getattr(special, fn.__name__, None) is fn and getattr(np, fn.__name__,
+                                                                                             None) is not fn
+    return mod.startswith("scipy.")
+
+
+def _scipy_objects() -> dict:
+    """``id(scipy object) -> (qualified name, tlaloc.scipy object)`` for every name tlaloc.scipy
+    exports, found by module and name (``scipy.special.logsumexp`` -> ``tlaloc.scipy.special.logsumexp``)."""
+    global _scipy_table
+    if _scipy_table is None:
+        import importlib
+        from .. import scipy as tsp
+        table = {}
+        for sub in _SCIPY_MODULES:
+            try:
+                mod = importlib.import_module(f"scipy.{sub}")
+            except ImportError:        # pragma: no cover - scipy absent: nothing to map
+                continue
+            ours = getattr(tsp, sub)
+            for name in ours.__all__:
+                theirs = getattr(mod, name, None)
+                if theirs is not None:
+                    table[id(theirs)] = (f"scipy.{sub}.{name}", getattr(ours, name), theirs)
+        _scipy_table = table
+    return _scipy_table
+
+
+def scipy_equivalent(fn):
+    """The ``tlaloc.scipy`` callable for a SciPy function, bound method of a SciPy distribution
+    (``norm.logpdf``) or distribution object; for a SciPy callable without one, a function that
+    raises ``NoRuleError`` naming it (and a suggestion where there is one)."""
+    table = _scipy_objects()
+    owner = _scipy_owner(fn)
+    hit = table.get(id(owner))
+    if hit is not None and hit[2] is owner:
+        qual, ours, _ = hit
+        if owner is fn:
+            return ours
+        method = fn.__name__
+        return _refuser(f"{qual}.{method}", None) if _missing(ours, method) else getattr(ours, method)
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    mod = getattr(fn, "__module__", None) or ""
+    public = ".".join(p for p in mod.split(".") if not p.startswith("_"))
+    qual = f"{public}.{name}"
+    return _refuser(qual, _SCIPY_REFUSED.get(qual))
+
+
+def _missing(ours, method) -> bool:
+    try:
+        getattr(ours, method)
+    except AttributeError:
+        return True
+    except Exception:              # tlaloc.scipy refuses it by name (NoRuleError): call it to raise
+        return False
+    return False
+
+
+def _refuser(qual, hint):
+    from ..errors import NoRuleError
+
+    def refuse(*args, **kwargs):
+        raise NoRuleError(f"`{qual}` has no tlaloc equivalent (tlaloc.scipy covers "
+                          f"scipy.special/stats/linalg's common functions); "
+                          + (hint or "use tlaloc.numpy / tlaloc.scipy functions, or wrap it with tl.custom_vjp"))
+    return refuse
 
 
 def is_tlaloc_callable(fn) -> bool:
@@ -96,4 +189,5 @@ def is_user_function(fn) -> bool:
     if not isinstance(fn, types.FunctionType):
         return False
     mod = getattr(fn, "__module__", "") or ""
-    return not (mod.startswith("tlaloc.") or mod.startswith("numpy") or mod == "builtins")
+    return not (mod.startswith("tlaloc.") or mod.startswith("numpy") or mod.startswith("scipy.")
+                or mod == "builtins")
