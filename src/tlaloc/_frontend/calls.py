@@ -104,13 +104,19 @@ def scipy_equivalent(fn):
     raises ``NoRuleError`` naming it (and a suggestion where there is one)."""
     table = _scipy_objects()
     owner = _scipy_owner(fn)
+    frozen = getattr(owner, "dist", None)            # norm(loc, scale).logpdf: a frozen distribution
+    if frozen is not None and hasattr(owner, "kwds"):
+        from .. import scipy as tsp
+        name = getattr(frozen, "name", None)
+        if name in tsp.stats.__all__:
+            ours = getattr(tsp.stats, name)(*owner.args, **owner.kwds)
+            return _method(ours, fn.__name__, f"scipy.stats.{name}(...).{fn.__name__}")
     hit = table.get(id(owner))
     if hit is not None and hit[2] is owner:
         qual, ours, _ = hit
         if owner is fn:
             return ours
-        method = fn.__name__
-        return _refuser(f"{qual}.{method}", None) if _missing(ours, method) else getattr(ours, method)
+        return _method(ours, fn.__name__, f"{qual}.{fn.__name__}")
     name = getattr(fn, "__name__", None) or type(fn).__name__
     mod = getattr(fn, "__module__", None) or ""
     public = ".".join(p for p in mod.split(".") if not p.startswith("_"))
@@ -118,14 +124,20 @@ def scipy_equivalent(fn):
     return _refuser(qual, _SCIPY_REFUSED.get(qual))
 
 
-def _missing(ours, method) -> bool:
+def _method(ours, method, qual):
+    """``ours.method``; where tlaloc.scipy lacks or refuses it, a function raising that refusal
+    when called (so that the front end places it at the user's call)."""
+    from ..errors import NoRuleError
     try:
-        getattr(ours, method)
+        return getattr(ours, method)
     except AttributeError:
-        return True
-    except Exception:              # tlaloc.scipy refuses it by name (NoRuleError): call it to raise
-        return False
-    return False
+        return _refuser(qual, None)
+    except NoRuleError as e:
+        message = str(e)
+
+        def refuse(*args, **kwargs):
+            raise NoRuleError(message)
+        return refuse
 
 
 def _refuser(qual, hint):

@@ -111,13 +111,14 @@ def _log_ndtr_series(x):
 
 
 def log_ndtr(x):
-    """``log Φ(x)``, accurate in both tails: ``log1p(-Φ(-x))`` for x > 6, ``log Φ(x)`` for
-    -30 < x ≤ 6 and an asymptotic series below (finite for every finite x)."""
-    # the series is evaluated at min(x, -30) so that its unused values stay finite
-    series = _log_ndtr_series(tnp.minimum(x, -30.0))
+    """``log Φ(x)``, accurate in both tails: ``log1p(-Φ(-x))`` for x > 0, ``log Φ(x)`` for
+    -30 < x ≤ 0 and an asymptotic series below (finite for every finite x)."""
+    # the series is evaluated at x clipped to ≤ -30 so that its unused values stay finite; a
+    # select, not minimum, so that x = -30 itself gets the whole gradient (minimum splits ties)
+    series = _log_ndtr_series(tnp.where(tnp.less_equal(x, -30.0), x, -30.0))
     middle = tnp.log(ndtr(x))
     right = tnp.log1p(tnp.negative(ndtr(tnp.negative(x))))
-    return tnp.where(tnp.greater(x, 6.0), right, tnp.where(tnp.greater(x, -30.0), middle, series))
+    return tnp.where(tnp.greater(x, 0.0), right, tnp.where(tnp.greater(x, -30.0), middle, series))
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
@@ -185,6 +186,9 @@ def betaln(a, b):
 
 
 def beta(a, b):
-    """``B(a, b) = Γ(a)Γ(b)/Γ(a+b)``, as ``sign · exp(betaln(a, b))``."""
+    """``B(a, b) = Γ(a)Γ(b)/Γ(a+b)``, as ``sign · exp(betaln(a, b))``.
+
+    Where ``a + b`` is a non-positive integer (and a, b are not) B is 0, and its derivative there
+    comes out as 0 although the true one is finite: avoid differentiating at those points."""
     sign = tnp.multiply(tnp.multiply(_gamma_sign(a), _gamma_sign(b)), _gamma_sign(tnp.add(a, b)))
     return tnp.multiply(sign, tnp.exp(betaln(a, b)))
