@@ -26,7 +26,10 @@ The forward sweep stores one carry per segment; the backward sweep recomputes a
 segment at a time, storing its ``k`` iterations' residuals: O(n/k + k) instead
 of O(n), smallest near ``k = √n``. This is two-level checkpointing; Griewank &
 Walther, "Algorithm 799: revolve" (ACM TOMS 26(1), 2000) give the optimal
-multi-level (binomial) schedule, which is not implemented here.
+multi-level (binomial) schedule, which is not implemented here. The segments'
+bounds are run-time values, so ``tl.jit`` of a gradient through ``every=k``
+is refused by name (compiled reverse mode needs static trip counts); the
+interpreter and the generated Python run it.
 
 Forward mode (``jvp``) has nothing to save and runs the region's forward rules;
 ``vmap`` batches the region and keeps the node; ``jit`` and the renderer run the
