@@ -26,10 +26,12 @@ The forward sweep stores one carry per segment; the backward sweep recomputes a
 segment at a time, storing its ``k`` iterations' residuals: O(n/k + k) instead
 of O(n), smallest near ``k = √n``. This is two-level checkpointing; Griewank &
 Walther, "Algorithm 799: revolve" (ACM TOMS 26(1), 2000) give the optimal
-multi-level (binomial) schedule, which is not implemented here. The segments'
-bounds are run-time values, so ``tl.jit`` of a gradient through ``every=k``
-is refused by name (compiled reverse mode needs static trip counts); the
-interpreter and the generated Python run it.
+multi-level (binomial) schedule, which is not implemented here. With static
+loop bounds the segments are ``n // k`` loops of exactly ``k`` iterations and a
+tail loop of ``n % k``, all with constant trip counts, so ``tl.jit`` compiles
+them; with run-time bounds (``range(len(x))`` before shapes are known) the
+segment bounds are values, which compiled reverse mode refuses by name (the
+interpreter and the generated Python run them).
 
 Forward mode (``jvp``) has nothing to save and runs the region's forward rules;
 ``vmap`` batches the region and keeps the node; ``jit`` and the renderer run the
@@ -207,6 +209,8 @@ def _segmented(node, vals, every, policy, name):
     if not (isinstance(step, (int, np.integer)) and step > 0):
         raise ArgumentError(f"tl.checkpoint(every={every}) segments loops with a constant positive step; "
                             f"this loop's step is {step!r}")
+    if all(isinstance(v, (int, np.integer)) for v in (start, stop)):
+        return _segmented_static(node, int(start), int(stop), int(step), carry, consts, every, policy, name)
     trips = tnp.maximum(tnp.floor_divide(tnp.subtract(tnp.add(stop, step - 1), start), step), 0)
     n_seg = tnp.floor_divide(tnp.add(trips, every - 1), every)
     span = every * int(step)
@@ -236,6 +240,55 @@ def _segmented(node, vals, every, policy, name):
     outs = for_range_p.bind(0, n_seg, 1, *carry, start, stop, *consts, body=outer, n_carry=n_carry,
                             n_consts=2 + n_consts, n_xs=0, reverse=False)
     return tuple(outs)
+
+
+def _segmented_static(node, start, stop, step, carry, consts, every, policy, name):
+    """Static bounds: ``n // every`` segments of exactly ``every`` iterations and a tail of the
+    rest, each loop with a constant trip count (so compiled reverse mode takes it)."""
+    n_full, rem = divmod(len(range(start, stop, step)), every)
+    span = every * step
+    p = dict(node.params)
+    n_carry, body = p["n_carry"], p["body"]
+    carry_avals = [_aval(c) for c in carry]
+    const_avals = [_aval(c) for c in consts]
+    hints = [v.hint for v in body.inputs[1:1 + n_carry]]
+
+    def segment(count):
+        """(lo, *carry, *consts) -> carry after ``count`` iterations i = lo, lo + step, ..."""
+        from .. import numpy as tnp
+        from .._core.passes import inline
+        wb = Builder(name=body.name)
+        with wb.active(), wb.at(node.loc):
+            j = wb.new_input(_int_aval(), "j")
+            c_in = [wb.new_input(a, h) for a, h in zip(carry_avals, hints)]
+            lo = wb.new_input(_int_aval(), "lo")
+            k_in = [wb.new_input(a, "const") for a in const_avals]
+            wrapped = wb.finish(inline(body, [tnp.add(lo, tnp.multiply(j, step)), *c_in, *k_in]))
+        ib = Builder(name=f"{body.name}_segment")
+        with ib.active(), ib.at(node.loc):
+            lo = ib.new_input(_int_aval(), "lo")
+            c_in = [ib.new_input(a, h) for a, h in zip(carry_avals, hints)]
+            k_in = [ib.new_input(a, "const") for a in const_avals]
+            res = for_range_p.bind(0, count, 1, *c_in, lo, *k_in, body=wrapped, n_carry=n_carry,
+                                   n_consts=1 + len(consts), n_xs=0, reverse=False)
+            return ib.finish(list(res))
+
+    if n_full:
+        inner = segment(every)
+        ob = Builder(name=f"{body.name}_segments")
+        with ob.active(), ob.at(node.loc):
+            from .. import numpy as tnp
+            s = ob.new_input(_int_aval(), "segment")
+            c_in = [ob.new_input(a, h) for a, h in zip(carry_avals, hints)]
+            k_in = [ob.new_input(a, "const") for a in const_avals]
+            lo = tnp.add(start, tnp.multiply(s, span))
+            outer = ob.finish(list(checkpoint_call_p.bind(lo, *c_in, *k_in, fun=inner, policy=policy, name=name)))
+        carry = list(for_range_p.bind(0, n_full, 1, *carry, *consts, body=outer, n_carry=n_carry,
+                                      n_consts=len(consts), n_xs=0, reverse=False))
+    if rem:
+        carry = list(checkpoint_call_p.bind(start + n_full * span, *carry, *consts, fun=segment(rem),
+                                            policy=policy, name=name))
+    return tuple(carry)
 
 
 def _aval(x):
