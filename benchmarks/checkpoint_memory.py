@@ -1,8 +1,8 @@
 """Peak residual memory of a 1,000-step loop's gradient, with and without ``tl.checkpoint``.
 
-    .venv/bin/python benchmarks/checkpoint_memory.py [--steps 1000] [--width 256] [--every 32]
+    .venv/bin/python benchmarks/checkpoint_memory.py [--steps 1000] [--batch 32] [--width 128] [--every 32]
 
-The loop is ``x = tanh(W @ x) + 0.5 x`` on a vector of ``width`` float64s. The
+The loop is ``x = tanh(x @ W) + 0.5 x`` on a ``(batch, width)`` float64 array. The
 gradient is built once (warm-up), then called under ``tracemalloc``; the printed
 figure is tracemalloc's peak of Python-allocated bytes during that call (NumPy
 arrays included) minus the bytes held before it: what the backward pass keeps
@@ -23,7 +23,7 @@ STEPS = 1000
 
 
 def step(x, W):
-    return np.tanh(W @ x) + 0.5 * x
+    return np.tanh(x @ W) + 0.5 * x
 
 
 def loss(x, W):
@@ -46,12 +46,13 @@ def main(argv=None):
     global STEPS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--width", type=int, default=128)
     ap.add_argument("--every", type=int, default=32)
     a = ap.parse_args(argv)
     STEPS = a.steps
     rng = np.random.default_rng(0)
-    x = rng.standard_normal(a.width)
+    x = rng.standard_normal((a.batch, a.width))
     W = rng.standard_normal((a.width, a.width)) * (0.4 / np.sqrt(a.width))
     variants = [("no checkpoint", tl.grad(loss, argnums=(0, 1))),
                 (f"tl.checkpoint(loss, every={a.every})", tl.grad(tl.checkpoint(loss, every=a.every), argnums=(0, 1))),
@@ -63,7 +64,8 @@ def main(argv=None):
             x = ck_step(x, W)
         return (x * x).sum()
     variants[2] = (variants[2][0], tl.grad(loss_step, argnums=(0, 1)))
-    print(f"{STEPS}-step loop, width {a.width} (float64); peak bytes by tracemalloc during one gradient call")
+    print(f"{STEPS}-step loop on a ({a.batch}, {a.width}) float64 array ({x.nbytes / 2**10:.0f} KiB), "
+          f"W {W.nbytes / 2**10:.0f} KiB; peak bytes by tracemalloc during one gradient call")
     ref = None
     for name, fn in variants:
         peak, g = peak_bytes(fn, x, W)
