@@ -123,3 +123,18 @@ def test_every_k_with_run_time_bounds():
     from tlaloc.errors import NoRuleError
     with pytest.raises(NoRuleError, match="trip count is only known at run time"):
         tl.jit(tl.grad(tl.checkpoint(loss_dynamic, every=7)))(x0, W0)
+
+
+def test_hessian_and_grad_of_grad():
+    small = W0[:3, :3]
+    x = x0[:3]
+    np.testing.assert_allclose(tl.hessian(loss_ck)(x, small), tl.hessian(loss)(x, small), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(tl.grad(grad_sum_ck)(x, small), tl.grad(grad_sum)(x, small), rtol=1e-12, atol=1e-15)
+
+
+def grad_sum(x, W):
+    return tl.grad(loss)(x, W).sum()
+
+
+def grad_sum_ck(x, W):
+    return tl.grad(loss_ck)(x, W).sum()

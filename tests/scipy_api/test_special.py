@@ -238,3 +238,20 @@ def test_refused_by_name_at_the_users_line(fn, what):
     assert what in msg and "test_special.py:" in msg
     line = fn.__code__.co_firstlineno + 1
     assert f"test_special.py:{line}:" in msg
+
+
+def mixed(x):
+    return (ss.gammaln(x).sum() + st.norm.logcdf(x, 0.2, 1.5).sum() + ss.logsumexp(x)
+            + ss.xlogy(x, x + 1.0).sum() + ss.polygamma(1, x).sum())
+
+
+def mixed_jax(x):
+    return (js.gammaln(x).sum() + jst.norm.logcdf(x, 0.2, 1.5).sum() + js.logsumexp(x)
+            + js.xlogy(x, x + 1.0).sum() + js.polygamma(1, x).sum())
+
+
+def test_hessian_equals_jax():
+    x = np.array([0.5, 1.5, 3.0])
+    with jax.enable_x64(True):
+        want = np.asarray(jax.hessian(mixed_jax)(jnp.asarray(x)))
+    np.testing.assert_allclose(tl.hessian(mixed)(x), want, rtol=1e-12, atol=1e-14)
