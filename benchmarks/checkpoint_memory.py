@@ -56,6 +56,7 @@ def main(argv=None):
     W = rng.standard_normal((a.width, a.width)) * (0.4 / np.sqrt(a.width))
     variants = [("no checkpoint", tl.grad(loss, argnums=(0, 1))),
                 (f"tl.checkpoint(loss, every={a.every})", tl.grad(tl.checkpoint(loss, every=a.every), argnums=(0, 1))),
+                ("tl.checkpoint(loss, every=(100, 10))", tl.grad(tl.checkpoint(loss, every=(100, 10)), argnums=(0, 1))),
                 ("tl.checkpoint(step) in the loop", None)]
     ck_step = tl.checkpoint(step)
 
@@ -63,7 +64,7 @@ def main(argv=None):
         for i in range(STEPS):
             x = ck_step(x, W)
         return (x * x).sum()
-    variants[2] = (variants[2][0], tl.grad(loss_step, argnums=(0, 1)))
+    variants[3] = (variants[3][0], tl.grad(loss_step, argnums=(0, 1)))
     print(f"{STEPS}-step loop on a ({a.batch}, {a.width}) float64 array ({x.nbytes / 2**10:.0f} KiB), "
           f"W {W.nbytes / 2**10:.0f} KiB; peak bytes by tracemalloc during one gradient call")
     ref = None

@@ -60,7 +60,7 @@ def test_gradients_bitwise_equal(f):
         np.testing.assert_array_equal(g, r)
 
 
-@pytest.mark.parametrize("every", [3, 7, 10, 32, 100, 1000])
+@pytest.mark.parametrize("every", [3, 7, 10, 32, 100, 1000, (30, 7), (50, 10, 3)])
 def test_every_k_gradients_equal(every):
     """Segments sum W's cotangent per segment first: equal to rounding (1e-12 relative)."""
     gx, gW = _grads(tl.checkpoint(loss, every=every))
@@ -72,7 +72,7 @@ def test_jit_jvp_vmap():
     gx, gW = tl.jit(tl.grad(loss_ck, argnums=(0, 1)))(x0, W0)
     np.testing.assert_allclose(gx, _ref()[0], rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(gW, _ref()[1], rtol=1e-12, atol=1e-15)
-    for every in (7, 10):                          # a tail of 2 iterations, and none
+    for every in (7, 10, (30, 7)):                 # a tail of 2 iterations, none, two levels
         gx, gW = tl.jit(tl.grad(tl.checkpoint(loss, every=every), argnums=(0, 1)))(x0, W0)
         np.testing.assert_allclose(gx, _ref()[0], rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(gW, _ref()[1], rtol=1e-12, atol=1e-15)
@@ -100,8 +100,9 @@ def test_control_a_wrong_gradient_is_caught():
 
 
 def test_bad_arguments():
-    with pytest.raises(ArgumentError, match="every must be a positive int"):
-        tl.checkpoint(loss, every=0)
+    for bad in (0, True, (7, 30), (10, 10), (), 2.5):
+        with pytest.raises(ArgumentError, match="every must be a positive int"):
+            tl.checkpoint(loss, every=bad)
     with pytest.raises(ArgumentError, match="policy must be callable"):
         tl.checkpoint(loss, policy="dots")
     assert tl.checkpoint(step)(x0, W0).tolist() == step(x0, W0).tolist()

@@ -232,7 +232,7 @@ def uses_gammainc(x):
 @pytest.mark.parametrize("fn,what", [(uses_t_cdf, "scipy.stats.t.cdf"), (uses_odeint, "scipy.integrate.odeint"),
                                      (uses_gammainc, "gammainc")])
 def test_refused_by_name_at_the_users_line(fn, what):
-    with pytest.raises((NoRuleError, tl.FenceError)) as e:
+    with pytest.raises(NoRuleError if fn is uses_t_cdf else tl.FenceError) as e:
         tl.grad(fn)(np.ones(2))
     msg = str(e.value)
     assert what in msg and "test_special.py:" in msg

@@ -100,8 +100,9 @@ def _scipy_objects() -> dict:
 
 def scipy_equivalent(fn):
     """The ``tlaloc.scipy`` callable for a SciPy function, bound method of a SciPy distribution
-    (``norm.logpdf``) or distribution object; for a SciPy callable without one, a function that
-    raises ``NoRuleError`` naming it (and a suggestion where there is one)."""
+    (``norm.logpdf``, ``norm(0, 1).logpdf``) or distribution object, or None (the front end then
+    refuses the call with ``no_equivalent_message``). A method tlaloc.scipy refuses by name
+    (``t.cdf``) gives a function raising that ``NoRuleError``."""
     table = _scipy_objects()
     owner = _scipy_owner(fn)
     frozen = getattr(owner, "dist", None)            # norm(loc, scale).logpdf: a frozen distribution
@@ -117,11 +118,23 @@ def scipy_equivalent(fn):
         if owner is fn:
             return ours
         return _method(ours, fn.__name__, f"{qual}.{fn.__name__}")
+    return None
+
+
+def _qualified_name(fn) -> str:
+    """``scipy.integrate.odeint``, ``numpy.fft.fft``: the public module path and name of ``fn``."""
     name = getattr(fn, "__name__", None) or type(fn).__name__
-    mod = getattr(fn, "__module__", None) or ""
-    public = ".".join(p for p in mod.split(".") if not p.startswith("_"))
-    qual = f"{public}.{name}"
-    return _refuser(qual, _SCIPY_REFUSED.get(qual))
+    if isinstance(fn, np.ufunc):
+        return f"{'scipy.special' if is_scipy_callable(fn) else 'numpy'}.{name}"
+    mod = getattr(fn, "__module__", None) or "numpy"
+    return ".".join([p for p in mod.split(".") if not p.startswith("_")] + [name])
+
+
+def no_equivalent_message(fn) -> str:
+    """Why a NumPy/SciPy callable with array arguments is refused, and what to write instead."""
+    qual = _qualified_name(fn)
+    hint = _SCIPY_REFUSED.get(qual, "use a tlaloc.numpy / tlaloc.scipy function or tl.custom_vjp")
+    return f"`{qual}` has no tlaloc equivalent yet; {hint}"
 
 
 def _method(ours, method, qual):
@@ -131,7 +144,7 @@ def _method(ours, method, qual):
     try:
         return getattr(ours, method)
     except AttributeError:
-        return _refuser(qual, None)
+        return _refuser(qual)
     except NoRuleError as e:
         message = str(e)
 
@@ -140,13 +153,12 @@ def _method(ours, method, qual):
         return refuse
 
 
-def _refuser(qual, hint):
+def _refuser(qual):
     from ..errors import NoRuleError
 
     def refuse(*args, **kwargs):
-        raise NoRuleError(f"`{qual}` has no tlaloc equivalent (tlaloc.scipy covers "
-                          f"scipy.special/stats/linalg's common functions); "
-                          + (hint or "use tlaloc.numpy / tlaloc.scipy functions, or wrap it with tl.custom_vjp"))
+        raise NoRuleError(f"`{qual}` has no tlaloc equivalent yet (tlaloc.scipy covers scipy.special/stats/"
+                          f"linalg's common functions); use tlaloc.scipy functions or tl.custom_vjp")
     return refuse
 
 
