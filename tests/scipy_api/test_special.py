@@ -255,3 +255,19 @@ def test_hessian_equals_jax():
     with jax.enable_x64(True):
         want = np.asarray(jax.hessian(mixed_jax)(jnp.asarray(x)))
     np.testing.assert_allclose(tl.hessian(mixed)(x), want, rtol=1e-12, atol=1e-14)
+
+
+def special_f32(x):
+    return ss.gammaln(x) + ss.digamma(x) + ss.polygamma(1, x) + ss.erfc(x)
+
+
+def test_float32_compiles_and_serialize_names_the_chlo_ops():
+    """float32 keeps its dtype under jit (XLA's chlo expansions, ~5e-7 relative here); a portable
+    artifact cannot hold chlo ops, and serialize says which."""
+    x = np.linspace(0.1, 6.0, 7).astype(np.float32)
+    got = tl.jit(special_f32)(x)
+    want = special_f32(x.astype(np.float64))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+    with pytest.raises(NoRuleError, match="chlo.digamma.*chlo.erfc.*chlo.lgamma.*chlo.polygamma"):
+        tl.jit(special_f32).lower(x).serialize()
