@@ -85,8 +85,6 @@ class checkpoint_policies:
         """Save the results of matrix products (``matmul``, ``dot_general``, ``einsum``)."""
         return prim_name in _DOTS
 
-    dots_with_no_batch_dims_saveable = dots_saveable
-
 
 # -- the coarsened node ---------------------------------------------------------------------------
 
