@@ -139,3 +139,28 @@ def grad_sum(x, W):
 
 def grad_sum_ck(x, W):
     return tl.grad(loss_ck)(x, W).sum()
+
+
+G = np.linspace(0.1, 1.0, 6)
+
+
+@tl.checkpoint
+def two_outputs(x, y):
+    return np.sin(x * G) * y, (x * y).sum()
+
+
+def uses_two(p):
+    a, b = two_outputs(p["x"], p["y"])
+    return a.sum() + b
+
+
+def uses_two_plain(p):
+    a, b = np.sin(p["x"] * G) * p["y"], (p["x"] * p["y"]).sum()
+    return a.sum() + b
+
+
+def test_closure_arrays_tuples_and_pytrees():
+    p = {"x": x0, "y": np.cos(x0)}
+    got, want = tl.grad(uses_two)(p), tl.grad(uses_two_plain)(p)
+    for k in p:
+        np.testing.assert_array_equal(got[k], want[k])
