@@ -29,7 +29,9 @@ _EXPORTS = {
     "capture": "._ad.capture",
     "cond": "._frontend.tracing", "while_loop": "._frontend.tracing", "fori_loop": "._frontend.tracing",
     "scan": "._frontend.tracing",
-    "save_checkpoint": ".checkpoint", "load_checkpoint": ".checkpoint",
+    "save_checkpoint": ".checkpoint_io", "load_checkpoint": ".checkpoint_io",
+    # rematerialization
+    "checkpoint": "._ad.remat", "checkpoint_policies": "._ad.remat",
     # typed tensors
     "F32": ".typing", "F64": ".typing", "BF16": ".typing", "F16": ".typing", "I32": ".typing",
     "I64": ".typing", "Bool": ".typing", "named": ".typing", "contract": ".typing",
@@ -43,7 +45,7 @@ _EXPORTS = {
     "FenceError": ".errors", "TypeAnnotationError": ".errors", "BoundedAxisError": ".errors", "NoRuleError": ".errors",
     "GradientError": ".errors", "ArgumentError": ".errors",
 }
-_SUBMODULES = ("numpy", "random", "nn", "optim", "kernels", "models", "serving", "typing", "errors",
+_SUBMODULES = ("numpy", "scipy", "random", "nn", "optim", "kernels", "models", "serving", "typing", "errors",
                "dtypes")
 
 __all__ = ["__version__", *_SUBMODULES, *_EXPORTS]

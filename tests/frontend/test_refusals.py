@@ -17,7 +17,7 @@ CASES = [
     (rc.uses_with, "with", ["`with`", "outside"]),
     (rc.uses_try, "try", ["`try`", "validate"]),
     (rc.uses_global, "global", ["`global`", "argument"]),
-    (rc.uses_foreign_function, "foreign", ["gammaln", "custom_vjp"]),
+    (rc.uses_foreign_function, "foreign", ["scipy.special.gammainc", "custom_vjp"]),
     (rc.uses_print, "print", ["print"]),
     (rc.recursive, "recursion", ["recursive", "loop"]),
     (rc.uses_attribute_store, "attribute store", ["Attribute", "immutable"]),

@@ -12,7 +12,7 @@ from tlaloc._render import stablehlo_rules
 
 def _import_everything():
     """The modules that declare primitives (beyond ``import tlaloc``)."""
-    for name in ("tlaloc.numpy", "tlaloc.random", "tlaloc.typing", "tlaloc._ad.custom", "tlaloc.nn",
+    for name in ("tlaloc.numpy", "tlaloc.random", "tlaloc.typing", "tlaloc._ad.custom", "tlaloc._ad.remat", "tlaloc.nn",
                  "tlaloc.models", "tlaloc.optim"):
         try:
             importlib.import_module(name)

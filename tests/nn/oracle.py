@@ -177,6 +177,6 @@ class TorchLM(torch.nn.Module):
 def named_leaves(tree) -> dict:
     """``{path: leaf}`` of a tlaloc pytree, paths as in checkpoints without the root
     (``attn.q_proj.weight``), which the torch references above reuse as parameter names."""
-    from tlaloc.checkpoint import _flatten
+    from tlaloc.checkpoint_io import _flatten
     leaves, _, paths, _ = _flatten("root", tree)
     return {p[len("root."):]: leaf for p, leaf in zip(paths, leaves)}

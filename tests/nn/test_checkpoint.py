@@ -62,7 +62,7 @@ def test_round_trip_is_bit_exact(tmp_path):
     assert "model.blocks.0.attn.q_proj.weight" in tensors and "opt_state.mu.head.weight" in tensors
     assert "opt_state.count" in tensors and tensors["opt_state.count"].shape == ()
     np.testing.assert_array_equal(tensors["model.head.weight"], model.head.weight)
-    import tlaloc.checkpoint as ck
+    import tlaloc.checkpoint_io as ck
     src = open(ck.__file__).read()
     assert "import pickle" not in src and "allow_pickle" not in src
 

@@ -69,6 +69,8 @@ for _n in ("add", "subtract", "multiply", "divide", "power", "maximum", "minimum
            "safe_mul", "safe_div"):
     case(_n, {}, pos(3, 4), pos(4))
     case(_n, {}, pos(4), pos(2, 3, 4), tag="rank")
+case("polygamma", {}, ints(4, 3, 4), pos(4))
+case("polygamma", {}, ints(4, 4), pos(2, 3, 4), tag="rank")
 case("logical_and", {}, boolean(3, 4), boolean(4))
 case("logical_or", {}, boolean(3), boolean(2, 3))
 case("integer_pow", {"y": 3}, f(3, 4))

@@ -26,6 +26,7 @@ from .._prims import selection as _sel
 from .._prims import shape_ops as _sh
 from .._prims import rng as _rng
 from .._prims import slicing as _slc
+from .._prims import special as _special
 from .._core.control import stack_ys_p
 from .._prims._rules import normalize_axes
 from ..errors import GradientError, NoRuleError
@@ -101,7 +102,7 @@ def _register(prims, make):
 _register(list(_ew.UNARY.values()), elementwise)
 _register([_ew.add_p, _ew.sub_p, _misc.copy_p, _ew.mul_p, _ew.div_p, _ew.pow_p, _ew.max_p, _ew.min_p, _ew.atan2_p,
            _ew.rem_p, _ew.floordiv_p, _ew.lt_p, _ew.le_p, _ew.gt_p, _ew.ge_p, _ew.eq_p, _ew.ne_p,
-           _ew.and_p, _ew.or_p, _ew.safe_mul_p, _ew.safe_div_p, _ew.integer_pow_p, _ew.convert_p,
+           _ew.and_p, _ew.or_p, _special.polygamma_p, _ew.safe_mul_p, _ew.safe_div_p, _ew.integer_pow_p, _ew.convert_p,
            _sel.select_p, _sel.clamp_p, _bc.zeros_like_p, _misc.stop_gradient_p], elementwise)
 
 

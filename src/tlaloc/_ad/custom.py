@@ -272,35 +272,7 @@ class CustomDerivative:
 
     def __tlaloc_lower__(self, arg_trees, arg_avals) -> LoweredFunction:
         """``tl.grad(f)`` etc. applied to the custom function itself."""
-        src = read_source(self.fun)
-        params = list(inspect.signature(self.fun).parameters)
-        if arg_trees is None:
-            arg_trees = [_pytree.TreeDef("leaf") for _ in params]
-        if arg_avals is None and all(t.kind == "leaf" for t in arg_trees):
-            from .._frontend import typing_hooks
-            if typing_hooks.avals_from_annotations is not None:
-                arg_avals = typing_hooks.avals_from_annotations(self.fun, params[:len(arg_trees)])
-        root = Builder(name=self.__name__)
-        getters = []
-        with root.active():
-            args, k = [], 0
-            for pname, tree in zip(params, arg_trees):
-                leaves = []
-                for j in range(tree.num_leaves):
-                    aval = arg_avals[k] if arg_avals is not None else UNKNOWN
-                    leaves.append(root.new_input(aval, pname if tree.kind == "leaf" else f"{pname}_{j}"))
-                    k += 1
-                args.append(_pytree.unflatten(tree, leaves))
-
-            def closure(getter, role, j):
-                value = getter()
-                v = root.new_input(AbstractValue(np.asarray(value).dtype, None), f"{self.__name__}_{role}{j}")
-                getters.append(getter)
-                return v
-            out = self._emit(args, closure, lambda msg: src.error(src.node, msg))
-            leaves, out_tree = _pytree.flatten(out)
-        graph = root.finish(leaves, self.__name__)
-        return LoweredFunction(graph, self, params, list(arg_trees), getters, out_tree, src)
+        return lower_wrapped(self, self.fun, arg_trees, arg_avals, self._emit, annotations=True)
 
     def _emit(self, args, closure, error):
         """Emit the custom call node into the active builder; returns the output pytree."""
@@ -331,6 +303,42 @@ class CustomDerivative:
                          n_args=len(flat), n_closure=n_closure, bwd_mask=graphs.get("bwd_mask"),
                          name=self.__name__, where=self.where())
         return _pytree.unflatten(out_tree, list(outs))
+
+
+def lower_wrapped(owner, fun, arg_trees, arg_avals, emit, annotations=False) -> LoweredFunction:
+    """The graph of ``owner`` (a wrapper of ``fun`` that emits one coarsened node) applied to
+    fresh inputs: what ``tl.grad(owner)`` differentiates. ``emit(args, closure, error)`` emits
+    the node; ``closure(getter, role, j)`` turns a closed-over array into a graph input."""
+    src = read_source(fun)
+    params = list(inspect.signature(fun).parameters)
+    if arg_trees is None:
+        arg_trees = [_pytree.TreeDef("leaf") for _ in params]
+    if annotations and arg_avals is None and all(t.kind == "leaf" for t in arg_trees):
+        from .._frontend import typing_hooks
+        if typing_hooks.avals_from_annotations is not None:
+            arg_avals = typing_hooks.avals_from_annotations(fun, params[:len(arg_trees)])
+    name = owner.__name__
+    root = Builder(name=name)
+    getters = []
+    with root.active():
+        args, k = [], 0
+        for pname, tree in zip(params, arg_trees):
+            leaves = []
+            for j in range(tree.num_leaves):
+                aval = arg_avals[k] if arg_avals is not None else UNKNOWN
+                leaves.append(root.new_input(aval, pname if tree.kind == "leaf" else f"{pname}_{j}"))
+                k += 1
+            args.append(_pytree.unflatten(tree, leaves))
+
+        def closure(getter, role, j):
+            value = getter()
+            v = root.new_input(AbstractValue(np.asarray(value).dtype, None), f"{name}_{role}{j}")
+            getters.append(getter)
+            return v
+        out = emit(args, closure, lambda msg: src.error(src.node, msg))
+        leaves, out_tree = _pytree.flatten(out)
+    graph = root.finish(leaves, name)
+    return LoweredFunction(graph, owner, params, list(arg_trees), getters, out_tree, src)
 
 
 def _aval_of(x):

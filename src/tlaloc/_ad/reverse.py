@@ -49,11 +49,13 @@ def grad_loc(loc):
     return None if loc is None else dataclasses.replace(loc, role="grad")
 
 
-def forward_sweep(graph: Graph, in_vals):
+def forward_sweep(graph: Graph, in_vals, given=None):
     """Emit ``graph``'s forward nodes into the active builder.
 
     Returns ``(out_vals, backward)`` where ``backward(out_bars) -> in_bars``
     emits the backward sweep (call it once, later, in the same builder).
+    ``given`` (var id -> value) supplies the outputs of nodes that need not run
+    again (values a ``tl.checkpoint`` policy saved); their VJP rules still apply.
     """
     b = current_builder()
     env = {v.id: x for v, x in zip(graph.inputs, in_vals)}
@@ -65,7 +67,9 @@ def forward_sweep(graph: Graph, in_vals):
     for node in graph.nodes:
         ins = [read(a) for a in node.inputs]
         with b.at(node.loc):
-            if node.prim.reverse_rule is not None:
+            if given and node.prim.reverse_rule is None and all(o.id in given for o in node.outputs):
+                outs, bwd = tuple(given[o.id] for o in node.outputs), None
+            elif node.prim.reverse_rule is not None:
                 outs, bwd = node.prim.reverse_rule(node, ins)
             else:
                 if node.prim.inference_only:

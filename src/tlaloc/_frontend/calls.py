@@ -28,7 +28,9 @@ def _any_symbolic(args, kwargs) -> bool:
 
 
 def numpy_equivalent(fn):
-    """The ``tlaloc.numpy`` function for a NumPy function object, or None."""
+    """The ``tlaloc.numpy`` (or ``tlaloc.scipy``) function for a NumPy or SciPy callable, or None."""
+    if is_scipy_callable(fn):
+        return scipy_equivalent(fn)
     name = getattr(fn, "__name__", None)
     if name is None:
         return None
@@ -41,8 +43,123 @@ def numpy_equivalent(fn):
 
 
 def is_numpy_callable(fn) -> bool:
+    """NumPy and SciPy callables: mapped by ``numpy_equivalent``, or run when every argument is static."""
     mod = getattr(fn, "__module__", None) or ""
-    return isinstance(fn, np.ufunc) or mod.startswith("numpy")
+    return isinstance(fn, np.ufunc) or mod.startswith("numpy") or is_scipy_callable(fn)
+
+
+# -- SciPy: mapped by module and name onto tlaloc.scipy --------------------------------------------
+
+_SCIPY_MODULES = ("special", "stats", "linalg")
+_SCIPY_REFUSED = {
+    "scipy.integrate.odeint": "write the solver loop in the function (e.g. a fixed-step RK4 `for` loop, which "
+                              "tlaloc differentiates), or wrap odeint with tl.custom_vjp and an adjoint rule",
+    "scipy.integrate.solve_ivp": "write the solver loop in the function (e.g. a fixed-step RK4 `for` loop), or "
+                                 "wrap solve_ivp with tl.custom_vjp",
+}
+_scipy_table: dict | None = None
+
+
+def _scipy_owner(fn):
+    """``fn`` itself, or the object whose bound method it is (``norm`` for ``norm.logpdf``)."""
+    owner = getattr(fn, "__self__", None)
+    return owner if owner is not None and not isinstance(owner, types.ModuleType) else fn
+
+
+def is_scipy_callable(fn) -> bool:
+    target = _scipy_owner(fn)
+    mod = getattr(target, "__module__", None) or getattr(type(target), "__module__", "") or ""
+    if isinstance(fn, np.ufunc):          # scipy.special's ufuncs carry no module: find them by name
+        special = __import__("sys").modules.get("scipy.special")
+        return special is not None and getattr(special, fn.__name__, None) is fn and getattr(np, fn.__name__,
+                                                                                             None) is not fn
+    return mod.startswith("scipy.")
+
+
+def _scipy_objects() -> dict:
+    """``id(scipy object) -> (qualified name, tlaloc.scipy object)`` for every name tlaloc.scipy
+    exports, found by module and name (``scipy.special.logsumexp`` -> ``tlaloc.scipy.special.logsumexp``)."""
+    global _scipy_table
+    if _scipy_table is None:
+        import importlib
+        from .. import scipy as tsp
+        table = {}
+        for sub in _SCIPY_MODULES:
+            try:
+                mod = importlib.import_module(f"scipy.{sub}")
+            except ImportError:        # pragma: no cover - scipy absent: nothing to map
+                continue
+            ours = getattr(tsp, sub)
+            for name in ours.__all__:
+                theirs = getattr(mod, name, None)
+                if theirs is not None:
+                    table[id(theirs)] = (f"scipy.{sub}.{name}", getattr(ours, name), theirs)
+        _scipy_table = table
+    return _scipy_table
+
+
+def scipy_equivalent(fn):
+    """The ``tlaloc.scipy`` callable for a SciPy function, bound method of a SciPy distribution
+    (``norm.logpdf``, ``norm(0, 1).logpdf``) or distribution object, or None (the front end then
+    refuses the call with ``no_equivalent_message``). A method tlaloc.scipy refuses by name
+    (``t.cdf``) gives a function raising that ``NoRuleError``."""
+    table = _scipy_objects()
+    owner = _scipy_owner(fn)
+    frozen = getattr(owner, "dist", None)            # norm(loc, scale).logpdf: a frozen distribution
+    if frozen is not None and hasattr(owner, "kwds"):
+        from .. import scipy as tsp
+        name = getattr(frozen, "name", None)
+        if name in tsp.stats.__all__:
+            ours = getattr(tsp.stats, name)(*owner.args, **owner.kwds)
+            return _method(ours, fn.__name__, f"scipy.stats.{name}(...).{fn.__name__}")
+    hit = table.get(id(owner))
+    if hit is not None and hit[2] is owner:
+        qual, ours, _ = hit
+        if owner is fn:
+            return ours
+        return _method(ours, fn.__name__, f"{qual}.{fn.__name__}")
+    return None
+
+
+def _qualified_name(fn) -> str:
+    """``scipy.integrate.odeint``, ``numpy.fft.fft``: the public module path and name of ``fn``."""
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    if isinstance(fn, np.ufunc):
+        return f"{'scipy.special' if is_scipy_callable(fn) else 'numpy'}.{name}"
+    mod = getattr(fn, "__module__", None) or "numpy"
+    return ".".join([p for p in mod.split(".") if not p.startswith("_")] + [name])
+
+
+def no_equivalent_message(fn) -> str:
+    """Why a NumPy/SciPy callable with array arguments is refused, and what to write instead."""
+    qual = _qualified_name(fn)
+    hint = _SCIPY_REFUSED.get(qual, "use a tlaloc.numpy / tlaloc.scipy function or tl.custom_vjp")
+    return f"`{qual}` has no tlaloc equivalent yet; {hint}"
+
+
+def _method(ours, method, qual):
+    """``ours.method``; where tlaloc.scipy lacks or refuses it, a function raising that refusal
+    when called (so that the front end places it at the user's call)."""
+    from ..errors import NoRuleError
+    try:
+        return getattr(ours, method)
+    except AttributeError:
+        return _refuser(qual)
+    except NoRuleError as e:
+        message = str(e)
+
+        def refuse(*args, **kwargs):
+            raise NoRuleError(message)
+        return refuse
+
+
+def _refuser(qual):
+    from ..errors import NoRuleError
+
+    def refuse(*args, **kwargs):
+        raise NoRuleError(f"`{qual}` has no tlaloc equivalent yet (tlaloc.scipy covers scipy.special/stats/"
+                          f"linalg's common functions); use tlaloc.scipy functions or tl.custom_vjp")
+    return refuse
 
 
 def is_tlaloc_callable(fn) -> bool:
@@ -96,4 +213,5 @@ def is_user_function(fn) -> bool:
     if not isinstance(fn, types.FunctionType):
         return False
     mod = getattr(fn, "__module__", "") or ""
-    return not (mod.startswith("tlaloc.") or mod.startswith("numpy") or mod == "builtins")
+    return not (mod.startswith("tlaloc.") or mod.startswith("numpy") or mod.startswith("scipy.")
+                or mod == "builtins")

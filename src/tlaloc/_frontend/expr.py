@@ -333,8 +333,7 @@ class ExprLowerer:
                 return self._static_call(fn, args, kwargs, node)
             eq = calls.numpy_equivalent(fn)
             if eq is None:
-                raise self.src.error(node, f"`numpy.{getattr(fn, '__name__', fn)}` has no tlaloc "
-                                           f"equivalent yet; use a tlaloc.numpy function or tl.custom_vjp")
+                raise self.src.error(node, calls.no_equivalent_message(fn))
             return self._checked(eq, args, kwargs, node)
         if isinstance(fn, (type(print),)) and not symbolic:
             return self._static_call(fn, args, kwargs, node)

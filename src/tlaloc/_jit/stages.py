@@ -85,9 +85,13 @@ class Lowered:
                               "form: the versioned StableHLO artifact (VHLO) carries no `sdy` attributes. Lower "
                               "without a mesh to serialize, and give the shardings when compiling it")
         if "chlo." in self.program.text:
-            raise NoRuleError("serialize: the program holds a `chlo` op (float64 `erf`), which the versioned "
-                              "StableHLO artifact (VHLO) cannot carry; compute erf in float32, or compile the "
-                              "StableHLO text (`.program.text`) instead of serializing it")
+            import re
+            ops = sorted(set(re.findall(r'"?(chlo\.[a-z_]+)', self.program.text)))
+            what = "float64 `erf`" if ops == ["chlo.erf"] else ", ".join(f"`{o}`" for o in ops)
+            fix = "compute erf in float32, or " if ops == ["chlo.erf"] else ""
+            raise NoRuleError(f"serialize: the program holds a `chlo` op ({what}), which the versioned "
+                              f"StableHLO artifact (VHLO) cannot carry; {fix}compile the StableHLO text "
+                              f"(`.program.text`) instead of serializing it")
         with mlir_context():
             module = ir.Module.parse(self.program.text)     # a fresh copy: serialising mutates it
             data = stablehlo.serialize_portable_artifact(module, target or stablehlo.get_current_version())

@@ -38,6 +38,7 @@ REFUSED = {
     "custom_vjp_call": _INLINED,
     "custom_vjp_jvp_call": _INLINED,
     "custom_vjp_rule": _INLINED,
+    "checkpoint_call": "specialisation inlines the call's body (tl.checkpoint only matters to transforms)",
 }
 
 

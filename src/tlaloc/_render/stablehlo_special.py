@@ -1,4 +1,11 @@
-"""StableHLO lowerings of the special functions (``erf``) and of ``check_labels`` (the identity).
+"""StableHLO lowerings of the special functions (``erf``, ``erfc``, ``lgamma``, ``digamma``,
+``polygamma``) and of ``check_labels`` (the identity).
+
+``erfc``, ``lgamma``, ``digamma`` and ``polygamma`` are CHLO ops (``chlo.erfc``,
+``chlo.lgamma``, ``chlo.digamma``, ``chlo.polygamma``), which XLA expands for
+every float width; float16/bfloat16 go through float32, as for ``erf``. Like
+float64 ``erf``, a program holding them cannot be serialized as a portable
+artifact.
 
 StableHLO has no ``erf``. For float32 and narrower the emitter writes the
 rational approximation XLA itself expands ``chlo.erf`` into for f32 (Eigen's:
@@ -48,6 +55,24 @@ def _erf(em, node, x):
     return em.op("stablehlo.convert", [wide], (dt, sh))
 
 
+def _chlo_unary(name):
+    def rule(em, node, x):
+        dt, sh = out_aval(node)
+        if np.dtype(dt) in (np.float32, np.float64):
+            return em.unary(name, em.value(x, dt, sh))
+        wide = em.unary(name, em.value(x, np.float32, sh))
+        return em.op("stablehlo.convert", [wide], (dt, sh))
+    return rule
+
+
+def _polygamma(em, node, n, x):
+    """``chlo.polygamma(n, x)`` takes both operands in x's float type."""
+    dt, sh = out_aval(node)
+    wide = dt if np.dtype(dt) in (np.float32, np.float64) else np.dtype(np.float32)
+    out = em.op("chlo.polygamma", [em.value(n, wide, sh), em.value(x, wide, sh)], (wide, sh))
+    return out if wide == dt else em.op("stablehlo.convert", [out], (dt, sh))
+
+
 def _check_labels(em, node, labels, n):
     """``check_labels`` (``_prims/checks.py``) cannot raise in compiled code: the identity."""
     dt, sh = out_aval(node)
@@ -66,4 +91,5 @@ def _check_cotangent(em, node, bar, arg):
     return em.value(bar, dt, sh)
 
 
-LOWERINGS = {"erf": _erf, "check_labels": _check_labels, "check_cotangent": _check_cotangent}
+LOWERINGS = {"erf": _erf, "erfc": _chlo_unary("chlo.erfc"), "lgamma": _chlo_unary("chlo.lgamma"),
+             "digamma": _chlo_unary("chlo.digamma"), "polygamma": _polygamma, "check_labels": _check_labels, "check_cotangent": _check_cotangent}
