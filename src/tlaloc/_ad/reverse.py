@@ -16,6 +16,8 @@ import dataclasses
 from .._core.builder import Builder, Value, current_builder
 from .._core.graph import Graph, Literal, Var
 from .._core.passes import dce
+from .._core.primitive import NodeRule
+from .._core.rules import ensure_rules, refusal
 from .._prims.broadcasting import zeros_like
 from .._prims.elementwise import add
 from ..errors import NoRuleError
@@ -55,6 +57,7 @@ def forward_sweep(graph: Graph, in_vals):
     Returns ``(out_vals, backward)`` where ``backward(out_bars) -> in_bars``
     emits the backward sweep (call it once, later, in the same builder).
     """
+    ensure_rules()
     b = current_builder()
     env = {v.id: x for v, x in zip(graph.inputs, in_vals)}
 
@@ -65,8 +68,9 @@ def forward_sweep(graph: Graph, in_vals):
     for node in graph.nodes:
         ins = [read(a) for a in node.inputs]
         with b.at(node.loc):
-            if node.prim.reverse_rule is not None:
-                outs, bwd = node.prim.reverse_rule(node, ins)
+            rule = node.prim.vjp
+            if type(rule) is NodeRule:
+                outs, bwd = rule.fn(node, ins)
             else:
                 if node.prim.inference_only:
                     raise NoRuleError(f"`{node.prim.name}` is an inference-only primitive and cannot be "
@@ -109,7 +113,8 @@ def forward_sweep(graph: Graph, in_vals):
                     rule = node.prim.vjp
                     if rule is None:
                         raise NoRuleError(f"no VJP rule for `{node.prim.name}`"
-                                          + (f" (used at {node.loc})" if node.loc else ""))
+                                          + (f" (used at {node.loc})" if node.loc else "")
+                                          + refusal(node.prim.name, "vjp"))
                     if node.prim.multiple_results:
                         in_bars = rule(tuple(gs), *ins, out=tuple(outs), **dict(node.params))
                     else:
