@@ -18,7 +18,7 @@ import numpy as np
 
 from ._core.aval import UNKNOWN
 from .errors import DTypeError, ShapeError, TypeAnnotationError
-from .typing import _ANY, TensorType, from_annotation
+from ._annotations import _ANY, TensorType, from_annotation
 
 
 def _eval_expression(text: str, sizes: dict) -> int:
@@ -306,9 +306,11 @@ def merge_annotations(fn, param_names, avals) -> list:
     return out + list(avals[len(out):])
 
 
-def _install_hooks():
-    from .typing import _install
-    _install()
+def install_hooks():
+    """Route the front end's typing hooks (``tlaloc._frontend.typing_hooks``) here; idempotent."""
+    from ._frontend import names as _names, typing_hooks
+    typing_hooks.install(avals_from_annotations, _names.propagate_names, check_call, bound_violation,
+                         call_bound_violation)
 
 
-_install_hooks()            # idempotent; needed when this module is imported before tlaloc.typing
+install_hooks()

@@ -31,6 +31,7 @@ import numpy as np
 
 from .._core import aval as _aval
 from .._core.aval import AbstractValue
+from .._core.rules import ensure_rules
 from .._core.builder import Builder, Value, current_builder
 from .._core.control import undef_literal
 from .._core.graph import Graph, Literal
@@ -317,7 +318,7 @@ def batch_graph(graph: Graph, in_dims, in_avals, axis_size_: int, name=None, out
     Returns:
       ``(batched graph, out_dims)``; the new graph has the same inputs and outputs.
     """
-    install_rules()
+    ensure_rules()
     with _sized(axis_size_):
         b = Builder(name=name or f"vmap_{graph.name}")
         with b.active():

@@ -405,7 +405,7 @@ def _check_cotangent_shapes(outs, arg_avals, name, error):
         if got is None or want is None:
             continue
         if len(got) != len(want) or any(type(g) is int and type(w) is int and g != w for g, w in zip(got, want)):
-            from ..typing import type_str
+            from .._annotations import type_str
             raise error(f"the bwd rule of `{name}` returns a cotangent of type {type_str(o.aval)} for an "
                         f"argument of type {type_str(a)}; each cotangent must have its argument's shape "
                         f"(sum over broadcast axes in bwd)")
@@ -450,5 +450,3 @@ def custom_vjp_jvp(fun=None, *, fwd=None, bwd=None, jvp=None):
         obj.defjvp(jvp)
     return obj
 
-
-from . import custom_passes  # noqa: E402,F401  (batching and specialisation rules)

@@ -1,4 +1,5 @@
-"""Custom-rule calls in the other passes: batching (``vmap``) and specialisation (``jit``).
+"""Custom-rule calls under batching (``vmap``). (Their specialisation for ``jit`` is
+in ``tlaloc._core.specialize_control``.)
 
 * Batching keeps the call coarsened: ``fun``, ``fwd``, ``bwd`` and ``jvp`` are
   each batched (every output batched at 0), so a rule still wins when the
@@ -6,13 +7,9 @@
   an unbatched argument over the batch (one cotangent for the value every
   example shares). The halves of a vjp-only rule (``custom_vjp_rule``) batch
   their body and stay marked.
-* Specialisation (``jit``) emits ``fun``'s body (or a half's body) specialised
-  inline: compiled code has no custom node; the rule was used by the transforms
-  that ran before compiling.
 """
 from __future__ import annotations
 
-from .._core import specialize as _spec
 from .._prims.reductions import reduce_sum
 from .batching import aval_of, batch_inline, batched, build_region, region, to_front
 from .custom import _closure_slices, custom_jvp_call_p, custom_vjp_call_p, custom_vjp_jvp_call_p, rule_p
@@ -79,19 +76,4 @@ def _batch_half(args, dims, *, body, name, where):
 for _p in _CALLS:
     _p.batch = _batch_call
 rule_p.batch = _batch_half
-
-
-# -- specialisation: the body, inline ----------------------------------------------------------------
-
-def _specialize_call(*ins, fun, n_args, n_closure, **_):
-    return tuple(_spec.run(fun, list(ins[:n_args + n_closure[0]])))
-
-
-def _specialize_half(*ins, body, **_):
-    return tuple(_spec.run(body, list(ins)))
-
-
-for _p in _CALLS:
-    _spec.RULES[_p.name] = _specialize_call
-_spec.RULES[rule_p.name] = _specialize_half
 

@@ -12,6 +12,8 @@ import dataclasses
 from .._core.builder import Builder, Value, current_builder
 from .._core.graph import Graph, Literal, Var
 from .._core.passes import dce
+from .._core.primitive import NodeRule
+from .._core.rules import ensure_rules, refusal
 from .._prims.broadcasting import zeros_like
 from ..errors import NoRuleError
 
@@ -29,6 +31,7 @@ def forward_tangents(graph: Graph, in_vals, in_tans):
 
     Returns ``(out_vals, out_tans)``; tangents are Values, or None for zero.
     """
+    ensure_rules()
     b = current_builder()
     env = {v.id: x for v, x in zip(graph.inputs, in_vals)}
     tenv = {v.id: t for v, t in zip(graph.inputs, in_tans) if t is not None}
@@ -42,9 +45,10 @@ def forward_tangents(graph: Graph, in_vals, in_tans):
     for node in graph.nodes:
         ins = [read(a) for a in node.inputs]
         tins = [tread(a) for a in node.inputs]
-        if node.prim.forward_rule is not None:
+        rule = node.prim.jvp
+        if type(rule) is NodeRule:
             with b.at(node.loc):
-                outs, touts = node.prim.forward_rule(node, ins, tins)
+                outs, touts = rule.fn(node, ins, tins)
         else:
             with b.at(node.loc):
                 out = node.prim.bind(*ins, **dict(node.params))
@@ -55,7 +59,8 @@ def forward_tangents(graph: Graph, in_vals, in_tans):
                 rule = node.prim.jvp
                 if rule is None or node.prim.inference_only:
                     raise NoRuleError(f"no JVP rule for `{node.prim.name}`"
-                                      + (f" (used at {node.loc})" if node.loc else ""))
+                                      + (f" (used at {node.loc})" if node.loc else "")
+                                      + refusal(node.prim.name, "jvp"))
                 with b.at(tangent_loc(node.loc)):
                     t = rule(tuple(tins), *ins, out=tuple(outs) if node.prim.multiple_results else outs[0],
                              **dict(node.params))

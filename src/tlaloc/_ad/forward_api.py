@@ -1,9 +1,9 @@
 """``jvp``, ``jacfwd``, ``jacrev`` and ``hessian``: public API.
 
-``jvp`` is forward mode over the same DXIR as reverse mode; ``jacfwd`` pushes
-one basis tangent per input element through the generated JVP, ``jacrev``
-pulls one basis cotangent per output element through the generated VJP, and
-``hessian`` is ``jacfwd(grad(f))`` (forward over reverse).
+``jvp`` is forward mode over the same DXIR as reverse mode; ``jacfwd`` batches
+the generated JVP over the basis of the input, ``jacrev`` batches the generated
+VJP over the basis of the output (``jacobian.py``: one DXIR graph, so they nest),
+and ``hessian`` is ``jacfwd(grad(f))`` (forward over reverse).
 """
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import numpy as np
 from .. import _pytree
 from ..errors import ArgumentError
 from . import forward_rules  # noqa: F401  (registers the control-flow rules)
-from .api import _fn_name, _leaf_ranges, _normalize_argnums, grad as _grad
+from .api import _fn_name, grad as _grad
 from .forward import jvp_graph
+from .jacobian import JacobianTransform
 from .transformed import Transformed
 
 
@@ -95,91 +96,18 @@ def jvp(fun, primals=None, tangents=None):
     return t(primals, tangents)
 
 
-def _basis(x):
-    x = np.asarray(x)
-    n = x.size
-    eye = np.eye(n, dtype=x.dtype if x.dtype.kind == "f" else np.float64)
-    return [eye[k].reshape(x.shape) for k in range(n)]
-
-
-class _JacobianTransform(Transformed):
-    """jacfwd / jacrev: Jacobian of f with respect to argnums, out.shape + in.shape."""
-
-    def __init__(self, fn, argnums, mode):
-        self.argnums, self.single = _normalize_argnums(argnums, f"jac{mode}")
-        self.mode = mode
-        self.kind = f"jac{mode}"
-        self.inner = _jvp_of(fn) if mode == "fwd" else None
-        self._fn = fn
-        Transformed.__init__(self, fn, name=f"jac{mode}_{_fn_name(fn)}")
-
-    def build(self, lowered):
-        if self.mode == "fwd":
-            return self.inner.build(lowered)
-        from .api import _VJPTransform
-        self._vjp = _VJPTransform(self._fn, False)
-        return self._vjp.build(lowered)
-
-    def __call__(self, *args):
-        args = tuple(np.asarray(a) if not isinstance(a, (tuple, list, dict)) else a for a in args)
-        for a in self.argnums:
-            if not -len(args) <= a < len(args):
-                raise ArgumentError(f"{self.kind}: argnums={a} but {len(args)} arguments were given")
-        argnums = tuple(a % len(args) for a in self.argnums)
-        if self.mode == "fwd":
-            jacs = [self._fwd(args, a) for a in argnums]
-        else:
-            jacs = self._rev(args, argnums)
-        return jacs[0] if self.single else tuple(jacs)
-
-    def _fwd(self, args, a):
-        x = np.asarray(args[a])
-        zeros = [np.zeros_like(np.asarray(v), dtype=np.asarray(v).dtype if np.asarray(v).dtype.kind == "f"
-                               else np.float64) for v in args]
-        cols = []
-        out = None
-        for e in _basis(x):
-            tangents = list(zeros)
-            tangents[a] = e
-            out, dout = self.inner(args, tuple(tangents))
-            cols.append(np.asarray(dout))
-        if not cols:
-            out = self._fn(*args) if out is None else out
-            return np.zeros(np.shape(out) + x.shape)
-        stacked = np.stack(cols, axis=-1)                    # out.shape + (x.size,)
-        return stacked.reshape(np.shape(cols[0]) + x.shape)
-
-    def _rev(self, args, argnums):
-        from .api import vjp as _vjp
-        out, pullback = _vjp(self._fn, *args)
-        out = np.asarray(out)
-        rows = [[] for _ in argnums]
-        for e in _basis(out):
-            bars = pullback(e)
-            for k, a in enumerate(argnums):
-                rows[k].append(np.asarray(bars[a]))
-        result = []
-        for k, a in enumerate(argnums):
-            x = np.asarray(args[a])
-            if not rows[k]:
-                result.append(np.zeros(out.shape + x.shape))
-            else:
-                result.append(np.stack(rows[k], axis=0).reshape(out.shape + x.shape))
-        return result
-
-
 def jacfwd(fun=None, argnums=0):
     """Jacobian by forward mode: shape ``f(x).shape + x.shape``."""
     if fun is None:
         return functools.partial(jacfwd, argnums=argnums)
-    return _JacobianTransform(fun, argnums, "fwd")
+    return JacobianTransform(fun, argnums, "fwd")
 
 
 def jacrev(fun=None, argnums=0):
     """Jacobian by reverse mode: shape ``f(x).shape + x.shape``."""
     if fun is None:
         return functools.partial(jacrev, argnums=argnums)
-    return _JacobianTransform(fun, argnums, "rev")
+    return JacobianTransform(fun, argnums, "rev")
 
 
 def hessian(fun=None, argnums=0):

@@ -16,6 +16,8 @@ import dataclasses
 from .._core.builder import Builder, Value, current_builder
 from .._core.graph import Graph, Literal, Var
 from .._core.passes import dce
+from .._core.primitive import NodeRule
+from .._core.rules import ensure_rules, refusal
 from .._prims.broadcasting import zeros_like
 from .._prims.elementwise import add
 from ..errors import NoRuleError
@@ -57,6 +59,7 @@ def forward_sweep(graph: Graph, in_vals, given=None):
     ``given`` (var id -> value) supplies the outputs of nodes that need not run
     again (values a ``tl.checkpoint`` policy saved); their VJP rules still apply.
     """
+    ensure_rules()
     b = current_builder()
     env = {v.id: x for v, x in zip(graph.inputs, in_vals)}
 
@@ -67,10 +70,11 @@ def forward_sweep(graph: Graph, in_vals, given=None):
     for node in graph.nodes:
         ins = [read(a) for a in node.inputs]
         with b.at(node.loc):
-            if given and node.prim.reverse_rule is None and all(o.id in given for o in node.outputs):
+            rule = node.prim.vjp
+            if given and type(rule) is not NodeRule and all(o.id in given for o in node.outputs):
                 outs, bwd = tuple(given[o.id] for o in node.outputs), None
-            elif node.prim.reverse_rule is not None:
-                outs, bwd = node.prim.reverse_rule(node, ins)
+            elif type(rule) is NodeRule:
+                outs, bwd = rule.fn(node, ins)
             else:
                 if node.prim.inference_only:
                     raise NoRuleError(f"`{node.prim.name}` is an inference-only primitive and cannot be "
@@ -113,7 +117,8 @@ def forward_sweep(graph: Graph, in_vals, given=None):
                     rule = node.prim.vjp
                     if rule is None:
                         raise NoRuleError(f"no VJP rule for `{node.prim.name}`"
-                                          + (f" (used at {node.loc})" if node.loc else ""))
+                                          + (f" (used at {node.loc})" if node.loc else "")
+                                          + refusal(node.prim.name, "vjp"))
                     if node.prim.multiple_results:
                         in_bars = rule(tuple(gs), *ins, out=tuple(outs), **dict(node.params))
                     else:

@@ -11,7 +11,6 @@ and batch size reuse it.
 from __future__ import annotations
 
 import functools
-import linecache
 import os
 import weakref
 
@@ -20,16 +19,15 @@ import numpy as np
 from .. import _pytree
 from .._core import aval as _aval
 from .._core.aval import AbstractValue
-from .._core.passes import dce, inline
+from .._core.passes import dce
 from .._core.verifier import verify
 from .._frontend.lower import LoweredFunction, lower_function
 from .._frontend.structure import StructureNeeded
-from .._render.python import render_module
 from ..errors import ArgumentError, TypeAnnotationError
 from . import api as _api  # noqa: F401  (reverse-mode rules, for vmap of grad)
 from . import batching_control, batching_index, batching_linalg, batching_rules  # noqa: F401  (rules)
 from .batching import batch_graph, batched, moveaxis, rank
-from .transformed import Transformed, _as_array, _check_against_interpreter, _dump
+from .transformed import ShapeDependent, _as_array, _check_against_interpreter, known_shapes, render_and_load
 
 
 def _fn_label(fn) -> str:
@@ -69,7 +67,7 @@ def _prefix_leaves(spec, tree, where):
     return out
 
 
-class _VmapTransform(Transformed):
+class _VmapTransform(ShapeDependent):
     """``tl.vmap(f, in_axes, out_axes)``; built per argument structure and shapes."""
     kind = "vmap"
 
@@ -205,12 +203,8 @@ class _VmapTransform(Transformed):
         g = verify(dce(g))
         arg_names = [v.hint for v in low.graph.inputs]
         doc = f"`{_fn_label(self.fn)}` over a batch of {size}, in_axes={self.in_axes!r}, out_axes={self.out_axes!r}."
-        source = render_module([(g, self.name, arg_names, doc)], f"vmap of {_fn_label(self.fn)}")
-        code_name = f"<tlaloc {self.name}>"
-        linecache.cache[code_name] = (len(source), None, source.splitlines(True), code_name)
-        namespace = {"__name__": f"tlaloc_generated_{self.name}"}
-        exec(compile(source, code_name, "exec"), namespace)
-        _dump(self.name, source)
+        source, namespace = render_and_load([(g, self.name, arg_names, doc)], f"vmap of {_fn_label(self.fn)}",
+                                            self.name)
         as_lowered = LoweredFunction(g, low.fn, low.arg_names, low.arg_trees, low.closure_getters,
                                      low.out_tree, low.src)
         return {"source": source, "fn": namespace[self.name], "lowered": low,
@@ -233,41 +227,12 @@ class _VmapTransform(Transformed):
         return _pytree.unflatten(entry["lowered"].out_tree, list(outs))
 
     def as_lowered(self, arg_trees, arg_avals=None) -> LoweredFunction:
-        if arg_trees is None or arg_avals is None or any(
-                a.shape is None or any(type(d) is not int for d in a.shape) for a in arg_avals):
+        if not known_shapes(arg_trees, arg_avals):
             raise StructureNeeded(
                 f"{self.name}: vmap builds its batched graph from the shapes of its arguments, which are "
                 f"not known here; apply vmap outermost (tl.vmap(tl.grad(f))) or call it on arrays")
         names = [f"arg {k}" for k, t in enumerate(arg_trees) for _ in range(t.num_leaves)]
         return self._batched(list(arg_trees), list(arg_avals), names)["as_lowered"]
-
-    def lower_call(self, lowerer, args, kwargs, node):
-        """``tl.vmap(g)(x)`` inside a function being lowered: inline the batched graph."""
-        if kwargs:
-            raise lowerer.src.error(node, f"call {self.name} with positional arguments only")
-        flat, trees = [], []
-        for a in args:
-            leaves, tree = _pytree.flatten(a)
-            flat.extend(leaves)
-            trees.append(tree)
-        avals = [x.aval if hasattr(x, "var") else _aval.of(np.asarray(x)) for x in flat]
-        try:
-            low = self.as_lowered(trees, avals)
-        except StructureNeeded as e:
-            raise lowerer.src.error(node, str(e), StructureNeeded) from None
-        closure = [lowerer._external(g(), ("transformed", id(self), id(g)), g, "closure")
-                   for g in low.closure_getters]
-        return _pytree.unflatten(low.out_tree, inline(low.graph, flat + closure))
-
-    def source(self) -> str:
-        if self._last is None:
-            raise ArgumentError(f"{self.name}: vmap builds its code at the first call (it depends on the "
-                                f"argument shapes); call it once, then ask for its source")
-        return self._last["source"]
-
-    def build(self, lowered):                 # pragma: no cover (the Transformed hook is unused)
-        raise NotImplementedError
-
 
 _REFUSED_AT_DEFINITION: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # fn -> checked
 

@@ -102,8 +102,8 @@ class Builder:
         ins = tuple(self.atom(a) for a in args)
         try:
             out_avals = prim.abstract_eval(*(a.aval for a in ins), **params)
-            if _names_hook() is not None and any(a.aval.names is not None for a in ins):
-                out_avals = _names_hook()(prim, [a.aval for a in ins], out_avals, params)
+            if _NAMES_HOOK is not None and any(a.aval.names is not None for a in ins):
+                out_avals = _NAMES_HOOK(prim, [a.aval for a in ins], out_avals, params)
         except TypeAnnotationError as e:
             if e.where is None and self.loc is not None:
                 raise TypeAnnotationError(e.msg, self.loc.filename, self.loc.lineno, self.loc.col) from None
@@ -180,16 +180,23 @@ def node_hook(hook):
         _state.node_hook = old
 
 
-def _names_hook():
-    from .._frontend import typing_hooks
-    return typing_hooks.propagate_names
+_NAMES_HOOK = None
+
+
+def set_names_hook(fn) -> None:
+    """Install ``fn(prim, in_avals, out_avals, params) -> out_avals``: axis names through
+    one node, run by ``Builder.add`` when an operand has names (the typed-tensor front
+    end installs it; ``tlaloc._frontend.typing_hooks``). ``None`` removes it."""
+    global _NAMES_HOOK
+    _NAMES_HOOK = fn
 
 
 class Value:
     """A symbolic array inside a function being lowered.
 
     It supports the NumPy array protocol that user code uses (``+ - * / @ **``,
-    comparisons, ``x.T``, ``x.sum()``, ``x[i]`` ...), each recorded as a DXIR node.
+    comparisons, ``x.shape``, ``x.T``, ``x.sum()``, ``x[i]`` ...), each recorded as a
+    DXIR node; ``tlaloc.numpy`` installs them (``tlaloc/numpy/_operators.py``).
     """
     __slots__ = ("var", "builder")
     __array_priority__ = 1000
@@ -215,11 +222,6 @@ class Value:
                              "annotate the argument (e.g. F32['n']) to use .ndim")
         return r
 
-    @property
-    def shape(self):
-        from ..numpy import _shape_of
-        return _shape_of(self)
-
     def __repr__(self) -> str:
         return f"Value({self.var!r})"
 
@@ -238,40 +240,3 @@ class Value:
 
     def __hash__(self):
         return id(self)
-
-
-def _install_operators():
-    from .. import numpy as tnp
-    from .ufunc_dispatch import array_function, array_ufunc
-    Value.__array_ufunc__ = array_ufunc
-    Value.__array_function__ = array_function
-    binops = {
-        "add": tnp.add, "sub": tnp.subtract, "mul": tnp.multiply, "truediv": tnp.divide,
-        "pow": tnp.power, "matmul": tnp.matmul, "floordiv": tnp.floor_divide, "mod": tnp.remainder,
-    }
-    for name, fn in binops.items():
-        setattr(Value, f"__{name}__", (lambda f: lambda a, b: f(a, b))(fn))
-        setattr(Value, f"__r{name}__", (lambda f: lambda a, b: f(b, a))(fn))
-    cmps = {"lt": tnp.less, "le": tnp.less_equal, "gt": tnp.greater, "ge": tnp.greater_equal,
-            "eq": tnp.equal, "ne": tnp.not_equal}
-    for name, fn in cmps.items():
-        setattr(Value, f"__{name}__", (lambda f: lambda a, b: f(a, b))(fn))
-    def _pow(a, b):
-        if isinstance(b, int) and not isinstance(b, bool):
-            from .._prims.elementwise import integer_pow
-            return integer_pow(a, b)
-        return tnp.power(a, b)
-    Value.__pow__ = _pow
-    Value.__neg__ = lambda a: tnp.negative(a)
-    Value.__pos__ = lambda a: a
-    Value.__abs__ = lambda a: tnp.abs(a)
-    Value.__invert__ = lambda a: tnp.logical_not(a)
-    Value.__and__ = lambda a, b: tnp.logical_and(a, b)
-    Value.__or__ = lambda a, b: tnp.logical_or(a, b)
-    Value.__getitem__ = lambda a, idx: tnp._getitem(a, idx)
-    Value.T = property(lambda a: tnp.transpose(a))
-    Value.mT = property(lambda a: tnp.swapaxes(a, -1, -2))
-    for m in ("sum", "mean", "max", "min", "prod", "std", "argmax", "argmin",
-              "cumsum", "cumprod", "transpose", "reshape", "astype", "clip", "dot",
-              "squeeze", "ravel", "flatten", "swapaxes", "any", "all", "copy"):
-        setattr(Value, m, (lambda f: lambda self, *a, **k: f(self, *a, **k))(getattr(tnp, m)))

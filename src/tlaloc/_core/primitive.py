@@ -9,16 +9,26 @@ shape_rule     ``shape_rule(*avals, **params) -> shape | tuple of shapes``
 dtype_rule     ``dtype_rule(*avals, **params) -> dtype | tuple of dtypes``
 hlo            the StableHLO op it lowers to (a name, e.g. ``stablehlo.sine``)
 lower          the StableHLO lowering function (added by the emitter's tables)
-vjp            ``vjp(g, *primals, out=..., **params) -> cotangent per input``
-jvp            ``jvp(tangents, *primals, out=..., **params) -> tangent(s)``
+vjp            ``vjp(g, *primals, out=..., **params) -> cotangent per input``,
+               or a ``NodeRule`` (see below)
+jvp            ``jvp(tangents, *primals, out=..., **params) -> tangent(s)``,
+               or a ``NodeRule``
 batch          ``batch(args, dims, **params) -> (out, out_dim)``
 eager          what ``tlaloc.numpy.lax.<name>`` calls: ``impl`` without
                ``bind``'s checks where the operands are plain NumPy arrays
                (same bits), else ``bind`` (see ``_prims/_eager.py``)
 =============  ==============================================================
 
-A transform that meets a primitive without its rule raises ``NoRuleError``
-naming both.
+A primitive with regions (control flow, custom rules, coarsened ops) transforms
+the whole node instead: its ``vjp`` is a ``NodeRule`` wrapping
+``reverse(node, ins) -> (outs, backward)`` and its ``jvp`` a ``NodeRule``
+wrapping ``forward(node, ins, tangents) -> (outs, out_tangents)``. Assigning
+``prim.reverse_rule`` / ``prim.forward_rule`` sets that one slot.
+
+The rules other modules attach (batching, lowering, specialisation, bounded and
+named axes) are loaded by ``tlaloc._core.rules.ensure_rules()``, which every
+engine calls before it looks a rule up. A transform that meets a primitive
+without its rule raises ``NoRuleError`` naming both.
 """
 from __future__ import annotations
 
@@ -57,9 +67,8 @@ class Primitive:
         self.dtype_rule = dtype_rule
         self.hlo = hlo
         self.multiple_results = multiple_results
-        # How the renderer spells a call: "tnp.sin" or "lax.sum_to". Keyword
-        # params are passed as keywords.
-        self.render = render or f"lax.{name}"
+        # ``render`` is ignored: the renderer spells every call from its own table. The
+        # keyword stays accepted while branches declared before its removal are merged.
         self.nondiff_argnums = nondiff_argnums
         self.inference_only = inference_only
         self.vjp: Optional[Callable] = None
@@ -67,11 +76,26 @@ class Primitive:
         self.batch: Optional[Callable] = None
         self.lower: Optional[Callable] = None
         self.eager: Optional[Callable] = None
-        # Control flow and custom rules transform their regions themselves.
-        self.reverse_rule: Optional[Callable] = None
-        self.forward_rule: Optional[Callable] = None
-        self.batch_rule: Optional[Callable] = None
         REGISTRY[name] = self
+
+    # Control flow and custom rules transform their regions themselves: one slot each.
+    @property
+    def reverse_rule(self) -> Optional[Callable]:
+        """``reverse(node, ins) -> (outs, backward)`` when ``vjp`` is a ``NodeRule``, else None."""
+        return self.vjp.fn if type(self.vjp) is NodeRule else None
+
+    @reverse_rule.setter
+    def reverse_rule(self, fn: Optional[Callable]) -> None:
+        self.vjp = None if fn is None else NodeRule(fn)
+
+    @property
+    def forward_rule(self) -> Optional[Callable]:
+        """``forward(node, ins, tangents) -> (outs, out_tangents)`` when ``jvp`` is a ``NodeRule``."""
+        return self.jvp.fn if type(self.jvp) is NodeRule else None
+
+    @forward_rule.setter
+    def forward_rule(self, fn: Optional[Callable]) -> None:
+        self.jvp = None if fn is None else NodeRule(fn)
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
@@ -112,8 +136,23 @@ class Primitive:
         r = getattr(self, transform)
         if r is None:
             label = {"vjp": "VJP", "jvp": "JVP", "batch": "batching", "lower": "StableHLO lowering"}[transform]
-            raise NoRuleError(f"no {label} rule for `{self.name}`")
+            from .rules import refusal
+            raise NoRuleError(f"no {label} rule for `{self.name}`{refusal(self.name, transform)}")
         return r
+
+
+class NodeRule:
+    """A derivative rule over the whole node (its regions included), not its operands."""
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def __repr__(self) -> str:
+        return f"NodeRule({getattr(self.fn, '__qualname__', self.fn)!r})"
 
 
 def def_vjp(prim: Primitive):

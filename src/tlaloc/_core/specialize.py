@@ -36,6 +36,7 @@ from .control import UNDEF
 from .graph import Graph, Literal, Var
 from .passes import dce
 from .primitive import REGISTRY
+from .rules import ensure_rules
 from .verifier import verify
 
 #: Constant folding keeps results up to this many elements; larger ones stay
@@ -73,7 +74,7 @@ def specialize(graph: Graph, in_avals, name: str | None = None) -> Graph:
         user's file:line:col where known).
       NoRuleError: a construct compiled code cannot express (named).
     """
-    from . import specialize_rules, specialize_control, specialize_linalg  # noqa: F401 (fill RULES)
+    ensure_rules()
     if len(in_avals) != len(graph.inputs):
         raise TypeError(f"specialize {graph.name}: {len(graph.inputs)} inputs, {len(in_avals)} avals")
     b = Builder(name=name or graph.name)

@@ -356,3 +356,16 @@ def _while_loop(*ops, cond, body, n_carry, n_consts, max_trips):
               "max_trips": max_trips}
     return _add_node(while_loop_p, starts + vconsts, out_avals, params,
                      hints=names + ["trips"] + [None] * len(ys_avals))
+
+
+# -- custom-rule calls (tlaloc._ad.custom): the body, inline -----------------------------------------
+# Compiled code has no custom node; the rule was used by the transforms that ran before compiling.
+
+@register("custom_vjp_call", "custom_jvp_call", "custom_vjp_jvp_call")
+def _custom_call(*ins, fun, n_args, n_closure, **_):
+    return tuple(run(fun, list(ins[:n_args + n_closure[0]])))
+
+
+@register("custom_vjp_rule")
+def _custom_rule_half(*ins, body, **_):
+    return tuple(run(body, list(ins)))

@@ -38,7 +38,7 @@ _REDUCTIONS = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_
 
 
 def type_of(aval) -> str:
-    from ..typing import type_str
+    from .._annotations import type_str
     return type_str(aval)
 
 

@@ -30,5 +30,7 @@ def install(avals_fn=None, names_fn=None, check_fn=None, bound_fn=None, call_bou
         avals_from_annotations = avals_fn
     if names_fn is not None:
         propagate_names = names_fn
+        from .._core.builder import set_names_hook
+        set_names_hook(names_fn)
     if check_fn is not None:
         check_call = check_fn

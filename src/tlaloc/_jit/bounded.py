@@ -38,6 +38,7 @@ import numpy as np
 from .._core import specialize as _sp
 from .._core.aval import AbstractValue
 from .._core.primitive import REGISTRY
+from .._core.rules import ensure_rules
 from .._core.builder import Builder, Value, node_hook, _state
 from .._core.control import UNDEF
 from .._core.passes import dce
@@ -155,7 +156,7 @@ def specialize_bounded(graph, in_avals, leaf_tags: dict, sizes: dict):
     Raises:
       BoundedAxisError: an operation would read the padding (at the user's file:line:col).
     """
-    _install_rules()
+    ensure_rules()
     names = tuple(sorted(sizes))
     b = Builder(name=graph.name)
     with b.active():
@@ -246,8 +247,9 @@ _WRAPPERS = {"dim_size": _dim_size, "reduced_count": _reduced_count, "full": _fu
              "broadcast_like": _broadcast_like}
 
 
-def _install_rules() -> None:
-    from .._core import specialize_control, specialize_linalg, specialize_rules  # noqa: F401 (fill RULES)
+def install_rules() -> None:
+    """Wrap the shape-query specialisation rules so that they read valid lengths
+    (run by ``tlaloc._core.rules.ensure_rules``, after the specialisation tables load)."""
     for name, fn in _WRAPPERS.items():
         orig = _sp.RULES[name]
         if getattr(orig, "_bounded", False):

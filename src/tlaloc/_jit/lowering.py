@@ -72,7 +72,7 @@ def source_for(fun, trees, statics: dict, arg_avals=None) -> Source:
             raise ArgumentError("jit: static_argnums with a transformed function (tl.jit(tl.grad(f), "
                                 "static_argnums=...)) is not supported yet; close over the value instead")
         from .transformed import transformed_source
-        src = transformed_source(t, trees, arg_avals)
+        src = transformed_source(t, trees, arg_avals, Source)
         return src if src is not None else _transformed_source(t, trees, statics)
     from .._frontend.lower import lower_function
     if not hasattr(fun, "__code__"):

@@ -121,7 +121,7 @@ expand_reduced_p = Primitive("expand_reduced", impl=_expand_reduced_impl, hlo="s
 sum_to_p.eager = _eager.like_shape(sum_to_p)
 broadcast_like_p.eager = _eager.like_shape(broadcast_like_p)
 zeros_like_p = Primitive("zeros_like", impl=_zeros_like_impl, hlo="stablehlo.constant",
-                         shape_rule=lambda x: x.shape, dtype_rule=lambda x: x.dtype, render="tnp.zeros_like")
+                         shape_rule=lambda x: x.shape, dtype_rule=lambda x: x.dtype)
 
 
 def sum_to(x, like):

@@ -91,7 +91,7 @@ def _cholesky_impl(a):
 
 
 cholesky_p = Primitive("cholesky", impl=_cholesky_impl, hlo="stablehlo.cholesky", shape_rule=_square("cholesky"),
-                       dtype_rule=lambda a: _inexact(a.dtype), render="lax.cholesky")
+                       dtype_rule=lambda a: _inexact(a.dtype))
 
 
 def cholesky(a):
@@ -142,8 +142,7 @@ def _tri_solve_impl(a, b, *, lower, transpose_a):
 triangular_solve_p = Primitive("triangular_solve",
                                impl=refuse_float_mix("triangular_solve", _tri_solve_impl, ["a", "b"]),
                                hlo="stablehlo.triangular_solve",
-                               shape_rule=lambda a, b, **_: b.shape, dtype_rule=_mm_dtype("triangular_solve"),
-                               render="lax.triangular_solve")
+                               shape_rule=lambda a, b, **_: b.shape, dtype_rule=_mm_dtype("triangular_solve"))
 
 
 def triangular_solve(a, b, lower=True, transpose_a=False):
@@ -186,7 +185,7 @@ def _solve_impl(a, b):
 
 solve_p = Primitive("solve", impl=refuse_float_mix("linalg.solve", _solve_impl, ["a", "b"]),
                     hlo="stablehlo.custom_call lu",
-                    shape_rule=lambda a, b: b.shape, dtype_rule=_mm_dtype("linalg.solve"), render="tnp.linalg.solve")
+                    shape_rule=lambda a, b: b.shape, dtype_rule=_mm_dtype("linalg.solve"))
 
 
 def solve(a, b):
@@ -212,7 +211,7 @@ def _solve_jvp(t, a, b, out):
 solve_p.vjp, solve_p.jvp = _solve_vjp, _solve_jvp
 
 inv_p = Primitive("inv", impl=np.linalg.inv, hlo="stablehlo.custom_call lu", shape_rule=_square("linalg.inv"),
-                  dtype_rule=lambda a: _inexact(a.dtype), render="tnp.linalg.inv")
+                  dtype_rule=lambda a: _inexact(a.dtype))
 
 
 def inv(a):
@@ -230,7 +229,7 @@ def _slogdet_impl(a):
 
 slogdet_p = Primitive("slogdet", impl=_slogdet_impl, hlo="stablehlo.custom_call lu", multiple_results=True,
                       shape_rule=lambda a: (a.shape[:-2], a.shape[:-2]) if a.shape is not None else (None, None),
-                      dtype_rule=lambda a: (_inexact(a.dtype),) * 2, render="tnp.linalg.slogdet")
+                      dtype_rule=lambda a: (_inexact(a.dtype),) * 2)
 
 
 def slogdet(a):

@@ -27,10 +27,10 @@ from ._rules import elementwise_dtype, elementwise_shape, refuse_float_mix, same
 from .broadcasting import sum_to
 
 
-def _declare(name, impl, hlo, nargs, render=None, names=None):
+def _declare(name, impl, hlo, nargs, names=None):
     p = Primitive(name, impl=refuse_float_mix(name, impl, names or ["x", "y"]), hlo=hlo,
                   shape_rule=elementwise_shape(name),
-                  dtype_rule=elementwise_dtype(name, impl, names), render=render)
+                  dtype_rule=elementwise_dtype(name, impl, names))
     p.eager = _eager.elementwise(p, impl)
     return p
 
@@ -97,14 +97,14 @@ def safe_div(a, b):
 UNARY: dict[str, Primitive] = {}
 
 
-def unary(name, impl, hlo, deriv=None, render=None, linear=False):
+def unary(name, impl, hlo, deriv=None, linear=False):
     """Declare a unary elementwise primitive.
 
     ``deriv(x, out)`` returns dy/dx; ``None`` means the derivative is zero
     (piecewise-constant functions). ``linear`` marks y = c·x maps.
     """
     p = Primitive(name, impl=impl, hlo=hlo, shape_rule=same_shape,
-                  dtype_rule=elementwise_dtype(name, impl), render=render or f"tnp.{name}")
+                  dtype_rule=elementwise_dtype(name, impl))
     p.eager = _eager.unary(p)
     p.deriv = deriv
     UNARY[name] = p
@@ -153,10 +153,10 @@ cos_p = unary("cos", _np1(np.cos), "stablehlo.cosine", lambda x, y: negative(sin
 tan_p = unary("tan", _np1(np.tan), "stablehlo.tan", lambda x, y: add(1.0, multiply(y, y)))
 tanh_p = unary("tanh", _np1(np.tanh), "stablehlo.tanh", lambda x, y: subtract(1.0, multiply(y, y)))
 logistic_p = unary("logistic", _np1(_logistic), "stablehlo.logistic",
-                   lambda x, y: multiply(y, subtract(1.0, y)), render="lax.logistic")
+                   lambda x, y: multiply(y, subtract(1.0, y)))
 sqrt_p = unary("sqrt", _np1(np.sqrt), "stablehlo.sqrt", lambda x, y: divide(0.5, y))
 rsqrt_p = unary("rsqrt", _np1(_rsqrt), "stablehlo.rsqrt",
-                lambda x, y: multiply(-0.5, divide(y, x)), render="lax.rsqrt")
+                lambda x, y: multiply(-0.5, divide(y, x)))
 abs_p = unary("abs", np.abs, "stablehlo.abs", lambda x, y: sign(x))
 sign_p = unary("sign", _sign, "stablehlo.sign")
 floor_p = unary("floor", np.floor, "stablehlo.floor")
@@ -191,10 +191,9 @@ reciprocal_p = unary("reciprocal", _reciprocal_impl, "stablehlo.divide",
 
 # -- binary ------------------------------------------------------------------
 
-def binary(name, impl, hlo, render=None):
+def binary(name, impl, hlo):
     p = Primitive(name, impl=refuse_float_mix(name, impl, ["x", "y"]), hlo=hlo, shape_rule=elementwise_shape(name),
-                  dtype_rule=elementwise_dtype(name, impl, ["x", "y"]),
-                  render=render or f"tnp.{name}")
+                  dtype_rule=elementwise_dtype(name, impl, ["x", "y"]))
     p.eager = _eager.elementwise(p, impl)
     return p
 
@@ -339,8 +338,7 @@ def _integer_pow_impl(x, *, y):
 integer_pow_p = Primitive("integer_pow", impl=_integer_pow_impl, hlo="stablehlo.multiply*",
                           shape_rule=same_shape,
                           dtype_rule=lambda x, *, y: x.dtype if (y >= 0 or x.dtype is None
-                                                                  or _dt.is_float(x.dtype)) else np.dtype(np.float64),
-                          render="lax.integer_pow")
+                                                                  or _dt.is_float(x.dtype)) else np.dtype(np.float64))
 
 
 def integer_pow(x, y: int):
@@ -384,7 +382,7 @@ def _float_to_int(x, dtype):
 
 
 convert_p = Primitive("convert", impl=_convert_impl, hlo="stablehlo.convert", shape_rule=same_shape,
-                      dtype_rule=lambda x, *, dtype: np.dtype(dtype), render="lax.convert")
+                      dtype_rule=lambda x, *, dtype: np.dtype(dtype))
 
 
 def convert(x, dtype):

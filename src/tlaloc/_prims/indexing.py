@@ -341,7 +341,7 @@ def _gather_shape(x, idx, *, axis):
 
 
 gather_p = Primitive("gather", impl=_gather_impl, hlo="stablehlo.gather", shape_rule=_gather_shape,
-                     dtype_rule=lambda x, i, *, axis: x.dtype, render="tnp.take")
+                     dtype_rule=lambda x, i, *, axis: x.dtype)
 
 
 def gather(x, indices, axis=0):

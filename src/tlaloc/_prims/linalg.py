@@ -72,7 +72,7 @@ def _matmul_shape(x, y):
 
 matmul_p = Primitive("matmul", impl=_contraction("matmul", np.matmul), hlo="stablehlo.dot_general",
                      shape_rule=_matmul_shape,
-                     dtype_rule=_mm_dtype("matmul"), render="tnp.matmul")
+                     dtype_rule=_mm_dtype("matmul"))
 
 
 def _mm_lhs_impl(g, y, x):
@@ -186,8 +186,7 @@ def _einsum_impl(*xs, spec):
 einsum_p = Primitive("einsum", impl=_contraction("einsum", _einsum_impl, ()),
                      hlo="stablehlo.dot_general", shape_rule=_einsum_shape,
                      dtype_rule=lambda *xs, spec: (_dt.check_float_mix("einsum", {f"operand {i}": x.dtype for i, x in enumerate(xs)}),
-                                                   _dt.result_dtype(*(x.dtype for x in xs)))[1],
-                     render="tnp.einsum")
+                                                   _dt.result_dtype(*(x.dtype for x in xs)))[1])
 
 
 def einsum(spec, *xs):

@@ -39,8 +39,7 @@ def reduction(name, np_fn, hlo, dtype_rule=None, ufunc=None):
         return reduced_shape(x.shape, axes, keepdims, name)
 
     p = Primitive(name, impl=impl, hlo=hlo, shape_rule=shape_rule,
-                  dtype_rule=dtype_rule or (lambda x, **_: accumulation_dtype(x.dtype)),
-                  render=f"lax.{name}")
+                  dtype_rule=dtype_rule or (lambda x, **_: accumulation_dtype(x.dtype)))
     p.eager = _eager.unary(p)
     return p
 
@@ -181,9 +180,9 @@ def _arg_shape(x, *, axis, keepdims):
 
 
 argmax_p = Primitive("argmax", impl=_arg_impl(np.argmax), hlo="stablehlo.reduce argmax",
-                     shape_rule=_arg_shape, dtype_rule=lambda x, **_: np.dtype(np.int64), render="tnp.argmax")
+                     shape_rule=_arg_shape, dtype_rule=lambda x, **_: np.dtype(np.int64))
 argmin_p = Primitive("argmin", impl=_arg_impl(np.argmin), hlo="stablehlo.reduce argmin",
-                     shape_rule=_arg_shape, dtype_rule=lambda x, **_: np.dtype(np.int64), render="tnp.argmin")
+                     shape_rule=_arg_shape, dtype_rule=lambda x, **_: np.dtype(np.int64))
 for _p in (argmax_p, argmin_p):
     _p.vjp = lambda g, x, out, axis, keepdims: (None,)
     _p.jvp = lambda t, x, out, axis, keepdims: None
@@ -203,13 +202,11 @@ def _cum(fn):
 
 
 cumsum_p = Primitive("cumsum", impl=_cum(np.cumsum), hlo="stablehlo.reduce_window add",
-                     shape_rule=lambda x, **_: x.shape, dtype_rule=lambda x, **_: accumulation_dtype(x.dtype),
-                     render="lax.cumsum")
+                     shape_rule=lambda x, **_: x.shape, dtype_rule=lambda x, **_: accumulation_dtype(x.dtype))
 cumprod_p = Primitive("cumprod", impl=_cum(np.cumprod), hlo="stablehlo.reduce_window multiply",
-                      shape_rule=lambda x, **_: x.shape, dtype_rule=lambda x, **_: accumulation_dtype(x.dtype),
-                      render="lax.cumprod")
+                      shape_rule=lambda x, **_: x.shape, dtype_rule=lambda x, **_: accumulation_dtype(x.dtype))
 cummax_p = Primitive("cummax", impl=_cum(np.maximum.accumulate), hlo="stablehlo.reduce_window max",
-                     shape_rule=lambda x, **_: x.shape, dtype_rule=lambda x, **_: x.dtype, render="lax.cummax")
+                     shape_rule=lambda x, **_: x.shape, dtype_rule=lambda x, **_: x.dtype)
 
 
 def cumsum(x, axis, reverse=False):

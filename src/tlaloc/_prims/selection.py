@@ -25,7 +25,7 @@ def _select_dtype(pred, x, y):
 select_p = Primitive("select", impl=refuse_float_mix("where", _select_impl, ["condition", "x", "y"]),
                      hlo="stablehlo.select",
                      shape_rule=lambda p, x, y: broadcast_shapes("where", p.shape, x.shape, y.shape),
-                     dtype_rule=_select_dtype, render="tnp.where", nondiff_argnums=(0,))
+                     dtype_rule=_select_dtype, nondiff_argnums=(0,))
 
 
 def select(pred, x, y):
@@ -55,8 +55,7 @@ def _clamp_impl(lo, x, hi):
 
 clamp_p = Primitive("clamp", impl=refuse_float_mix("clip", _clamp_impl, ["a_min", "x", "a_max"]), hlo="stablehlo.clamp",
                     shape_rule=lambda lo, x, hi: broadcast_shapes("clip", lo.shape, x.shape, hi.shape),
-                    dtype_rule=lambda lo, x, hi: elementwise_dtype("clip", _clamp_impl, ["a_min", "x", "a_max"])(lo, x, hi),
-                    render="lax.clamp")
+                    dtype_rule=lambda lo, x, hi: elementwise_dtype("clip", _clamp_impl, ["a_min", "x", "a_max"])(lo, x, hi))
 
 
 def clamp(lo, x, hi):

@@ -81,7 +81,7 @@ def _write_shape(cache, new, slot_mapping):
 
 kv_cache_write_p = Primitive("kv_cache_write", impl=_write_impl, shape_rule=_write_shape,
                              dtype_rule=lambda cache, new, slot_mapping: cache.dtype,
-                             hlo="stablehlo.scatter", render="serving.kv_cache_write",
+                             hlo="stablehlo.scatter",
                              nondiff_argnums=(2,), inference_only=True)
 
 
@@ -164,8 +164,7 @@ def _attention_shape(q, k_cache, v_cache, block_tables, seq_lens, positions, *, 
 
 
 paged_attention_p = Primitive("paged_attention", impl=_attention_impl, shape_rule=_attention_shape,
-                              dtype_rule=lambda *avals, **params: np.dtype(np.float32),
-                              render="serving.paged_attention", nondiff_argnums=(3, 4, 5),
+                              dtype_rule=lambda *avals, **params: np.dtype(np.float32), nondiff_argnums=(3, 4, 5),
                               inference_only=True)
 
 
@@ -187,7 +186,7 @@ def _sort_impl(x):
 sort_descending_p = Primitive("sort_descending", impl=_sort_impl,
                               shape_rule=lambda x: (x.shape, x.shape),
                               dtype_rule=lambda x: (x.dtype, np.dtype(np.int32)),
-                              hlo="stablehlo.sort", render="serving.sort_descending",
+                              hlo="stablehlo.sort",
                               multiple_results=True, inference_only=True)
 
 

@@ -45,7 +45,7 @@ def _reshape_shape(x, *, shape):
 
 
 reshape_p = Primitive("reshape", impl=lambda x, *, shape: np.reshape(x, shape), hlo="stablehlo.reshape",
-                      shape_rule=_reshape_shape, dtype_rule=lambda x, **_: x.dtype, render="tnp.reshape")
+                      shape_rule=_reshape_shape, dtype_rule=lambda x, **_: x.dtype)
 
 
 def reshape(x, shape):
@@ -76,7 +76,7 @@ def _transpose_impl(x, *, axes):
 
 
 transpose_p = Primitive("transpose", impl=_transpose_impl, hlo="stablehlo.transpose",
-                        shape_rule=_transpose_shape, dtype_rule=lambda x, **_: x.dtype, render="tnp.transpose")
+                        shape_rule=_transpose_shape, dtype_rule=lambda x, **_: x.dtype)
 
 
 def transpose(x, axes=None):
@@ -111,7 +111,7 @@ def _broadcast_to_shape(x, *, shape):
 
 broadcast_to_p = Primitive("broadcast_to", impl=lambda x, *, shape: np.broadcast_to(x, shape),
                            hlo="stablehlo.broadcast_in_dim", shape_rule=_broadcast_to_shape,
-                           dtype_rule=lambda x, **_: x.dtype, render="tnp.broadcast_to")
+                           dtype_rule=lambda x, **_: x.dtype)
 
 
 def broadcast_to(x, shape):
@@ -175,7 +175,7 @@ def _expand_shape(x, *, axis):
 
 
 expand_dims_p = Primitive("expand_dims", impl=lambda x, *, axis: np.expand_dims(x, axis), hlo="stablehlo.reshape",
-                          shape_rule=_expand_shape, dtype_rule=lambda x, **_: x.dtype, render="tnp.expand_dims")
+                          shape_rule=_expand_shape, dtype_rule=lambda x, **_: x.dtype)
 
 
 def expand_dims(x, axis):
@@ -197,7 +197,7 @@ def _squeeze_shape(x, *, axis):
 
 
 squeeze_p = Primitive("squeeze", impl=lambda x, *, axis: np.squeeze(x, axis), hlo="stablehlo.reshape",
-                      shape_rule=_squeeze_shape, dtype_rule=lambda x, **_: x.dtype, render="tnp.squeeze")
+                      shape_rule=_squeeze_shape, dtype_rule=lambda x, **_: x.dtype)
 
 
 def squeeze(x, axis=None):
@@ -338,7 +338,7 @@ def _pad_jvp(t, x, out, pad_width, constant):
 pad_p.vjp, pad_p.jvp = _pad_vjp, _pad_jvp
 
 flip_p = Primitive("flip", impl=lambda x, *, axes: np.flip(x, axes), hlo="stablehlo.reverse",
-                   shape_rule=lambda x, **_: x.shape, dtype_rule=lambda x, **_: x.dtype, render="tnp.flip")
+                   shape_rule=lambda x, **_: x.shape, dtype_rule=lambda x, **_: x.dtype)
 
 
 def flip(x, axes=None):
@@ -383,7 +383,7 @@ def _swapaxes_shape(x, *, axis1, axis2):
 
 swapaxes_p = Primitive("swapaxes", impl=lambda x, *, axis1, axis2: np.swapaxes(x, axis1, axis2),
                        hlo="stablehlo.transpose", shape_rule=_swapaxes_shape,
-                       dtype_rule=lambda x, **_: x.dtype, render="tnp.swapaxes")
+                       dtype_rule=lambda x, **_: x.dtype)
 
 
 def swapaxes(x, axis1, axis2):

@@ -70,8 +70,7 @@ def _forward(node, ins, tins):
 def _declare(name: str) -> CoarsenedOp:
     if name in REGISTRY:
         return REGISTRY[name]
-    p = CoarsenedOp(name, impl=_impl, shape_rule=lambda *a, **k: None, dtype_rule=lambda *a, **k: None,
-                    render=f"coarse.{name}")
+    p = CoarsenedOp(name, impl=_impl, shape_rule=lambda *a, **k: None, dtype_rule=lambda *a, **k: None)
     p.reverse_rule = _reverse
     p.forward_rule = _forward
     return p

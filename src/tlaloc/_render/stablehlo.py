@@ -23,6 +23,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..errors import GraphError, NoRuleError
 from .._core.graph import Graph, Literal
+from .._core.rules import ensure_rules
 from .stablehlo_text import BOOL, dense_text, mlir_context, parse  # noqa: F401  (re-exported)
 
 _MLIR_DTYPES = {
@@ -310,8 +311,7 @@ def emit_module(graph: Graph, *, name: str = "main", donate=(), shardings=None, 
       NoRuleError: a primitive without a lowering (named).
       GraphError: the emitted module does not verify (with the MLIR diagnostic).
     """
-    from .stablehlo_rules import install
-    install()                        # primitives declared since the last call get their rules too
+    ensure_rules()                   # primitives declared since the last call get their rules too
     em = Emitter(backend)
     in_vals = [Val(f"%arg{k}", v.aval.dtype, v.aval.shape) for k, v in enumerate(graph.inputs)]
     outs = em.lower_graph(graph, in_vals)

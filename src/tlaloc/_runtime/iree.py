@@ -24,7 +24,8 @@ import re
 
 import numpy as np
 
-from ..errors import ArgumentError, GraphError, NoRuleError, TlalocError
+from ..errors import GraphError, NoRuleError, TlalocError
+from ._common import donated, host_array, without_checks
 
 #: ``iree.compiler.compile_str`` flags: keep float64; target the host CPU
 #: (the programs run where they are compiled).
@@ -191,25 +192,14 @@ class Executable:
             outs = list(res)
         else:
             outs = [res]
-        if self.checks:
-            flags, outs = outs[len(outs) - len(self.checks):], outs[:len(outs) - len(self.checks)]
-            for flag, message in zip(flags, self.checks):
-                if bool(np.asarray(flag)):
-                    raise TlalocError(message)
-        return outs
+        return without_checks(outs, self.checks)
 
     def to_host(self, a, k: int):
         """Argument ``k`` as a NumPy array of the compiled dtype and shape."""
         dtype, shape = self.in_avals[k]
         if hasattr(a, "is_deleted") and a.is_deleted():
-            raise ArgumentError(f"{self.arg_names[k]} was donated to an earlier call (donate_argnums) and "
-                                f"its buffer is gone; pass the array that call returned instead")
-        arr = np.asarray(a)
-        if arr.dtype != dtype:
-            arr = arr.astype(dtype)
-        if arr.shape != shape:
-            raise ArgumentError(f"{self.arg_names[k]} has shape {arr.shape}; this program was compiled "
-                                f"for {shape}")
+            raise donated(self.arg_names[k])
+        arr = host_array(a, dtype, shape, self.arg_names[k])
         return arr if arr.flags.c_contiguous else arr.copy()      # (ascontiguousarray makes 0-d 1-d)
 
 

@@ -23,6 +23,7 @@ import functools
 import numpy as np
 
 from ..errors import ArgumentError, TlalocError
+from ._common import donated, host_array, without_checks
 
 
 def _jax():
@@ -152,30 +153,18 @@ class Executable:
             outs = [r[0] for r in results.disassemble_into_single_device_arrays()]
             if handlers is None:
                 self._handlers = _result_handlers(outs, self.device)
-        if self.checks:
-            flags, outs = outs[len(outs) - len(self.checks):], outs[:len(outs) - len(self.checks)]
-            for flag, message in zip(flags, self.checks):
-                if bool(np.asarray(flag)):
-                    raise TlalocError(message)
-        return outs
+        return without_checks(outs, self.checks)
 
     def to_device(self, a, k: int):
         """Argument ``k`` as a device array of the compiled dtype and shape."""
         dtype, shape = self.in_avals[k]
         if _is_device_array(a):
             if a.is_deleted():
-                raise ArgumentError(f"{self.arg_names[k]} was donated to an earlier call (donate_argnums) and "
-                                    f"its buffer is gone; pass the array that call returned instead")
+                raise donated(self.arg_names[k])
             if a.dtype == dtype and tuple(a.shape) == shape:
                 return a
             a = np.asarray(a)
-        arr = np.asarray(a)
-        if arr.dtype != dtype:
-            arr = arr.astype(dtype)
-        if arr.shape != shape:
-            raise ArgumentError(f"{self.arg_names[k]} has shape {arr.shape}; this program was compiled "
-                                f"for {shape}")
-        return self._put(arr)
+        return self._put(host_array(a, dtype, shape, self.arg_names[k]))
 
     def serialize_executable(self) -> bytes:
         return self.client.serialize_executable(self._exe)
@@ -227,12 +216,7 @@ class SpmdExecutable:
         shapes = [tuple(s) for _, s in self.out_avals] + [()] * len(self.checks)
         outs = [self._jax.make_array_from_single_device_arrays(shape, sh, list(shards))
                 for shape, sh, shards in zip(shapes, self.out_shardings, res)]
-        if self.checks:
-            flags, outs = outs[len(outs) - len(self.checks):], outs[:len(outs) - len(self.checks)]
-            for flag, message in zip(flags, self.checks):
-                if bool(np.asarray(flag)):
-                    raise TlalocError(message)
-        return outs
+        return without_checks(outs, self.checks)
 
     def place(self, a, k: int):
         """Argument ``k`` as a global device array with its compiled sharding."""
@@ -240,18 +224,11 @@ class SpmdExecutable:
         target = self.in_shardings[k]
         if _is_device_array(a):
             if a.is_deleted():
-                raise ArgumentError(f"{self.arg_names[k]} was donated to an earlier call (donate_argnums) and "
-                                    f"its buffer is gone; pass the array that call returned instead")
+                raise donated(self.arg_names[k])
             if a.dtype == dtype and tuple(a.shape) == shape and hasattr(a, "sharding") and \
                     a.sharding.is_equivalent_to(target, len(shape)):
                 return a
-        arr = np.asarray(a)
-        if arr.dtype != dtype:
-            arr = arr.astype(dtype)
-        if arr.shape != shape:
-            raise ArgumentError(f"{self.arg_names[k]} has shape {arr.shape}; this program was compiled "
-                                f"for {shape}")
-        return self._jax.device_put(arr, target)
+        return self._jax.device_put(host_array(a, dtype, shape, self.arg_names[k]), target)
 
 
 def _putter(device):

@@ -457,6 +457,6 @@ from ._composite import (log2, log10, exp2, hypot, sinc, isnan, isinf, logical_x
 from . import linalg  # noqa: E402,F401
 
 # Symbolic values (DXIR) get NumPy's operators and methods from this module.
-from .._core.builder import _install_operators as _install_value_operators  # noqa: E402
+from ._operators import install_operators as _install_value_operators  # noqa: E402
 
 _install_value_operators()

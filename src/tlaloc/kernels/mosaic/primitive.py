@@ -60,7 +60,7 @@ def _dtype_rule(*avals, kernel, num_outputs, static_args, kwargs, **_):
 
 
 mosaic_kernel_p = Primitive("mosaic_kernel", impl=_impl, shape_rule=_shape_rule, dtype_rule=_dtype_rule,
-                            hlo="stablehlo.custom_call", multiple_results=True, render="tl.kernels.mosaic_call")
+                            hlo="stablehlo.custom_call", multiple_results=True)
 # A kernel op, not one of the core primitives (DESIGN §1 keeps that set small): it stays out of
 # the core table, whose coverage tests expect a batching rule and a lowering for every entry.
 # Transforms read rules off the node's primitive, so they still refuse it by name.

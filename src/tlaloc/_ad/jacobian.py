@@ -1,0 +1,198 @@
+"""``jacfwd``, ``jacrev`` and ``hessian`` as DXIR transforms: a vmap over a basis.
+
+``jacfwd`` batches the JVP graph of ``f`` (tangent of the differentiated
+argument only) over the identity basis of that argument; ``jacrev`` batches the
+VJP graph over the identity basis of the output; ``hessian`` is
+``jacfwd(grad(f))``. The result is one DXIR graph (shape ``f(x).shape + x.shape``
+per argument), built at the first call for the argument shapes, rendered to
+Python (``tl.source``) and run; it is also what ``as_lowered`` returns, so these
+transforms nest like the others (``tl.jacfwd(tl.jacrev(f))``,
+``tl.vmap(tl.jacrev(f))``, ``tl.grad`` of a function calling ``tl.hessian``) and
+``tl.jit`` compiles the same graph.
+
+The basis is a constant of the program (``n * n`` for ``n`` elements). Where
+batching refuses the graph (a while loop whose Python-float counter the basis
+would make per-example float64), the graph is inlined once per basis vector
+instead: still one graph. An empty argument (or output) gives an empty Jacobian.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .. import _pytree
+from .._core import aval as _aval
+from .._core.aval import AbstractValue
+from .._core.builder import Builder
+from .._core.passes import dce, inline
+from .._core.verifier import verify
+from .._frontend.lower import LoweredFunction
+from .._frontend.structure import StructureNeeded
+from ..errors import ArgumentError, TlalocError
+from .api import _fn_name, _normalize_argnums
+from .batching import batch_graph, batched
+from .forward import jvp_graph
+from .reverse import vjp_graph
+from .transformed import _LEAF, ShapeDependent, _as_array, _check_against_interpreter, known_shapes, render_and_load
+
+
+# -- the graph transform ------------------------------------------------------------------------------
+
+def jacobian_graph(graph, in_avals, argnums, mode: str, name: str):
+    """The Jacobians of ``graph`` (one output) with respect to inputs ``argnums``.
+
+    Args:
+      graph: a DXIR graph with one output.
+      in_avals: a concrete aval per input of ``graph``.
+      argnums: indices of the (floating-point) inputs to differentiate.
+      mode: ``"fwd"`` (vmap of the JVP over the argument's basis) or ``"rev"``
+        (vmap of the VJP over the output's basis).
+    Returns:
+      A graph with ``graph``'s inputs and one output per argnum, of shape
+      ``out.shape + in_avals[a].shape``.
+    """
+    out_av = _out_aval(graph, in_avals)
+    b = Builder(name=name)
+    with b.active():
+        ins = [b.new_input(av, v.hint) for av, v in zip(in_avals, graph.inputs)]
+        jacs = []
+        out_shape = tuple(out_av.shape)
+        from .. import numpy as tnp
+        if mode == "fwd":
+            for a in argnums:
+                x_shape = tuple(in_avals[a].shape)
+                jg, _ = jvp_graph(graph, tangent_mask=[k == a for k in range(len(graph.inputs))])
+                dout = _over_basis(jg, ins, in_avals, in_avals[a], [1], f"{name}_basis")[0]   # (n, *out)
+                jac = tnp.moveaxis(dout, 0, -1) if out_shape else dout
+                jacs.append(tnp.reshape(jac, out_shape + x_shape))
+        else:
+            vg, _ = vjp_graph(graph, wrt=[k in argnums for k in range(len(graph.inputs))], with_primal=False)
+            bars = _over_basis(vg, ins, in_avals, out_av, list(range(len(argnums))), f"{name}_basis")
+            for bar, a in zip(bars, argnums):                 # (m, *x) with m = out.size
+                jacs.append(tnp.reshape(bar, out_shape + tuple(in_avals[a].shape)))
+        g = b.finish(list(jacs))
+    return dce(g)
+
+
+def _out_aval(graph, in_avals):
+    """The output's aval: as lowered where concrete, else found by specialising."""
+    from .._core.specialize import specialize
+    av = graph.outputs[0].aval
+    if av.is_concrete:
+        return av
+    return specialize(graph, list(in_avals)).outputs[0].aval
+
+
+def _over_basis(raw, ins, in_avals, basis_av, outs, name):
+    """The outputs ``outs`` of ``raw`` (a JVP or VJP graph whose last input takes a basis
+    vector) for each vector of the identity basis of ``basis_av``, stacked on a new
+    leading axis.
+
+    One batched program (vmap over the basis) of ``raw`` specialised (batching needs
+    every size; specialising after the transform keeps ``stop_gradient`` meaningful).
+    Where specialisation or batching refuses it (a reverse-mode while loop without a
+    bound; a while loop whose Python-float counter the basis would make per-example
+    float64), ``raw`` is inlined once per basis vector instead."""
+    from .._core.specialize import specialize
+    from .. import numpy as tnp
+    shape = tuple(basis_av.shape)
+    n = int(np.prod(shape))
+    basis = np.eye(n, dtype=basis_av.dtype).reshape((n,) + shape)
+    try:
+        spec = specialize(raw, list(in_avals) + [basis_av])
+        if n == 0:                                     # an empty argument (or output): no columns
+            return [np.zeros((0,) + tuple(spec.outputs[k].aval.shape), spec.outputs[k].aval.dtype) for k in outs]
+
+        def front(pairs):
+            return [(None, None) if v is None else (batched(v, d), 0) for v, d in pairs]
+
+        bg, _ = batch_graph(spec, [None] * len(ins) + [0],
+                            list(in_avals) + [AbstractValue(np.dtype(basis_av.dtype), (n,) + shape)],
+                            n, name=name, out_fn=front)
+    except TlalocError:
+        if n == 0:
+            raise
+        cols = [inline(raw, list(ins) + [basis[k]]) for k in range(n)]
+        return [tnp.stack([c[k] for c in cols], axis=0) for k in outs]
+    res = inline(bg, list(ins) + [basis])
+    return [res[k] for k in outs]
+
+
+# -- the transform --------------------------------------------------------------------------------------
+
+class JacobianTransform(ShapeDependent):
+    """``tl.jacfwd(f)`` / ``tl.jacrev(f)``: built per argument shapes (like ``vmap``)."""
+
+    def __init__(self, fn, argnums, mode):
+        self.argnums, self.single = _normalize_argnums(argnums, f"jac{mode}")
+        self.mode, self.kind = mode, f"jac{mode}"
+        self.fn, self.name = fn, f"jac{mode}_{_fn_name(fn)}"
+        self._entries, self._last, self._eager_error = {}, None, None
+        self.__name__ = self.__qualname__ = self.name
+        self.__doc__ = f"{self.kind} of `{_fn_name(fn)}` (generated by tlaloc)."
+        self.__wrapped__ = fn
+        self.__tlaloc_transformed__ = self
+        try:        # the front end's checks (language fence, typed tensors) at definition time
+            low = self.primal_lowering(None)
+        except StructureNeeded:
+            return  # pytree arguments, or an inner shape-dependent transform: checked at the first call
+        # the mode's refusals too (a custom_vjp without defjvp under jacfwd): where the transform is applied
+        if mode == "fwd":
+            jvp_graph(low.graph)
+        else:
+            vjp_graph(low.graph)
+
+    def _built(self, trees, avals):
+        """The entry for array arguments with leaf ``avals``."""
+        if any(tr != _LEAF for tr in trees):
+            raise ArgumentError(f"{self.name}: jacfwd/jacrev/hessian take array arguments (no pytrees)")
+        n = len(trees)
+        for a in self.argnums:
+            if not -n <= a < n:
+                raise ArgumentError(f"{self.kind}: argnums={a} but {n} arguments were given")
+        argnums = tuple(a % n for a in self.argnums)
+        for a in argnums:
+            if np.dtype(avals[a].dtype).kind != "f":
+                raise ArgumentError(f"{self.kind}: argument {a} has dtype {avals[a].dtype}; differentiate with "
+                                    f"respect to floating-point arguments")
+        low = self.primal_lowering(list(trees), list(avals))
+        if low.out_tree is not None and low.out_tree != _LEAF or len(low.graph.outputs) != 1:
+            raise ArgumentError(f"{self.name}: the function must return one array, got structure {low.out_tree!r}")
+        closure_avals = [_aval.of(np.asarray(g())) for g in low.closure_getters]
+        key = (tuple(avals), tuple(closure_avals))
+        if key in self._entries:
+            return self._entries[key]
+        g = verify(jacobian_graph(low.graph, list(avals) + closure_avals, argnums, self.mode, self.name))
+        arg_names = [v.hint for v in low.graph.inputs]
+        doc = f"The Jacobian of `{_fn_name(self.fn)}` ({self.kind}, argnums={self.argnums!r})."
+        source, namespace = render_and_load([(g, self.name, arg_names, doc)], f"{self.kind} of {_fn_name(self.fn)}",
+                                            self.name)
+        out_tree = _LEAF if self.single else _pytree.TreeDef("tuple", None, tuple(_LEAF for _ in argnums))
+        as_lowered = LoweredFunction(g, low.fn, low.arg_names, low.arg_trees, low.closure_getters, out_tree,
+                                     low.src)
+        entry = {"source": source, "fn": namespace[self.name], "lowered": low,
+                 "graphs": [(g, self.name, arg_names, doc)], "as_lowered": as_lowered}
+        self._entries[key] = entry
+        return entry
+
+    def __call__(self, *args):
+        flat = [_as_array(a) if not isinstance(a, (tuple, list, dict)) else a for a in args]
+        trees = [_pytree.flatten(a)[1] for a in flat]
+        entry = self._built(trees, [_aval.of(x) if isinstance(x, np.ndarray) else None for x in flat])
+        self._last = entry
+        closure = [g() for g in entry["lowered"].closure_getters]
+        outs = entry["fn"](*flat, *closure)
+        if os.environ.get("TLALOC_CHECK_RENDER"):
+            _check_against_interpreter(entry, list(flat) + closure, outs)
+        return outs[0] if self.single else tuple(outs)
+
+    def as_lowered(self, arg_trees, arg_avals=None) -> LoweredFunction:
+        if not known_shapes(arg_trees, arg_avals):
+            raise StructureNeeded(
+                f"{self.name}: {self.kind} builds its graph from the shapes of its arguments, which are not "
+                f"known here; call it on arrays, or annotate the arguments with their shapes")
+        return self._built(list(arg_trees), list(arg_avals))["as_lowered"]
+
+
+__all__ = ["JacobianTransform", "jacobian_graph"]

@@ -1,0 +1,108 @@
+"""jacfwd / jacrev / hessian are DXIR transforms (a vmap over a basis), so they nest.
+
+Over the rows of tests/ad/cases.py that test_table_forward.py uses (float64 array
+arguments, one argnum): ``tl.jacfwd(tl.jacrev(f))`` and ``tl.jit(tl.hessian(f))``
+against ``jax.hessian``, ``tl.vmap(tl.jacrev(f))`` against a loop of ``jax.jacrev``,
+and ``tl.grad`` of a function that calls ``tl.hessian`` against JAX's, all float64.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tlaloc as tl
+import tlaloc.numpy as tnp
+
+from tests.forward.test_table_forward import ROWS
+
+jax.config.update("jax_enable_x64", True)
+RTOL, ATOL = 1e-9, 1e-10
+
+#: rows whose Hessian compiled code refuses by name (never a wrong value); eagerly they pass above
+_PROD = "the second derivative of prod is not compiled (docs/rule_table.md)"
+_WHILE = "compiled reverse mode of a while loop needs a bound (tl.while_loop(..., max_trips=N))"
+_JIT_REFUSED = {"reductions": _PROD, "subscript_read": _PROD, "while_value": _WHILE, "while_counter_index": _WHILE,
+                "while_nonlinear_carry": _WHILE, "while_break": _WHILE, "return_in_while": _WHILE,
+                "while_in_for": _WHILE, "while_array_carry": _WHILE}
+
+
+def _jargs(args):
+    return [jnp.asarray(a) for a in args]
+
+
+@pytest.mark.parametrize("case,points", ROWS)
+def test_jacfwd_of_jacrev_equals_jax_hessian(case, points):
+    args = points[0]
+    a = case.argnums % len(args)
+    got = tl.jacfwd(tl.jacrev(case.fn, argnums=a), argnums=a)(*args)
+    want = jax.hessian(case.twin, argnums=a)(*_jargs(args))
+    np.testing.assert_allclose(got, np.asarray(want), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("case,points", ROWS)
+def test_vmap_of_jacrev_equals_jax(case, points):
+    args = points[0]
+    a = case.argnums % len(args)
+    rng = np.random.default_rng(3)
+    batch = np.stack([args[a] + 0.01 * rng.standard_normal(args[a].shape) for _ in range(2)])
+    in_axes = tuple(0 if k == a else None for k in range(len(args)))
+    call = [batch if k == a else x for k, x in enumerate(args)]
+    got = tl.vmap(tl.jacrev(case.fn, argnums=a), in_axes=in_axes)(*call)
+    jr = jax.jacrev(case.twin, argnums=a)            # a loop: the twins branch in Python
+    want = np.stack([np.asarray(jr(*_jargs([row if k == a else x for k, x in enumerate(args)]))) for row in batch])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL)
+
+
+def _jit_rows():
+    return [pytest.param(*r.values, id=r.id, marks=[pytest.mark.xfail(strict=True, raises=tl.NoRuleError,
+                                                                      reason=_JIT_REFUSED[r.id])]
+                         if r.id in _JIT_REFUSED else []) for r in ROWS]
+
+
+@pytest.mark.parametrize("case,points", _jit_rows())
+def test_jit_of_hessian_equals_jax(case, points):
+    args = points[0]
+    a = case.argnums % len(args)
+    got = tl.jit(tl.hessian(case.fn, argnums=a))(*args)
+    want = jax.hessian(case.twin, argnums=a)(*_jargs(args))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=RTOL, atol=ATOL)
+
+
+def _f(x):
+    return tnp.sum(tnp.sin(x) * x[0]) + tnp.sum(tnp.exp(x) * x)
+
+
+def _f_jax(x):
+    return jnp.sum(jnp.sin(x) * x[0]) + jnp.sum(jnp.exp(x) * x)
+
+
+def _trace_of_hessian(x):
+    return tnp.sum(tnp.diagonal(tl.hessian(_f)(x)) * x)
+
+
+def test_grad_of_a_function_calling_hessian():
+    x = np.array([0.3, -1.2, 0.7])
+    got = tl.grad(_trace_of_hessian)(x)
+    want = jax.grad(lambda x: jnp.sum(jnp.diagonal(jax.hessian(_f_jax)(x)) * x))(jnp.asarray(x))
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-12, atol=1e-12)
+    # the same derivative at another shape: built again for that shape, not reused
+    x4 = np.array([0.1, 0.2, -0.3, 0.4])
+    want4 = jax.grad(lambda x: jnp.sum(jnp.diagonal(jax.hessian(_f_jax)(x)) * x))(jnp.asarray(x4))
+    np.testing.assert_allclose(tl.grad(_trace_of_hessian)(x4), np.asarray(want4), rtol=1e-12, atol=1e-12)
+
+
+def test_jacobians_are_one_graph_with_a_source():
+    x = np.array([0.3, -1.2, 0.7])
+    j = tl.jacrev(_f)
+    j(x)
+    assert "def jacrev__f" in tl.source(j) and "for " not in tl.source(j)   # a vmap, not a loop
+
+
+def test_negative_control_a_perturbed_hessian_is_caught():
+    case, points = ROWS[0].values
+    args = points[0]
+    a = case.argnums % len(args)
+    got = tl.jacfwd(tl.jacrev(case.fn, argnums=a), argnums=a)(*args)
+    want = np.asarray(jax.hessian(case.twin, argnums=a)(*_jargs(args)))
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(got, want * (1 + 1e-7) + 1e-7, rtol=RTOL, atol=ATOL)
