@@ -62,12 +62,9 @@ def _gauss(x):
 
 
 erf_p = unary("erf", _scipy_unary("erf"), "chlo.erf", lambda x, out: multiply(_TWO_OVER_SQRT_PI, _gauss(x)))
-erfc_p = unary("erfc", _scipy_unary("erfc"), "chlo.erfc", lambda x, out: multiply(-_TWO_OVER_SQRT_PI, _gauss(x)),
-               render="lax.erfc")
-lgamma_p = unary("lgamma", _scipy_unary("lgamma", "gammaln"), "chlo.lgamma", lambda x, out: digamma(x),
-                 render="lax.lgamma")
-digamma_p = unary("digamma", _scipy_unary("digamma"), "chlo.digamma", lambda x, out: polygamma(1.0, x),
-                  render="lax.digamma")
+erfc_p = unary("erfc", _scipy_unary("erfc"), "chlo.erfc", lambda x, out: multiply(-_TWO_OVER_SQRT_PI, _gauss(x)))
+lgamma_p = unary("lgamma", _scipy_unary("lgamma", "gammaln"), "chlo.lgamma", lambda x, out: digamma(x))
+digamma_p = unary("digamma", _scipy_unary("digamma"), "chlo.digamma", lambda x, out: polygamma(1.0, x))
 
 
 @quiet
@@ -78,7 +75,7 @@ def _polygamma_impl(n, x):
     return np.asarray(out).astype(dt, copy=False)
 
 
-polygamma_p = binary("polygamma", _polygamma_impl, "chlo.polygamma", render="lax.polygamma")
+polygamma_p = binary("polygamma", _polygamma_impl, "chlo.polygamma")
 _def_binary(polygamma_p, None, lambda n, x, out: polygamma(add(n, 1.0), x))
 
 
