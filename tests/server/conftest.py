@@ -43,12 +43,13 @@ def encoder_client(encoder):
 class LiveServer:
     """uvicorn serving ``app`` on 127.0.0.1:<free port> in a thread; ``stop()`` always returns."""
 
-    def __init__(self, app):
+    def __init__(self, app, **config):
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2,
+                                                    **config))
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     def start(self):
@@ -68,11 +69,11 @@ class LiveServer:
 
 @pytest.fixture
 def live():
-    """Start a live server over an engine: ``live(engine, **create_app_kwargs) -> LiveServer``."""
+    """Start a live server over an engine: ``live(engine, uvicorn_config=None, **create_app_kwargs)``."""
     started = []
 
-    def start(engine, **kwargs):
-        server = LiveServer(create_app(engine, **kwargs)).start()
+    def start(engine, uvicorn_config=None, **kwargs):
+        server = LiveServer(create_app(engine, **kwargs), **(uvicorn_config or {})).start()
         started.append(server)
         return server
 
