@@ -18,6 +18,26 @@ from .fake_engine import FakeEngine
 API_KEY = "sk-test-key"
 
 
+@pytest.fixture(scope="session")
+def tiny_llama_artifact(tmp_path_factory):
+    """A seeded tiny Llama exported once per session (batch 1, 4, 16; context 128; 16-token pages),
+    shared by every test that starts a real ``tlaloc serve``."""
+    from .test_real_engine import _require_runtime, write_tiny_llama
+    export, _ = _require_runtime()
+    folder = tmp_path_factory.mktemp("tiny-llama-serve")
+    write_tiny_llama(folder, hidden=64, layers=2, ffn=128)
+    artifact = tmp_path_factory.mktemp("art-serve") / "tiny"
+    export(str(folder), str(artifact), batch=(1, 4, 16), context=(128,), block_size=16, progress=False)
+    return artifact
+
+
+@pytest.fixture(scope="session")
+def serve_env(tmp_path_factory):
+    """Environment for ``tlaloc serve`` subprocesses: one compiled-program cache for the session, so
+    the second server over the shared artifact loads its programs instead of compiling them."""
+    return {"TLALOC_SERVING_CACHE": str(tmp_path_factory.mktemp("serving-cache"))}
+
+
 @pytest.fixture
 def fake():
     return FakeEngine()

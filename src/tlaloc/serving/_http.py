@@ -21,6 +21,7 @@ from .metrics import ServerMetrics
 from .openai_schema import OpenAIError
 
 log = logging.getLogger("tlaloc.serving")
+_DRAIN_FACTOR = 16                 # a refused body is read and dropped up to 16 x max_request_bytes
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/models", "/health",
              "/metrics")
 
@@ -50,6 +51,7 @@ class Gate:
                 await JSONResponse(error.body(), status_code=401,
                                    headers={"WWW-Authenticate": "Bearer"})(scope, receive, counting_send)
             elif self._declared_length(scope) > self.limits.max_request_bytes:
+                await self._drain(receive, 0)
                 await JSONResponse(self._too_large().body(), status_code=413,
                                    headers={"Connection": "close"})(scope, receive, counting_send)
             else:
@@ -74,12 +76,30 @@ class Gate:
             if message["type"] == "http.request":
                 state["size"] += len(message.get("body", b""))
                 if state["size"] > self.limits.max_request_bytes:
+                    if message.get("more_body", False):
+                        await self._drain(receive, state["size"])
+                    state["done"] = True
                     raise self._too_large()
                 state["done"] = not message.get("more_body", False)
             else:
                 state["done"] = True
             return message
         return limited_receive
+
+    async def _drain(self, receive, size: int) -> None:
+        """Read and drop the rest of a refused body, up to _DRAIN_FACTOR x the limit, so the client can
+        read the 413 (closing on an unread upload resets the connection before it sees the answer)."""
+        cap = _DRAIN_FACTOR * self.limits.max_request_bytes
+        while size <= cap:
+            try:
+                message = await asyncio.wait_for(receive(), self.limits.body_timeout_s)
+            except asyncio.TimeoutError:
+                return
+            if message["type"] != "http.request":
+                return
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
 
     def _too_large(self) -> OpenAIError:
         return OpenAIError(413, f"the request body is over {self.limits.max_request_bytes} bytes (the "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 INT32_MAX = 2 ** 31 - 1           # token counts reach the engine as int32
@@ -48,8 +48,19 @@ Stop = Union[str, list[str], None]
 
 
 class _Sampling(BaseModel):
-    """Fields common to completions and chat completions."""
+    """Fields common to completions and chat completions.
+
+    OpenAI's fields are "X or null", and null means the default: a field sent as null is
+    read as not sent (so ``"max_tokens": null`` is 16 for completions, ``"temperature": null`` 1).
+    """
     model_config = _STRICT
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data):
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None or k not in cls.model_fields}
+        return data
     model: Optional[str] = None
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
