@@ -188,6 +188,7 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
           max_waiting: int = typer.Option(1024, help="queued sequences beyond which requests get 429"),
           max_request_bytes: int = typer.Option(4 * 1024 * 1024, help="largest request body (413 above)"),
           max_prompts: int = typer.Option(64, help="most prompts in one completion request"),
+          max_embedding_inputs: int = typer.Option(2048, help="most texts in one embeddings request"),
           max_n: int = typer.Option(16, help="largest 'n' (choices per prompt)"),
           max_sequences: int = typer.Option(64, help="most sequences (prompts x n) in one request"),
           max_stop: int = typer.Option(4, help="most stop strings in one request"),
@@ -205,7 +206,8 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
     from tlaloc.serving.limits import ServerLimits
     from tlaloc.serving.server import run_server
     try:
-        limits = ServerLimits(max_request_bytes=max_request_bytes, max_prompts=max_prompts, max_n=max_n,
+        limits = ServerLimits(max_request_bytes=max_request_bytes, max_prompts=max_prompts,
+                              max_embedding_inputs=max_embedding_inputs, max_n=max_n,
                               max_sequences=max_sequences, max_stop=max_stop, max_stop_chars=max_stop_chars,
                               header_timeout_s=header_timeout, body_timeout_s=body_timeout,
                               keep_alive_s=keep_alive, max_header_bytes=max_header_bytes)

@@ -199,3 +199,14 @@ def test_a_failed_request_is_a_500_naming_the_engine_and_the_server_keeps_servin
         r = client.post(f"{server.url}/v1/completions", json={"prompt": "x", "max_tokens": 3})
         assert r.status_code == 200
         assert json.loads(r.text)["choices"][0]["finish_reason"] == "length"
+
+
+def test_embedding_inputs_are_capped_and_tokenised_off_the_loop():
+    engine = FakeEngine(kind="encoder", model_name="fake-encoder", max_context=64)
+    engine.tokenizer = watch = _LoopWatchingTokenizer(engine.tokenizer)
+    with _app_client(engine, limits=ServerLimits(max_embedding_inputs=3)) as client:
+        r = client.post("/v1/embeddings", json={"input": ["a", "b", "c", "d"]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "input", r.text
+        assert engine.embed_calls == []
+        assert client.post("/v1/embeddings", json={"input": ["a", "b"]}).status_code == 200
+    assert watch.on_loop and not any(watch.on_loop)

@@ -10,6 +10,7 @@ field (flag)               default      refused with
 ``max_request_bytes``      4 MiB        413 ``request_too_large`` (before the body is read
                                         when ``Content-Length`` says so)
 ``max_prompts``            64           400 ``too_many_prompts``, param ``prompt``
+``max_embedding_inputs``   2048         400 ``too_many_inputs``, param ``input`` (OpenAI's limit)
 ``max_n``                  16           400 ``invalid_value``, param ``n``
 ``max_sequences``          64           400 ``invalid_value``, param ``n`` (prompts x n)
 ``max_stop``               4            400 ``invalid_value``, param ``stop`` (OpenAI's limit)
@@ -32,6 +33,7 @@ class ServerLimits:
     """Per-request limits of the HTTP server; see the module docstring for each default."""
     max_request_bytes: int = 4 * 1024 * 1024
     max_prompts: int = 64
+    max_embedding_inputs: int = 2048
     max_n: int = 16
     max_sequences: int = 64
     max_stop: int = 4

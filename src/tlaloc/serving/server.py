@@ -1,6 +1,6 @@
 """An OpenAI-compatible HTTP server over a ``tlaloc.serving.Engine``.
 
-    tlaloc serve ARTIFACT [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+    TLALOC_API_KEY=KEY tlaloc serve ARTIFACT [--host 127.0.0.1] [--port 8000] [limits]
 
 or, in Python, ``uvicorn.run(create_app(engine))``. Endpoints:
 
@@ -14,10 +14,14 @@ or, in Python, ``uvicorn.run(create_app(engine))``. Endpoints:
 =============================  =====================================================
 
 One thread owns the engine (:mod:`._engine_loop`); handlers await per-request asyncio
-queues it feeds. A client that disconnects has its requests cancelled, which frees
-their KV pages. Every error is a 4xx/5xx with ``{"error": {"message", "type", "param",
-"code"}}``, and one bad request never stops the server. With ``api_key`` set, every
-path but ``/health`` needs ``Authorization: Bearer KEY``.
+queues it feeds. Tokenising and chat templating run in worker threads, never on the event
+loop (detokenising stays on it: about 40 us a token at worst, less than a thread hop). A
+client that disconnects has its requests cancelled, which frees their KV pages, and the
+rest of a multi-prompt request is not submitted. Every error is a 4xx/5xx with
+``{"error": {"message", "type", "param", "code"}}``; client input never causes a 5xx, and
+one bad request never stops the server. What one request may ask for is bounded by
+:class:`~tlaloc.serving.limits.ServerLimits`; transport limits are in :mod:`._http`. With
+``api_key`` set, every path but ``/health`` needs ``Authorization: Bearer KEY``.
 """
 from __future__ import annotations
 
@@ -293,7 +297,10 @@ class _Api:
                                    "is not supported for embeddings)", param="input", code="invalid_value")
         if any(not t for t in texts):
             raise OpenAIError(400, "'input' holds an empty string", param="input", code="invalid_value")
-        lengths = [len(e.ids) for e in self.tokenizer.encode_batch(texts)]
+        if len(texts) > self.limits.max_embedding_inputs:
+            raise OpenAIError(400, f"'input' holds {len(texts)} texts; at most {self.limits.max_embedding_inputs} "
+                                   f"are allowed in one request", param="input", code="too_many_inputs")
+        lengths = [len(e.ids) for e in await _off_loop(self.tokenizer.encode_batch, texts)]
         for index, length in enumerate(lengths):
             if length > self.engine.max_context:
                 raise OpenAIError(400, f"input[{index}] has {length} tokens; this model takes at most "
