@@ -3,6 +3,8 @@
 Oracle: each surviving request's ids equal the ids it gets run alone on a fresh engine
 (greedy), so a fault that disturbed another row's KV or sampling would show.
 """
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -128,3 +130,43 @@ def test_out_of_range_values_are_refused_at_submit_naming_the_argument(engine, k
     with pytest.raises((ArgumentError, ValueError), match=name):
         eng.submit(PROMPTS[1], **{"max_new_tokens": 4, **kwargs})
     assert not eng.has_work()
+
+
+def test_a_step_that_raises_fails_its_streams_as_failures_and_serving_goes_on(engine, monkeypatch):
+    from tlaloc.serving._engine_loop import EngineRunner
+    eng = engine("llama")
+    want = _alone(engine, PROMPTS[2], n=4)
+    real_step, calls = eng.scheduler.step, {"n": 0}
+
+    def broken_once():
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("scheduler bug")
+        return real_step()
+    monkeypatch.setattr(eng.scheduler, "step", broken_once)
+    runner = EngineRunner(eng)
+
+    async def finish(sink):
+        tokens = []
+        while True:
+            event = await asyncio.wait_for(sink.get(), 120)
+            tokens += event.token_ids
+            if event.finished:
+                return tokens, event
+
+    async def run():
+        runner.start()
+        try:
+            first = asyncio.Queue()
+            await runner.submit(PROMPTS[1], first, request_id="a", max_new_tokens=8)
+            _, failed = await finish(first)
+            second = asyncio.Queue()
+            await runner.submit(PROMPTS[2], second, request_id="b", max_new_tokens=4)
+            return failed, await finish(second)
+        finally:
+            runner.stop()
+    failed, (tokens, done) = asyncio.run(run())
+    assert "scheduler bug" in failed.error
+    assert tokens == want and done.finish_reason == "length"
+    stats = eng.stats()
+    assert stats["requests_failed"] == 1 and stats["requests_cancelled"] == 0 and stats["kv_pages_used"] == 0

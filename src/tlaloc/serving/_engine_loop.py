@@ -193,7 +193,7 @@ class EngineRunner:
             message = f"engine step failed: {type(exc).__name__}: {exc}"
             for rid in list(self._streams):
                 self._fail_quietly(rid, message)
-            self._fail_all(message)
+            self._fail_all(message, drain=False)       # queued commands are new requests: serve them
             return
         now = time.perf_counter()
         for event in events:
@@ -254,11 +254,11 @@ class EngineRunner:
             future.set_result(vectors[start:start + len(batch)])
             start += len(batch)
 
-    def _fail_all(self, message: str) -> None:
+    def _fail_all(self, message: str, drain: bool = True) -> None:
         for rid, stream in list(self._streams.items()):
             self._deliver(stream, RunnerEvent(rid, [], True, None, message))
         self._streams.clear()
-        while True:                                   # answer whatever is still queued
+        while drain:                                  # answer whatever is still queued
             try:
                 command = self._commands.get_nowait()
             except queue.Empty:
