@@ -18,6 +18,13 @@ Every :meth:`Scheduler.step`:
 Each program is the smallest (batch, context) bucket that covers its rows. Pages are
 taken as tokens need them and given back when a request finishes, fails or is
 cancelled. Prompt pages that fill up are registered in the prefix cache.
+
+One request's fault fails only that request: every value is validated (and top_k clamped
+to the vocabulary) at :meth:`Scheduler.submit`; a row whose inputs cannot be built fails
+alone; and when a program call fails with the KV pools intact, its rows are re-run one at
+a time so that only the row at fault fails (re-running writes the same keys and values and
+reuses the drawn uniforms). Only a failure that consumed the donated pools ends every
+running request (``on_failure``).
 """
 from __future__ import annotations
 
