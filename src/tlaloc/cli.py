@@ -181,11 +181,43 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
           host: str = typer.Option("127.0.0.1", help="address to bind (loopback by default)"),
           port: int = typer.Option(8000, help="TCP port"),
           api_key: Optional[str] = typer.Option(None, envvar="TLALOC_API_KEY",
-                                                help="require 'Authorization: Bearer KEY' (all but /health)"),
-          log_level: str = typer.Option("info", help="uvicorn log level")) -> None:
-    """Serve an artifact over an OpenAI-compatible HTTP API (completions, chat, embeddings, /metrics)."""
+                                                help="require 'Authorization: Bearer KEY' (all but /health). "
+                                                     "Prefer the TLALOC_API_KEY environment variable: a key on "
+                                                     "the command line shows in `ps`"),
+          log_level: str = typer.Option("info", help="uvicorn log level"),
+          max_waiting: int = typer.Option(1024, help="queued sequences beyond which requests get 429"),
+          max_request_bytes: int = typer.Option(4 * 1024 * 1024, help="largest request body (413 above)"),
+          max_prompts: int = typer.Option(64, help="most prompts in one completion request"),
+          max_embedding_inputs: int = typer.Option(2048, help="most texts in one embeddings request"),
+          max_n: int = typer.Option(16, help="largest 'n' (choices per prompt)"),
+          max_sequences: int = typer.Option(64, help="most sequences (prompts x n) in one request"),
+          max_stop: int = typer.Option(4, help="most stop strings in one request"),
+          max_stop_chars: int = typer.Option(256, help="longest stop string"),
+          header_timeout: float = typer.Option(10.0, help="seconds a connection may take to send request headers"),
+          body_timeout: float = typer.Option(30.0, help="seconds a request body may stall (408 after)"),
+          keep_alive: float = typer.Option(5.0, help="seconds an idle keep-alive connection is kept"),
+          max_header_bytes: int = typer.Option(16 * 1024, help="largest request header block")) -> None:
+    """Serve an artifact over an OpenAI-compatible HTTP API (completions, chat, embeddings, /metrics).
+
+    The limits and their defaults are described in ``tlaloc.serving.limits``.
+    """
+    from tlaloc.errors import TlalocError
+    from tlaloc.serving._load import load_engine
+    from tlaloc.serving.limits import ServerLimits
     from tlaloc.serving.server import run_server
-    run_server(_load(artifact), host=host, port=port, api_key=api_key, log_level=log_level)
+    try:
+        limits = ServerLimits(max_request_bytes=max_request_bytes, max_prompts=max_prompts,
+                              max_embedding_inputs=max_embedding_inputs, max_n=max_n,
+                              max_sequences=max_sequences, max_stop=max_stop, max_stop_chars=max_stop_chars,
+                              header_timeout_s=header_timeout, body_timeout_s=body_timeout,
+                              keep_alive_s=keep_alive, max_header_bytes=max_header_bytes)
+    except ValueError as exc:
+        _fail(str(exc))
+    try:
+        engine = load_engine(artifact, max_waiting=max_waiting)
+    except (TlalocError, RuntimeError, OSError, ValueError) as exc:
+        _fail(f"cannot load {artifact}: {exc}")
+    run_server(engine, host=host, port=port, api_key=api_key, log_level=log_level, limits=limits)
 
 
 @app.command("export-triton")

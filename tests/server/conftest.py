@@ -18,6 +18,26 @@ from .fake_engine import FakeEngine
 API_KEY = "sk-test-key"
 
 
+@pytest.fixture(scope="session")
+def tiny_llama_artifact(tmp_path_factory):
+    """A seeded tiny Llama exported once per session (batch 1, 4, 16; context 128; 16-token pages),
+    shared by every test that starts a real ``tlaloc serve``."""
+    from .test_real_engine import _require_runtime, write_tiny_llama
+    export, _ = _require_runtime()
+    folder = tmp_path_factory.mktemp("tiny-llama-serve")
+    write_tiny_llama(folder, hidden=64, layers=2, ffn=128)
+    artifact = tmp_path_factory.mktemp("art-serve") / "tiny"
+    export(str(folder), str(artifact), batch=(1, 4, 16), context=(128,), block_size=16, progress=False)
+    return artifact
+
+
+@pytest.fixture(scope="session")
+def serve_env(tmp_path_factory):
+    """Environment for ``tlaloc serve`` subprocesses: one compiled-program cache for the session, so
+    the second server over the shared artifact loads its programs instead of compiling them."""
+    return {"TLALOC_SERVING_CACHE": str(tmp_path_factory.mktemp("serving-cache"))}
+
+
 @pytest.fixture
 def fake():
     return FakeEngine()
@@ -43,12 +63,13 @@ def encoder_client(encoder):
 class LiveServer:
     """uvicorn serving ``app`` on 127.0.0.1:<free port> in a thread; ``stop()`` always returns."""
 
-    def __init__(self, app):
+    def __init__(self, app, **config):
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2,
+                                                    **config))
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     def start(self):
@@ -68,11 +89,11 @@ class LiveServer:
 
 @pytest.fixture
 def live():
-    """Start a live server over an engine: ``live(engine, **create_app_kwargs) -> LiveServer``."""
+    """Start a live server over an engine: ``live(engine, uvicorn_config=None, **create_app_kwargs)``."""
     started = []
 
-    def start(engine, **kwargs):
-        server = LiveServer(create_app(engine, **kwargs)).start()
+    def start(engine, uvicorn_config=None, **kwargs):
+        server = LiveServer(create_app(engine, **kwargs), **(uvicorn_config or {})).start()
         started.append(server)
         return server
 

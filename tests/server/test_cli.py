@@ -16,7 +16,7 @@ def engines(monkeypatch):
     """Make ``load_engine`` hand out FakeEngines; returns the ones made."""
     made = []
 
-    def fake_load(artifact):
+    def fake_load(artifact, **options):
         made.append(FakeEngine(kind="encoder" if "enc" in str(artifact) else "decoder"))
         return made[-1]
 
@@ -60,11 +60,21 @@ def test_serve_passes_its_options(engines, monkeypatch):
     calls = []
     monkeypatch.setattr("tlaloc.serving.server.run_server", lambda engine, **kw: calls.append(kw))
     assert RUNNER.invoke(cli.app, ["serve", "art"]).exit_code == 0
-    assert calls[-1] == {"host": "127.0.0.1", "port": 8000, "api_key": None, "log_level": "info"}
+    from tlaloc.serving.limits import ServerLimits
+    assert calls[-1] == {"host": "127.0.0.1", "port": 8000, "api_key": None, "log_level": "info",
+                         "limits": ServerLimits()}
     result = RUNNER.invoke(cli.app, ["serve", "art", "--port", "9123", "--api-key", "k"])
     assert result.exit_code == 0 and calls[-1]["port"] == 9123 and calls[-1]["api_key"] == "k"
     result = RUNNER.invoke(cli.app, ["serve", "art"], env={"TLALOC_API_KEY": "from-env"})
     assert calls[-1]["api_key"] == "from-env"
+    result = RUNNER.invoke(cli.app, ["serve", "art", "--max-request-bytes", "1000", "--max-prompts", "3",
+                                     "--header-timeout", "2.5"])
+    assert result.exit_code == 0, result.output
+    assert calls[-1]["limits"] == ServerLimits(max_request_bytes=1000, max_prompts=3, header_timeout_s=2.5)
+    result = RUNNER.invoke(cli.app, ["serve", "art", "--max-n", "0"])
+    assert result.exit_code == 2 and "max_n" in result.output
+    help_text = " ".join(RUNNER.invoke(cli.app, ["serve", "--help"]).output.split())
+    assert "TLALOC_API_KEY" in help_text and "ps" in help_text
 
 
 def test_load_failure_is_a_clear_exit(tmp_path):

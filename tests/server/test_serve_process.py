@@ -25,7 +25,7 @@ import httpx
 import numpy as np
 import pytest
 
-from .test_real_engine import _require_runtime, write_tiny_llama
+from .test_real_engine import _require_runtime
 
 API_KEY = "sk-serve-process"
 START_TIMEOUT_S = 120
@@ -40,14 +40,14 @@ def _free_port() -> int:
 class ServeProcess:
     """``python -m tlaloc.cli serve ARTIFACT`` on a free loopback port."""
 
-    def __init__(self, artifact, api_key=None):
+    def __init__(self, artifact, api_key=None, args=(), env=None):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "tlaloc.cli", "serve", str(artifact), "--port", str(self.port),
-               "--log-level", "warning"]
+               "--log-level", "warning", *args]
         if api_key:
             cmd += ["--api-key", api_key]
-        env = dict(os.environ, TLALOC_API_KEY="")
+        env = {**os.environ, "TLALOC_API_KEY": "", **(env or {})}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
@@ -78,18 +78,14 @@ class ServeProcess:
 
 
 @pytest.fixture(scope="module")
-def decoder_artifact(tmp_path_factory):
-    export, Engine = _require_runtime()
-    folder = tmp_path_factory.mktemp("tiny-llama-serve")
-    write_tiny_llama(folder, hidden=64, layers=2, ffn=128)
-    artifact = tmp_path_factory.mktemp("art-serve") / "tiny"
-    export(str(folder), str(artifact), batch=(1, 4, 16), context=(128,), block_size=16, progress=False)
-    return artifact, Engine(str(artifact), fast_compile=True)
+def decoder_artifact(tiny_llama_artifact):
+    _, Engine = _require_runtime()
+    return tiny_llama_artifact, Engine(str(tiny_llama_artifact), fast_compile=True)
 
 
 @pytest.fixture(scope="module")
-def decoder_server(decoder_artifact):
-    server = ServeProcess(decoder_artifact[0], api_key=API_KEY)
+def decoder_server(decoder_artifact, serve_env):
+    server = ServeProcess(decoder_artifact[0], api_key=API_KEY, env=serve_env)
     yield server
     server.stop()
 

@@ -192,8 +192,8 @@ class EngineRunner:
             log.exception("engine.step() failed")
             message = f"engine step failed: {type(exc).__name__}: {exc}"
             for rid in list(self._streams):
-                self._cancel_quietly(rid)
-            self._fail_all(message)
+                self._fail_quietly(rid, message)
+            self._fail_all(message, drain=False)       # queued commands are new requests: serve them
             return
         now = time.perf_counter()
         for event in events:
@@ -212,10 +212,15 @@ class EngineRunner:
                     self.metrics.tpot.observe((now - stream.first_token_at) / (stream.tokens - 1))
             self._deliver(stream, event)
 
-    def _cancel_quietly(self, rid: str) -> None:
+    def _fail_quietly(self, rid: str, message: str) -> None:
+        """End ``rid`` in the engine as failed (``engine.fail``; engines without it: cancel)."""
         try:
-            self.engine.cancel(rid)
-        except Exception:  # noqa: BLE001
+            fail = getattr(self.engine, "fail", None)
+            if fail is not None:
+                fail(rid, message)
+            else:
+                self.engine.cancel(rid)
+        except Exception:  # noqa: BLE001 - the step already failed; the stream gets the error below
             pass
 
     def _embed(self, commands: list) -> None:
@@ -249,11 +254,11 @@ class EngineRunner:
             future.set_result(vectors[start:start + len(batch)])
             start += len(batch)
 
-    def _fail_all(self, message: str) -> None:
+    def _fail_all(self, message: str, drain: bool = True) -> None:
         for rid, stream in list(self._streams.items()):
             self._deliver(stream, RunnerEvent(rid, [], True, None, message))
         self._streams.clear()
-        while True:                                   # answer whatever is still queued
+        while drain:                                  # answer whatever is still queued
             try:
                 command = self._commands.get_nowait()
             except queue.Empty:

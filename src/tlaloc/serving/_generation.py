@@ -71,9 +71,17 @@ class Generation:
         self._by_id = {c.request_id: c for c in self.choices}
         self._next_check = 0.0
 
-    async def start(self) -> None:
-        """Submit every choice; a refusal cancels the ones already taken and raises a 400."""
+    async def start(self, is_disconnected=None, check_every: int = 4) -> None:
+        """Submit every choice; a refusal cancels the ones already taken and raises a 400.
+
+        ``is_disconnected`` (an async callable) is asked every ``check_every`` submissions:
+        a client that went away stops the submitting, what was taken is cancelled, and
+        :class:`ClientGone` is raised (so 10,000 prompts never run for nobody).
+        """
         for choice in self.choices:
+            if is_disconnected is not None and choice.index % check_every == 0 and await is_disconnected():
+                self.close()
+                raise ClientGone()
             sampling = dict(self.sampling)
             if sampling.get("seed") is not None:
                 sampling["seed"] = _choice_seed(sampling["seed"], choice.index // self.n, choice.index % self.n)
@@ -84,9 +92,10 @@ class Generation:
             except QueueFullError as exc:         # back-pressure: the client may retry later
                 self.close()
                 raise OpenAIError(429, str(exc), type="server_error", code="queue_full") from None
-            except ValueError as exc:             # over capacity, bad ids: the engine's refusal
+            except ValueError as exc:             # over capacity, bad ids or values: the engine's refusal
                 self.close()
-                raise OpenAIError(400, str(exc), param="prompt", code="invalid_prompt") from None
+                raise OpenAIError(400, str(exc), param=getattr(exc, "param", None) or "prompt",
+                                  code="invalid_prompt") from None
             except RuntimeError as exc:          # the engine thread is shutting down or died
                 self.close()
                 raise OpenAIError(503, str(exc), type="server_error", code="engine_unavailable") from None

@@ -12,6 +12,6 @@ def engine_class():
                            "runtime of issue 7); the front doors need it to load an artifact") from None
 
 
-def load_engine(artifact_dir: str):
-    """``tlaloc.serving.Engine(artifact_dir)``."""
-    return engine_class()(str(artifact_dir))
+def load_engine(artifact_dir: str, **options):
+    """``tlaloc.serving.Engine(artifact_dir, **options)``."""
+    return engine_class()(str(artifact_dir), **options)

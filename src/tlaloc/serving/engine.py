@@ -134,14 +134,14 @@ class Engine:
         if not tok:
             return None, None
         from tokenizers import Tokenizer
-        tokenizer = Tokenizer.from_file(os.path.join(self.path, tok["file"]))
+        tokenizer = Tokenizer.from_file(mf.resolve(self.path, tok["file"]))
         self._special = {"bos_token": tok.get("bos_token") or "", "eos_token": tok.get("eos_token") or ""}
         return tokenizer, tok.get("chat_template")
 
     def _upload_weights(self) -> dict:
         from safetensors import deserialize
         w = self.manifest["weights"]
-        with open(os.path.join(self.path, w["file"]), "rb") as f:
+        with open(mf.resolve(self.path, w["file"]), "rb") as f:
             data = f.read()
         if self.verify:
             mf.check_bytes(self.manifest, w["file"], data)                     # the bytes uploaded are the ones hashed
@@ -186,7 +186,7 @@ class Engine:
 
     def _compile(self, program: dict):
         rel = program["file"]
-        with open(os.path.join(self.path, rel), "rb") as f:
+        with open(mf.resolve(self.path, rel), "rb") as f:
             text = f.read()
         mf.check_bytes(self.manifest, rel, text)                                 # the text compiled is the one hashed
         avals = []
@@ -269,6 +269,19 @@ class Engine:
         """Cancel a waiting or running request and free its pages; False if it is unknown or done."""
         with self._lock:
             return self._decoder("cancel").cancel(request_id)
+
+    def fail(self, request_id: str, message: str) -> bool:
+        """End a request with an error (counted in ``requests_failed``); False if it is unknown or done."""
+        with self._lock:
+            return self._decoder("fail").fail(request_id, message)
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        """The most tokens (prompt + new) one request can hold: the largest context, or fewer when
+        the KV pool has fewer pages (a request needs ``ceil((tokens - 1) / block_size)`` pages)."""
+        if self.scheduler is None:
+            return self.max_context
+        return min(self.max_context, self.num_pages * self.block_size + 1)
 
     def has_work(self) -> bool:
         with self._lock:

@@ -272,16 +272,22 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     return summary
 
 
+_OWNER = ".export-pid"                 # in a temp dir while its export runs: the exporting process
+
+
 def _write_atomically(out_dir: str, files: dict, manifest_bytes: bytes, overwrite: bool) -> None:
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
+    _remove_stale_temps(parent, os.path.basename(os.path.abspath(out_dir)))
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.tmp-", dir=parent)
     try:
+        _write(os.path.join(tmp, _OWNER), str(os.getpid()).encode())
         os.chmod(tmp, 0o755)
         os.makedirs(os.path.join(tmp, "programs"))
         for rel, data in files.items():
             _write(os.path.join(tmp, rel), data)
         _write(os.path.join(tmp, mf.MANIFEST), manifest_bytes)      # last: a manifest means a complete artifact
+        os.remove(os.path.join(tmp, _OWNER))
         if os.path.exists(out_dir):
             if not overwrite:
                 raise ArgumentError(f"export: {out_dir} appeared while exporting; not replacing it")
@@ -295,6 +301,34 @@ def _write_atomically(out_dir: str, files: dict, manifest_bytes: bytes, overwrit
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _remove_stale_temps(parent: str, name: str) -> None:
+    """Delete ``.NAME.tmp-*`` / ``.NAME.old-*`` dirs left by killed exports of the same target (their
+    exporting process is gone; a temp dir of a live export is kept)."""
+    for entry in os.listdir(parent):
+        if not (entry.startswith(f".{name}.tmp-") or entry.startswith(f".{name}.old-")):
+            continue
+        path = os.path.join(parent, entry)
+        try:
+            with open(os.path.join(path, _OWNER)) as f:
+                pid = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            pid = 0
+        if pid and _alive(pid):
+            continue
+        log.info("export: removing %s, left by an export that did not finish", path)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True                              # someone else's live process
+    return True
 
 
 __all__ = ["export", "ExportSummary"]

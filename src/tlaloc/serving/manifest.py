@@ -73,6 +73,8 @@ def read_manifest(artifact_dir: str, *, verify: bool = True) -> dict:
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         raise ArtifactError(f"{path}: the manifest lists no files; re-export the artifact")
+    for rel in list(files) + _referenced(manifest):
+        resolve(artifact_dir, rel)                     # refused by name, before anything is opened
     for rel in _referenced(manifest):
         if rel not in files:
             raise ArtifactError(f"{path}: {rel} is used but has no sha256 in manifest['files']; re-export the artifact")
@@ -91,11 +93,23 @@ def check_bytes(manifest: dict, rel: str, data: bytes) -> None:
                             f"artifact was modified or corrupted. Re-export it")
 
 
+def resolve(artifact_dir: str, rel) -> str:
+    """The path of artifact file ``rel``; refuses (ArtifactError) a name that is not a relative path
+    inside ``artifact_dir`` (absolute, ``..``, or a symlink out), so a tampered manifest cannot make
+    the runtime open ``/etc/hostname``."""
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel) or "\\" in rel or ".." in rel.split("/"):
+        raise ArtifactError(f"artifact file {rel!r}: only relative paths inside the artifact directory are "
+                            f"allowed; re-export the artifact")
+    root = os.path.realpath(artifact_dir)
+    full = os.path.realpath(os.path.join(root, rel))
+    if os.path.commonpath([root, full]) != root:
+        raise ArtifactError(f"artifact file {rel!r} leads outside the artifact directory ({full}); refused")
+    return full
+
+
 def verify_file(artifact_dir: str, rel: str, entry: dict) -> None:
     """Refuse ``rel`` if it is missing, outside the artifact, or its sha256 differs from ``entry``."""
-    if os.path.isabs(rel) or ".." in rel.replace("\\", "/").split("/"):
-        raise ArtifactError(f"artifact file {rel!r}: a path outside the artifact directory is refused")
-    full = os.path.join(artifact_dir, rel)
+    full = resolve(artifact_dir, rel)
     if not os.path.isfile(full):
         raise ArtifactError(f"artifact file {rel} is missing from {artifact_dir}; re-export the artifact")
     got = sha256_file(full)
@@ -114,4 +128,4 @@ def _referenced(manifest: dict) -> list:
 
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "MANIFEST", "ROLES", "REQUEST_ROLES", "dumps", "sha256_bytes",
-           "sha256_file", "read_manifest", "verify_file", "check_bytes"]
+           "sha256_file", "read_manifest", "verify_file", "check_bytes", "resolve"]

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
+INT32_MAX = 2 ** 31 - 1           # token counts reach the engine as int32
+INT64_MAX = 2 ** 63 - 1
 
 
 class OpenAIError(Exception):
@@ -46,17 +48,28 @@ Stop = Union[str, list[str], None]
 
 
 class _Sampling(BaseModel):
-    """Fields common to completions and chat completions."""
+    """Fields common to completions and chat completions.
+
+    OpenAI's fields are "X or null", and null means the default: a field sent as null is
+    read as not sent (so ``"max_tokens": null`` is 16 for completions, ``"temperature": null`` 1).
+    """
     model_config = _STRICT
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data):
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None or k not in cls.model_fields}
+        return data
     model: Optional[str] = None
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: Optional[int] = Field(None, ge=1)           # an extension (vLLM has it too)
-    n: int = Field(1, ge=1, le=16)
+    top_k: Optional[int] = Field(None, ge=1)           # an extension (vLLM has it too); clamped to the vocabulary
+    n: int = Field(1, ge=1)                            # the upper bound is ServerLimits.max_n
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
     stop: Stop = None
-    seed: Optional[int] = None
+    seed: Optional[int] = Field(None, ge=0, le=INT64_MAX)
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: Optional[dict[str, float]] = None
@@ -65,7 +78,7 @@ class _Sampling(BaseModel):
 
 class CompletionRequest(_Sampling):
     prompt: Prompt
-    max_tokens: Optional[int] = Field(16, ge=1)
+    max_tokens: Optional[int] = Field(None, ge=1, le=INT32_MAX)     # None (or null): 16, as OpenAI
     logprobs: Optional[int] = None
     echo: bool = False
     best_of: Optional[int] = None
@@ -93,8 +106,8 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: Optional[int] = Field(None, ge=1)
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
+    max_tokens: Optional[int] = Field(None, ge=1, le=INT32_MAX)
+    max_completion_tokens: Optional[int] = Field(None, ge=1, le=INT32_MAX)
     logprobs: Optional[bool] = None
     top_logprobs: Optional[int] = None
     response_format: Optional[dict] = None
@@ -113,7 +126,7 @@ class EmbeddingRequest(BaseModel):
 
 
 _WHY_NO_LOGPROBS = ("logprobs are not supported: the tlaloc runtime samples inside the compiled "
-                    "program and returns token ids, not logits; omit '{param}'")
+                    "program and returns token ids, not logits; omit '%s'")
 
 
 def refuse_unsupported(request: BaseModel) -> None:
@@ -135,7 +148,8 @@ def refuse_unsupported(request: BaseModel) -> None:
     ]
     for param, unsupported, message in checks:
         if param in type(request).model_fields and unsupported(getattr(request, param)):
-            raise OpenAIError(400, message.format(param=param), param=param, code="unsupported_parameter")
+            text = message % param if "%s" in message else message     # never str.format: messages hold braces
+            raise OpenAIError(400, text, param=param, code="unsupported_parameter")
 
 
 def parse(model: type[BaseModel], raw: bytes) -> BaseModel:

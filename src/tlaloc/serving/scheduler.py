@@ -18,6 +18,13 @@ Every :meth:`Scheduler.step`:
 Each program is the smallest (batch, context) bucket that covers its rows. Pages are
 taken as tokens need them and given back when a request finishes, fails or is
 cancelled. Prompt pages that fill up are registered in the prefix cache.
+
+One request's fault fails only that request: every value is validated (and top_k clamped
+to the vocabulary) at :meth:`Scheduler.submit`; a row whose inputs cannot be built fails
+alone; and when a program call fails with the KV pools intact, its rows are re-run one at
+a time so that only the row at fault fails (re-running writes the same keys and values and
+reuses the drawn uniforms). Only a failure that consumed the donated pools ends every
+running request (``on_failure``).
 """
 from __future__ import annotations
 
@@ -119,9 +126,10 @@ class Scheduler:
                stop_ids=(), request_id=None) -> str:
         prompt = self._check_prompt(prompt_ids)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-            raise ArgumentError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+            raise _arg_error("max_new_tokens", f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         max_new_tokens = int(max_new_tokens)
-        temperature, top_k, top_p = _sampling(temperature, top_k, top_p)
+        temperature, top_k, top_p = _sampling(temperature, top_k, top_p, self.vocab_size)
+        seed = _seed(seed)
         total = len(prompt) + max_new_tokens
         if total > self.max_context:
             raise CapacityError(f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) = {total} is over "
@@ -137,10 +145,7 @@ class Scheduler:
         rid = str(request_id) if request_id is not None else f"req-{next(self._ids)}"
         if any(r.id == rid for r in itertools.chain(self.waiting, self.running)):
             raise ArgumentError(f"request_id {rid!r} is already in use by a live request; choose another")
-        if seed is None:
-            rng = np.random.default_rng()
-        else:
-            rng = np.random.default_rng(list(seed) if isinstance(seed, (tuple, list)) else [int(seed), 0])
+        rng = np.random.default_rng(seed)
         stops = frozenset(int(s) for s in stop_ids)
         self.waiting.append(Request(rid, prompt, max_new_tokens, temperature, top_k, top_p, rng, stops,
                                     page_hashes(prompt, self.block_size)))
@@ -171,6 +176,16 @@ class Scheduler:
         for req in list(self.running):
             if req.id == request_id:
                 self._end(req, "cancelled")
+                return True
+        return False
+
+    def fail(self, request_id: str, message: str) -> bool:
+        """End a waiting or running request with an error (counted as failed, not cancelled)."""
+        for req in itertools.chain(list(self.waiting), list(self.running)):
+            if req.id == request_id:
+                if req in self.waiting:
+                    self.waiting.remove(req)
+                self._end(req, "error", error=message)
                 return True
         return False
 
@@ -221,47 +236,66 @@ class Scheduler:
         raise CapacityError(f"no {what} bucket covers {need} (largest {ladder[-1]})")   # refused at submit
 
     def _run(self, mode: str, rows: list) -> list[Event]:
-        B = self._bucket(self.batch, len(rows), "batch")
+        """Run ``rows`` [(request, start, n)] through one program; a row that fails fails alone."""
+        events, prepared = [], []
         C = self._bucket(self.context, max(start + n for _, start, n in rows), "context")
-        T, BS = self.program_tokens(mode, C), self.block_size
+        T = self.program_tokens(mode, C)
+        for row in rows:
+            try:
+                prepared.append((row, self._row_arrays(row, T, C)))
+            except Exception as e:  # noqa: BLE001 - this request's values; never the batch's problem
+                log.warning("serving: request %s failed while its inputs were built: %s: %s", row[0].id,
+                            type(e).__name__, e)
+                events.append(self._end(row[0], "error", error=f"{type(e).__name__}: {e}", report=False))
+        if prepared:
+            events.extend(self._call(mode, prepared, C))
+        return events
+
+    def _row_arrays(self, row, T: int, C: int) -> dict:
+        """One request's row of the program inputs (takes the pages the row needs)."""
+        req, start, n = row
+        BS = self.block_size
+        while len(req.pages) < pages_for(start + n, BS):
+            req.pages.append(self.pages.allocate())
+            req.reserved -= 1
+        a = _empty_inputs(1, T, C // BS)
+        pos = np.arange(start, start + n)
+        a["token_ids"][0, :n] = req.tokens[start:start + n]
+        a["positions"][0, :n] = pos
+        a["slot_mapping"][0, :n] = np.asarray(req.pages, np.int64)[pos // BS] * BS + pos % BS
+        a["block_tables"][0, :len(req.pages)] = req.pages
+        a["seq_lens"][0] = start + n
+        if start + n >= len(req.tokens) and req.temperature > 0:      # this row samples the next token
+            a["temperature"][0], a["top_k"][0], a["top_p"][0] = req.temperature, req.top_k, req.top_p
+            a["uniforms"][0] = req.rng.random()
+        return a
+
+    def _call(self, mode: str, prepared: list, C: int) -> list[Event]:
+        """One program call over the prepared rows. If it fails and the KV pools survived, each row is
+        re-run alone so that only the row at fault fails (re-running writes the same keys and values)."""
+        B = self._bucket(self.batch, len(prepared), "batch")
+        first = prepared[0][1]
+        a = {name: np.concatenate([x[name] for _, x in prepared] +
+                                  [np.broadcast_to(_FILL[name], (B - len(prepared),) + first[name].shape[1:])
+                                   .astype(first[name].dtype)]) for name in first}
         self.counters_by_bucket[(mode, B, C)] = self.counters_by_bucket.get((mode, B, C), 0) + 1
-        a = {"token_ids": np.zeros((B, T), np.int32), "positions": np.zeros((B, T), np.int32),
-             "block_tables": np.zeros((B, C // BS), np.int32), "seq_lens": np.ones((B,), np.int32),
-             "slot_mapping": np.full((B, T), -1, np.int32), "temperature": np.zeros((B,), np.float32),
-             "top_k": np.zeros((B,), np.int32), "top_p": np.ones((B,), np.float32),
-             "uniforms": np.zeros((B,), np.float32)}
-        produces = []
-        for r, (req, start, n) in enumerate(rows):
-            while len(req.pages) < pages_for(start + n, BS):
-                req.pages.append(self.pages.allocate())
-                req.reserved -= 1
-            pos = np.arange(start, start + n)
-            a["token_ids"][r, :n] = req.tokens[start:start + n]
-            a["positions"][r, :n] = pos
-            a["slot_mapping"][r, :n] = np.asarray(req.pages, np.int64)[pos // BS] * BS + pos % BS
-            a["block_tables"][r, :len(req.pages)] = req.pages
-            a["seq_lens"][r] = start + n
-            final = start + n >= len(req.tokens)          # this row's last token is the sequence's last
-            produces.append(final)
-            if final and req.temperature > 0:
-                a["temperature"][r], a["top_k"][r], a["top_p"][r] = req.temperature, req.top_k, req.top_p
-                a["uniforms"][r] = req.rng.random()
         try:
             ids = np.asarray(self.runner(mode, B, C, a))
-        except Exception as e:                                   # the program failed: fail these rows, keep serving
-            log.exception("serving: %s program (batch %d, context %d) failed", mode, B, C)
-            events = []
-            for req, _, _ in rows:
-                events.append(self._end(req, "error", error=f"{type(e).__name__}: {e}", report=False))
-            if self.on_failure is not None:
-                events.extend(self.on_failure())
-            return events
+        except Exception as e:                                   # the program failed: keep serving
+            log.warning("serving: %s program (batch %d, context %d, %d rows) failed: %s: %s", mode, B, C,
+                        len(prepared), type(e).__name__, e)
+            lost = self.on_failure() if self.on_failure is not None else []
+            if lost:
+                return lost                                     # the KV pools are gone: every request ended
+            if len(prepared) > 1:
+                return [ev for item in prepared for ev in self._call(mode, [item], C)]
+            return [self._end(prepared[0][0][0], "error", error=f"{type(e).__name__}: {e}", report=False)]
         events = []
-        for r, (req, start, n) in enumerate(rows):
+        for r, ((req, start, n), _) in enumerate(prepared):
             req.computed = start + n
             self._register(req)
-            if not produces[r]:
-                continue
+            if start + n < len(req.tokens):
+                continue                                          # a prefill chunk that is not the last
             token = int(ids[r])
             req.generated.append(token)
             self.counters["tokens_out"] += 1
@@ -303,27 +337,61 @@ class Scheduler:
                 "kv_pages_total": self.pages.total, "kv_pages_cached": self.pages.cached, **self.counters}
 
 
-def _sampling(temperature, top_k, top_p):
+_FILL = {"token_ids": 0, "positions": 0, "block_tables": 0, "seq_lens": 1, "slot_mapping": -1, "temperature": 0.0,
+         "top_k": 0, "top_p": 1.0, "uniforms": 0.0}
+_DTYPES = {"temperature": np.float32, "top_p": np.float32, "uniforms": np.float32}
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _empty_inputs(B: int, T: int, pages: int) -> dict:
+    """Program inputs for B padding rows: (B, T) token_ids/positions/slot_mapping, (B, pages)
+    block_tables, (B,) seq_lens/temperature/top_k/top_p/uniforms."""
+    shapes = {"token_ids": (B, T), "positions": (B, T), "slot_mapping": (B, T), "block_tables": (B, pages)}
+    return {name: np.full(shapes.get(name, (B,)), fill, _DTYPES.get(name, np.int32)) for name, fill in _FILL.items()}
+
+
+def _arg_error(param: str, message: str) -> ArgumentError:
+    """An ArgumentError that names the request field (the server reports it as the 400's ``param``)."""
+    error = ArgumentError(message)
+    error.param = param
+    return error
+
+
+def _sampling(temperature, top_k, top_p, vocab_size: int):
+    """Validated sampling values, clamped to what the int32/float32 program inputs hold.
+
+    top_k >= vocab_size keeps every token, so it is clamped to vocab_size (the same samples).
+    """
     try:
         temperature = float(temperature)
     except (TypeError, ValueError):
-        raise ArgumentError(f"temperature must be a number >= 0, got {temperature!r}") from None
-    if not temperature >= 0 or temperature == float("inf"):
-        raise ArgumentError(f"temperature must be a finite number >= 0, got {temperature!r}")
+        raise _arg_error("temperature", f"temperature must be a number >= 0, got {temperature!r}") from None
+    if not 0 <= temperature <= _F32_MAX:
+        raise _arg_error("temperature", f"temperature must be a finite number >= 0 (a float32), got {temperature!r}")
     if top_k is None:
         top_k = 0
     elif isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0:
-        raise ArgumentError(f"top_k must be a positive integer or None, got {top_k!r}")
+        raise _arg_error("top_k", f"top_k must be a positive integer or None, got {top_k!r}")
     if top_p is None:
         top_p = 1.0
     else:
         try:
             top_p = float(top_p)
         except (TypeError, ValueError):
-            raise ArgumentError(f"top_p must be a number in (0, 1] or None, got {top_p!r}") from None
+            raise _arg_error("top_p", f"top_p must be a number in (0, 1] or None, got {top_p!r}") from None
         if not 0.0 < top_p <= 1.0:
-            raise ArgumentError(f"top_p must be in (0, 1] or None, got {top_p!r}")
-    return temperature, int(top_k), top_p
+            raise _arg_error("top_p", f"top_p must be in (0, 1] or None, got {top_p!r}")
+    return temperature, min(int(top_k), int(vocab_size)), top_p
+
+
+def _seed(seed):
+    """The entropy for ``np.random.default_rng``: None (fresh), or non-negative ints (an int s is ``[s, 0]``)."""
+    if seed is None:
+        return None
+    parts = list(seed) if isinstance(seed, (tuple, list)) else [seed, 0]
+    if not parts or any(isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 0 for p in parts):
+        raise _arg_error("seed", f"seed must be a non-negative integer (or a tuple of them), got {seed!r}")
+    return [int(p) for p in parts]
 
 
 __all__ = ["Scheduler", "Event", "Request"]

@@ -1,6 +1,6 @@
 """An OpenAI-compatible HTTP server over a ``tlaloc.serving.Engine``.
 
-    tlaloc serve ARTIFACT [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+    TLALOC_API_KEY=KEY tlaloc serve ARTIFACT [--host 127.0.0.1] [--port 8000] [limits]
 
 or, in Python, ``uvicorn.run(create_app(engine))``. Endpoints:
 
@@ -14,41 +14,55 @@ or, in Python, ``uvicorn.run(create_app(engine))``. Endpoints:
 =============================  =====================================================
 
 One thread owns the engine (:mod:`._engine_loop`); handlers await per-request asyncio
-queues it feeds. A client that disconnects has its requests cancelled, which frees
-their KV pages. Every error is a 4xx/5xx with ``{"error": {"message", "type", "param",
-"code"}}``, and one bad request never stops the server. With ``api_key`` set, every
-path but ``/health`` needs ``Authorization: Bearer KEY``.
+queues it feeds. Tokenising and chat templating run in worker threads, never on the event
+loop (detokenising stays on it: about 40 us a token at worst, less than a thread hop). A
+client that disconnects has its requests cancelled, which frees their KV pages, and the
+rest of a multi-prompt request is not submitted. Every error is a 4xx/5xx with
+``{"error": {"message", "type", "param", "code"}}``; client input never causes a 5xx, and
+one bad request never stops the server. What one request may ask for is bounded by
+:class:`~tlaloc.serving.limits.ServerLimits`; transport limits are in :mod:`._http`. With
+``api_key`` set, every path but ``/health`` needs ``Authorization: Bearer KEY``.
 """
 from __future__ import annotations
 
 import base64
 import contextlib
-import hmac
+import functools
 import json
+import logging
 import sys
 import time
 import uuid
 
+import anyio.to_thread
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from . import _prompts
 from ._engine_loop import EngineRunner
 from ._generation import ClientGone, Generation
+from ._http import Gate, protocol_with_header_timeout
+from .limits import ServerLimits
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .openai_schema import (ChatCompletionRequest, CompletionRequest, EmbeddingRequest, OpenAIError,
                             parse, refuse_unsupported)
 
-_ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/models", "/health",
-              "/metrics")
+log = logging.getLogger("tlaloc.serving")
+_DEFAULT_MAX_TOKENS = 16                   # OpenAI's default for /v1/completions (null means the default)
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def create_app(engine, *, api_key: str | None = None, embed_window_s: float = 0.002,
-               embed_max_batch: int = 64) -> FastAPI:
-    """A FastAPI app serving ``engine``; its lifespan starts and stops the engine thread."""
+def create_app(engine, *, api_key: str | None = None, limits: ServerLimits | None = None,
+               embed_window_s: float = 0.002, embed_max_batch: int = 64) -> FastAPI:
+    """A FastAPI app serving ``engine``; its lifespan starts and stops the engine thread.
+
+    ``limits`` (default ``ServerLimits()``) bounds what one request may ask for; see
+    :mod:`tlaloc.serving.limits`.
+    """
+    limits = limits or ServerLimits()
     runner_box: dict = {}
     metrics = ServerMetrics(lambda: runner_box["runner"].snapshot() if "runner" in runner_box else {})
     runner = EngineRunner(engine, metrics, embed_window_s=embed_window_s, embed_max_batch=embed_max_batch)
@@ -64,8 +78,8 @@ def create_app(engine, *, api_key: str | None = None, embed_window_s: float = 0.
 
     app = FastAPI(title="tlaloc", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.runner, app.state.metrics, app.state.engine = runner, metrics, engine
-    app.add_middleware(_Gate, api_key=api_key, metrics=metrics)
-    api = _Api(engine, runner, created=int(time.time()))
+    app.add_middleware(Gate, api_key=api_key, metrics=metrics, limits=limits)
+    api = _Api(engine, runner, limits, created=int(time.time()))
 
     @app.exception_handler(OpenAIError)
     async def _openai_error(_request, exc: OpenAIError):
@@ -105,24 +119,50 @@ def create_app(engine, *, api_key: str | None = None, embed_window_s: float = 0.
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        return await api.completions(request)
+        return await _guarded(api.completions, request)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        return await api.chat(request)
+        return await _guarded(api.chat, request)
 
     @app.post("/v1/embeddings")
     async def embeddings(request: Request):
-        return await api.embeddings(request)
+        return await _guarded(api.embeddings, request)
 
     return app
+
+
+async def _guarded(handler, request: Request):
+    """Run a route; a client gone is one log line, any other failure a 500 body (never a reset connection).
+
+    Starlette's catch-all handler answers a 500 and then re-raises, so uvicorn logs a traceback
+    and drops the keep-alive connection; catching here keeps the connection and the log short.
+    """
+    try:
+        return await handler(request)
+    except OpenAIError:
+        raise
+    except (ClientDisconnect, ClientGone):
+        log.info("%s %s: the client disconnected before the answer; its work was cancelled",
+                 request.method, request.url.path)
+        return JSONResponse(OpenAIError(499, "the client closed the request", code="client_closed").body(),
+                            status_code=499)
+    except Exception as exc:  # noqa: BLE001 - a bug; answer it as one
+        log.exception("%s %s failed", request.method, request.url.path)
+        raise OpenAIError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error",
+                          code="internal_error") from None
+
+
+async def _off_loop(fn, *args, **kwargs):
+    """Run CPU-heavy request work (tokenising, templating) in a worker thread, not on the event loop."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
 
 
 class _Api:
     """The generation and embedding endpoints (the routes above are thin shims)."""
 
-    def __init__(self, engine, runner: EngineRunner, created: int):
-        self.engine, self.runner, self.created = engine, runner, created
+    def __init__(self, engine, runner: EngineRunner, limits: ServerLimits, created: int):
+        self.engine, self.runner, self.limits, self.created = engine, runner, limits, created
         self.tokenizer = engine.tokenizer
         self.stop_ids = tuple(int(i) for i in (getattr(engine, "eos_token_ids", None) or ()))
 
@@ -146,9 +186,11 @@ class _Api:
         self.check_model(body.model)
         refuse_unsupported(body)
         self.check_kind("decoder", "/v1/completions")
-        prompts = _prompts.prompt_token_lists(self.tokenizer, body.prompt)
-        _prompts.check_capacity(prompts, body.max_tokens, self.engine.max_context)
-        gen = await self._start(body, prompts, body.max_tokens, "cmpl")
+        self.limits.check_choices(_prompts.prompt_count(body.prompt), body.n)
+        prompts = await _off_loop(_prompts.prompt_token_lists, self.tokenizer, body.prompt)
+        max_tokens = _prompts.completion_budget(prompts, body.max_tokens, _prompts.max_sequence_tokens(self.engine),
+                                                default=_DEFAULT_MAX_TOKENS)
+        gen = await self._start(body, prompts, max_tokens, "cmpl", request)
 
         def chunk(index, text, reason):
             return {"id": gen.request_id, "object": "text_completion", "created": int(time.time()),
@@ -168,16 +210,15 @@ class _Api:
         self.check_model(body.model)
         refuse_unsupported(body)
         self.check_kind("decoder", "/v1/chat/completions")
+        self.limits.check_choices(1, body.n)
         messages = [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})}
                     for m in body.messages]
-        text = _prompts.chat_prompt(self.engine, messages)
-        ids = list(self.tokenizer.encode(text, add_special_tokens=False).ids)
-        _prompts.check_token_ids(self.tokenizer, ids, "the rendered chat", "messages")
-        max_tokens = body.max_completion_tokens or body.max_tokens or self.engine.max_context - len(ids)
-        if max_tokens < 1:
-            max_tokens = 1                      # so check_capacity names the real problem: the prompt
-        _prompts.check_capacity([ids], max_tokens, self.engine.max_context, param="messages")
-        gen = await self._start(body, [ids], max_tokens, "chatcmpl")
+        ids = await _off_loop(_prompts.chat_token_ids, self.engine, messages)
+        explicit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+        max_tokens = _prompts.completion_budget(
+            [ids], explicit, _prompts.max_sequence_tokens(self.engine), default=None, param="messages",
+            tokens_param="max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens")
+        gen = await self._start(body, [ids], max_tokens, "chatcmpl", request)
 
         def chunk(index, text, reason):
             delta = {} if text is None else {"content": text}
@@ -198,16 +239,16 @@ class _Api:
                 "choices": [{"index": c.index, "message": {"role": "assistant", "content": c.text.text},
                              "logprobs": None, "finish_reason": c.finish_reason} for c in choices]}
 
-    async def _start(self, body, prompts, max_tokens: int, prefix: str) -> Generation:
+    async def _start(self, body, prompts, max_tokens: int, prefix: str, request: Request) -> Generation:
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-        if len(stop) > 4:
-            raise OpenAIError(400, f"'stop' holds {len(stop)} strings; at most 4 are allowed", param="stop",
-                              code="invalid_value")
-        sampling = dict(max_new_tokens=max_tokens, temperature=body.temperature, top_k=body.top_k,
+        self.limits.check_stop(stop)
+        vocab = _prompts.vocab_size(self.tokenizer)
+        top_k = None if body.top_k is None else min(body.top_k, vocab)      # >= vocabulary: all tokens
+        sampling = dict(max_new_tokens=max_tokens, temperature=body.temperature, top_k=top_k,
                         top_p=body.top_p if body.top_p < 1.0 else None, seed=body.seed, stop_ids=self.stop_ids)
         gen = Generation(self.runner, self.tokenizer, request_id=f"{prefix}-{uuid.uuid4().hex}",
                          prompts=prompts, n=body.n, sampling=sampling, stop=stop)
-        await gen.start()
+        await gen.start(is_disconnected=request.is_disconnected)
         return gen
 
     async def _collect(self, gen: Generation, request: Request):
@@ -256,7 +297,10 @@ class _Api:
                                    "is not supported for embeddings)", param="input", code="invalid_value")
         if any(not t for t in texts):
             raise OpenAIError(400, "'input' holds an empty string", param="input", code="invalid_value")
-        lengths = [len(e.ids) for e in self.tokenizer.encode_batch(texts)]
+        if len(texts) > self.limits.max_embedding_inputs:
+            raise OpenAIError(400, f"'input' holds {len(texts)} texts; at most {self.limits.max_embedding_inputs} "
+                                   f"are allowed in one request", param="input", code="too_many_inputs")
+        lengths = [len(e.ids) for e in await _off_loop(self.tokenizer.encode_batch, texts)]
         for index, length in enumerate(lengths):
             if length > self.engine.max_context:
                 raise OpenAIError(400, f"input[{index}] has {length} tokens; this model takes at most "
@@ -291,57 +335,25 @@ def _sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-class _Gate:
-    """ASGI middleware: the API key check (all paths but /health) and the request counter."""
-
-    def __init__(self, app, api_key: str | None, metrics: ServerMetrics):
-        self.app, self.metrics = app, metrics
-        self.expected = f"Bearer {api_key}".encode() if api_key else None
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        status = {"code": 0}
-
-        async def counting_send(message):
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
-
-        path = scope.get("path", "")
-        try:
-            if self.expected and path != "/health" and not self._authorized(scope):
-                error = OpenAIError(401, "missing or wrong API key: send 'Authorization: Bearer KEY'",
-                                    code="invalid_api_key")
-                await JSONResponse(error.body(), status_code=401,
-                                   headers={"WWW-Authenticate": "Bearer"})(scope, receive, counting_send)
-            else:
-                await self.app(scope, receive, counting_send)
-        finally:
-            endpoint = path if path in _ENDPOINTS else ("/v1/models" if path.startswith("/v1/models/")
-                                                        else "other")
-            self.metrics.http_requests.labels(endpoint=endpoint, status=str(status["code"])).inc()
-
-    def _authorized(self, scope) -> bool:
-        for name, value in scope.get("headers", []):
-            if name == b"authorization":
-                return hmac.compare_digest(value, self.expected)
-        return False
-
-
 def serve(artifact_dir: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
-          log_level: str = "info") -> None:
+          log_level: str = "info", limits: ServerLimits | None = None, max_waiting: int = 1024) -> None:
     """Load ``artifact_dir`` with ``tlaloc.serving.Engine`` and serve it until interrupted."""
     from ._load import load_engine
-    run_server(load_engine(artifact_dir), host=host, port=port, api_key=api_key, log_level=log_level)
+    run_server(load_engine(artifact_dir, max_waiting=max_waiting), host=host, port=port, api_key=api_key,
+               log_level=log_level, limits=limits)
 
 
 def run_server(engine, *, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
-               log_level: str = "info") -> None:
-    """Serve ``engine`` with uvicorn until interrupted (Ctrl-C stops the engine thread too)."""
+               log_level: str = "info", limits: ServerLimits | None = None) -> None:
+    """Serve ``engine`` with uvicorn until interrupted (Ctrl-C stops the engine thread too).
+
+    Connections: h11 with a header timeout, keep-alive and header-size limits from ``limits``.
+    """
     import uvicorn
+    limits = limits or ServerLimits()
     if host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         print(f"tlaloc serve: warning: listening on {host} without --api-key; anyone who can reach "
               f"this address can use the model", file=sys.stderr)
-    uvicorn.run(create_app(engine, api_key=api_key), host=host, port=port, log_level=log_level,
-                timeout_graceful_shutdown=5)
+    uvicorn.run(create_app(engine, api_key=api_key, limits=limits), host=host, port=port, log_level=log_level,
+                timeout_graceful_shutdown=5, http=protocol_with_header_timeout(limits.header_timeout_s),
+                timeout_keep_alive=limits.keep_alive_s, h11_max_incomplete_event_size=limits.max_header_bytes)
