@@ -23,11 +23,15 @@ import numpy as np
 from .. import _pytree
 from .._core.builder import Builder, Value
 from .._core.graph import Graph, Var
-from ..errors import FenceError, TypeAnnotationError
+from ..errors import FenceError, ShapeError, TypeAnnotationError
 from .control import ControlLowerer
 from .expr import ExprLowerer, binop
 from .analysis import assigned_names
 from .source import FunctionSource, read_source
+from . import host
+from .specialise import FinalAvals, StaticValue
+from .._core.aval import UNKNOWN as _UNKNOWN
+from .values import maybe_int
 from .values import (BROKE, CONT, RET, RETURNED, LocalFunction, Undefined, is_symbolic)
 
 _MAX_INLINE_DEPTH = 64
@@ -49,6 +53,9 @@ class Context:
     closure_inputs: list            # [(getter, Value, description)]
     closure_keys: dict
     stack: list                     # functions being inlined (recursion guard)
+    frame: Any = None               # host.Frame: results of call-time actions (host.py)
+    guards: list = dataclasses.field(default_factory=list)   # host.Guard per folded global
+    specialisable: bool = False     # a ShapeNeeded can still be met by a more specialised build
 
 
 class Lowerer(ExprLowerer, ControlLowerer):
@@ -97,8 +104,13 @@ class Lowerer(ExprLowerer, ControlLowerer):
     def _external(self, value, key, getter, name):
         """A global or closure value: arrays become graph inputs read at call time;
         everything else is a static constant."""
+        if getattr(getter, "__tlaloc_call_time__", False):
+            return self._host_input(getter, getattr(getter, "__tlaloc_host_call__", None))
         leaves, tree = _pytree.flatten(value) if isinstance(value, (list, tuple, dict)) else ([value], None)
         if not any(isinstance(l, np.ndarray) for l in leaves):
+            if key not in self.ctx.closure_keys and host.wants_guard(value):
+                self.ctx.closure_keys[key] = value
+                self.ctx.guards.append(host.Guard(getter, value, name))
             return value
         if key in self.ctx.closure_keys:
             return self.ctx.closure_keys[key]
@@ -117,6 +129,48 @@ class Lowerer(ExprLowerer, ControlLowerer):
         result = outs[0] if tree is None else _pytree.unflatten(tree, outs)
         self.ctx.closure_keys[key] = result
         return result
+
+    def _host_input(self, getter, where, hint=None):
+        """A graph input read by ``getter`` at every call (a call-time action, host.py)."""
+        v = self.ctx.root.new_input(_UNKNOWN, hint)
+        self.ctx.closure_inputs.append((getter, v, where))
+        return v
+
+    def host_call(self, fn, args, kwargs, node):
+        """Record a call whose result is not a function of the arguments (host.py)."""
+        name = host.call_time_name(fn)
+        from .structure import ShapeNeeded, StaticMutation
+        from .. import numpy as tnp
+        for a in _pytree.leaves((list(args), dict(kwargs))):
+            if (isinstance(a, tnp._SymbolicShape) or maybe_int(a)) and self.ctx.specialisable:
+                raise self.src.error(node, f"`{name}` takes a size computed from the arguments; "
+                                           f"built at the first call for its value", ShapeNeeded)
+            if is_symbolic(a):
+                if a.aval.shape == () and a.aval.dtype is not None and np.dtype(a.aval.dtype).kind in "iu":
+                    raise self.src.error(node, f"`{name}` takes a size computed from the arguments; "
+                                               f"built at the first call for its value", ShapeNeeded)
+                raise self.src.error(node, f"`{name}` runs when the function is called, before any array "
+                                           f"is computed, so it cannot take an array computed inside the "
+                                           f"function; draw standard noise and transform it instead "
+                                           f"(`mu + sigma * rs.standard_normal(shape)`)")
+        if self.b is not self.ctx.root:
+            raise self.src.error(node, f"`{name}` runs at call time, but here it is inside an `if` or loop "
+                                       f"on an array value (NumPy would call it only on the paths taken); "
+                                       f"call it before the branch or loop", StaticMutation)
+        if self.ctx.frame is None:
+            self.ctx.frame = host.Frame()
+        k = len(self.ctx.closure_inputs)
+        kind = host.result_kind(fn)
+        loc = self.src.loc(node)
+        where = f"{loc.filename}:{loc.lineno}:{loc.col}: `{name}`"
+        getter = host.make_getter(self.ctx.frame, k, fn, args, kwargs, kind, where)
+        hint = (fn.name if isinstance(fn, host.HostMethod) else getattr(fn, "__name__", "host")).strip("_")
+        v = self._host_input(getter, where, hint if hint.isidentifier() else "host")
+        if kind == "object":
+            return host.HostObject(self.ctx.frame, k, name.rsplit(".", 1)[-1])
+        if kind == "effect":
+            return None
+        return v
 
     # -- statements -------------------------------------------------------------------
     def block(self, stmts):
@@ -151,7 +205,14 @@ class Lowerer(ExprLowerer, ControlLowerer):
         if method is None:
             raise self.src.error(node, _refusal(node))
         with self.b.at(self.src.loc(node)):
-            method(node)
+            try:
+                method(node)
+            except ShapeError as e:
+                if not self.ctx.specialisable:
+                    raise
+                from .expr import _unlocated
+                from .structure import ShapeNeeded
+                raise self.src.error(node, _unlocated(str(e)), ShapeNeeded) from None
 
     def stmt_Expr(self, node):
         if isinstance(node.value, ast.Constant):
@@ -225,9 +286,24 @@ class Lowerer(ExprLowerer, ControlLowerer):
                 from .. import numpy as tnp
                 new = index_set(base, idx, binop(type(node.op), tnp._getitem(base, idx), v))
             self._store_subscript_base(t.value, new)
+        elif isinstance(t, ast.Attribute):
+            self._attribute_effect(t, self.expr(node.value), node, type(node.op))
         else:
             raise self.src.error(node, f"augmented assignment to {type(t).__name__} is not supported; "
                                        f"assign to a name or a subscript")
+
+    def _attribute_effect(self, target, value, node, op=None):
+        """``self.n_calls += 1`` / ``obj.attr = v``: made at call time, in order (host.py)."""
+        obj = self.expr(target.value)
+        if is_symbolic(obj) or is_symbolic(value):
+            raise self.src.error(node, "assignment to an Attribute of an array, or of an array computed "
+                                       "inside a differentiated function, is not supported (objects are "
+                                       "immutable here; only plain Python values may be stored, at call "
+                                       "time); return the value instead (has_aux=True)")
+        if self.b is not self.ctx.root:
+            raise self.src.error(node, "setting an attribute inside an `if` or loop on an array value; "
+                                       "do it outside the branch")
+        self._host_input(host.attribute_setter(obj, target.attr, value, op), None, "effect")
 
     def assign(self, target, value):
         if isinstance(target, ast.Name):
@@ -243,6 +319,8 @@ class Lowerer(ExprLowerer, ControlLowerer):
             base = self.expr(target.value)
             new = index_set(base, self.index(target.slice), value)
             self._store_subscript_base(target.value, new)
+        elif isinstance(target, ast.Attribute):
+            self._attribute_effect(target, value, target)
         elif isinstance(target, ast.Starred):
             raise self.src.error(target, "starred assignment targets are not supported; unpack explicitly")
         else:
@@ -313,10 +391,10 @@ class Lowerer(ExprLowerer, ControlLowerer):
         if is_symbolic(value):
             shape = value.aval.shape
             if shape is None or not shape or type(shape[0]) is not int:
-                from .structure import StructureNeeded
+                from .structure import ShapeNeeded
                 raise self.src.error(node, f"unpacking a value of unknown length into {n} names (if this "
                                            f"argument is a tuple, its structure is read at the first call; "
-                                           f"for an array write x[0], x[1])", StructureNeeded)
+                                           f"for an array, its shape)", ShapeNeeded)
             if shape[0] != n:
                 raise self.src.error(node, f"cannot unpack an array of length {shape[0]} into {n} names")
             from .. import numpy as tnp
@@ -352,17 +430,57 @@ class Lowerer(ExprLowerer, ControlLowerer):
                                        "apply the transform to the outer function")
         self.env[node.name] = LocalFunction(node, self.src, self.env, self.scope, node.name)
 
+    def stmt_With(self, node):
+        """``with np.errstate(...)`` / ``warnings.catch_warnings()`` around numeric code: the body is
+        lowered as is (these managers change how NumPy reports floating-point events, not values)."""
+        import warnings
+        for item in node.items:
+            mgr = self.expr(item.context_expr)
+            if not isinstance(mgr, (np.errstate, warnings.catch_warnings)):
+                raise self.src.error(node, f"`with` {type(mgr).__name__}(...) is not supported in a "
+                                           f"differentiated function (only np.errstate and "
+                                           f"warnings.catch_warnings are); move it outside")
+            if item.optional_vars is not None:
+                self.assign(item.optional_vars, None)
+        with warnings.catch_warnings():     # filters set in the body while lowering are undone here
+            self.block(node.body)
+
     def stmt_Assert(self, node):
         test = self.expr(node.test)
         if is_symbolic(test):
             raise self.src.error(node, "`assert` on an array value cannot be checked while lowering; "
                                        "check it before calling the transformed function")
-        if not test:
-            raise self.src.error(node, "assertion failed while lowering")
+        if not test:                # fails for this signature: raised when the function is called
+            msg = None if node.msg is None else self.expr(node.msg)
+            if is_symbolic(msg) or self.b is not self.ctx.root:
+                raise self.src.error(node, "assertion failed while lowering")
+            self._host_input(host.raiser(AssertionError() if msg is None else AssertionError(msg)), None,
+                             "raised")
+            self.env[RET] = 0.0
+            self.env[RETURNED] = True
 
     def stmt_Raise(self, node):
-        raise self.src.error(node, "`raise` inside a differentiated function is not supported; "
-                                   "validate arguments before calling it")
+        """``raise`` on a path known when lowering: the exception is raised at call time (a
+        call-time action, host.py), after the actions before it. Under a condition on array
+        values it is refused (or built again once shapes are known)."""
+        if self.b is not self.ctx.root or self.in_loop and self.pending_guard() is not None:
+            from .structure import ShapeNeeded
+            if self.ctx.specialisable:
+                raise self.src.error(node, "`raise` under a condition that is not known yet", ShapeNeeded)
+            raise self.src.error(node, "`raise` under a condition on array values cannot be checked in a "
+                                       "differentiated function; validate the values before calling it")
+        if node.exc is None:
+            raise self.src.error(node, "a bare `raise` needs an active exception; raise an exception instead")
+        exc = self.expr(node.exc)
+        if is_symbolic(exc) or not (isinstance(exc, BaseException)
+                                    or isinstance(exc, type) and issubclass(exc, BaseException)):
+            raise self.src.error(node, "`raise` needs an exception made from Python values")
+        loc = self.src.loc(node)
+        self._host_input(host.raiser(exc), None, "raised")
+        self.env[RET] = 0.0                     # never returned: the call raises first
+        self.env[RETURNED] = True
+        if self.in_loop:
+            self.env[BROKE] = True
 
     # -- calls to user functions: lowered inline ------------------------------------------------
     def inline_call(self, fn, args, kwargs, node):
@@ -452,20 +570,24 @@ def _python_defaults(fn) -> dict:
 
 def bind_arguments(src, fnode, args, kwargs, defaults, node_for_errors=None, caller=None):
     a = fnode.args
-    if a.vararg or a.kwarg:
-        where = node_for_errors if caller is not None else fnode
-        err_src = caller if caller is not None else src
-        raise err_src.error(where, "functions with *args or **kwargs cannot be lowered; "
-                                   "name each parameter")
     names = [p.arg for p in a.posonlyargs + a.args]
     env = {}
+    if a.vararg:
+        env[a.vararg.arg] = tuple(args[len(names):])
+        args = args[:len(names)]
+    if a.kwarg:
+        known = set(names) | {p.arg for p in a.kwonlyargs}
+        env[a.kwarg.arg] = {k: v for k, v in kwargs.items() if k not in known}
+        kwargs = {k: v for k, v in kwargs.items() if k in known}
     if len(args) > len(names):
         raise (caller or src).error(node_for_errors or fnode,
                                     f"too many arguments: {len(args)} given, {len(names)} expected")
     for n, v in zip(names, args):
         env[n] = v
     for k, v in kwargs.items():
-        if k in env:
+        if k in env or k not in names and k not in {p.arg for p in a.kwonlyargs}:
+            if k not in env:
+                raise (caller or src).error(node_for_errors or fnode, f"unexpected keyword argument `{k}`")
             raise (caller or src).error(node_for_errors or fnode, f"argument `{k}` given twice")
         env[k] = v
     for n in names + [p.arg for p in a.kwonlyargs]:
@@ -514,6 +636,7 @@ class LoweredFunction:
     closure_getters: list
     out_tree: Any
     src: FunctionSource
+    guards: tuple = ()              # host.Guard per global/closure value folded as a constant
 
 
 def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunction:
@@ -532,13 +655,12 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
     src = read_source(fn)
     fnode = src.node
     a = fnode.args
-    if a.vararg or a.kwarg:
-        raise src.error(fnode, "functions with *args or **kwargs cannot be transformed; name each parameter")
     params = [p.arg for p in a.posonlyargs + a.args]
     if bound_self is not None:
         self_name, params = params[0], params[1:]
     root = Builder(name=name or fn.__name__)
     ctx = Context(root, [], {}, [fn.__code__])
+    ctx.specialisable = arg_avals is None or not isinstance(arg_avals, FinalAvals)
     scope = Scope(fn.__globals__, _closure_dict(fn))
     defaults = _python_defaults(fn)
     if arg_trees is None:
@@ -556,15 +678,22 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
             leaves = []
             for k in range(tree.num_leaves):
                 aval = arg_avals[leaf_index] if arg_avals is not None else None
-                from .._core.aval import UNKNOWN
                 hint = pname if tree.kind == "leaf" else f"{pname}_{k}"
-                leaves.append(root.new_input(aval or UNKNOWN, hint))
+                if isinstance(aval, StaticValue):      # its value is part of the signature
+                    root.new_input(aval.aval, hint)
+                    leaves.append(aval.value)
+                else:
+                    leaves.append(root.new_input(aval or _UNKNOWN, hint))
                 leaf_index += 1
             env[pname] = _pytree.unflatten(tree, leaves)
         for pname in params[len(arg_trees):]:
             if pname not in defaults:
                 raise src.error(fnode, f"parameter `{pname}` has no argument")
             env[pname] = defaults[pname]
+        if a.vararg:                      # extra positional arguments are not passed to a transform
+            env[a.vararg.arg] = ()
+        if a.kwarg:
+            env[a.kwarg.arg] = {}
         for p in a.kwonlyargs:
             if p.arg not in (fn.__kwdefaults__ or {}):
                 raise src.error(fnode, f"keyword-only parameter `{p.arg}` needs a default")
@@ -579,7 +708,7 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
                                        f"function must return arrays (in tuples/lists/dicts)")
     graph = root.finish(out_leaves, name or fn.__name__)
     return LoweredFunction(graph, fn, params, list(arg_trees), [g for g, _, _ in ctx.closure_inputs],
-                           out_tree, src)
+                           out_tree, src, tuple(ctx.guards))
 
 
 def make_graph(fun) -> Graph:

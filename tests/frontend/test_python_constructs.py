@@ -1,0 +1,111 @@
+"""Issue 14, part 3: Python constructs of real programs (containers, *args, raise, side effects).
+
+Gradients are checked against autograd in float64; side effects and raised
+exceptions are checked to happen at call time, once per call, as in plain Python.
+"""
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+
+import tlaloc as tl
+
+
+class Objective:
+    """A library-style objective: validates its input, raises on bad sizes, counts its calls."""
+
+    def __init__(self, ndim):
+        self.ndim = ndim
+        self.n_calls = 0
+        self.last_size = None
+
+    def evaluate(self, x, *args, **kwargs):
+        if len(x) != self.ndim:
+            raise ValueError(f"expected {self.ndim} values, got {len(x)}")
+        self.n_calls += 1
+        self.last_size = len(x)
+        return np.sum((x[1:] - x[:-1] ** 2) ** 2) + np.sum((1 - x[:-1]) ** 2)
+
+
+def a_rosen(x):
+    return anp.sum((x[1:] - x[:-1] ** 2) ** 2) + anp.sum((1 - x[:-1]) ** 2)
+
+
+def through_wrapper(obj, x):
+    return obj.evaluate(x, "unused", 3, scale=2.0)
+
+
+def test_validating_counting_method_with_star_args():
+    obj = Objective(3)
+    g = tl.grad(obj.evaluate)
+    x = np.array([0.3, -0.5, 1.2])
+    np.testing.assert_allclose(g(x), autograd.grad(a_rosen)(x), rtol=1e-13)
+    assert obj.n_calls == 1 and obj.last_size == 3            # the side effects ran at the call, once
+    g(x)
+    assert obj.n_calls == 2
+    with pytest.raises(ValueError, match="expected 3 values, got 4"):
+        g(np.ones(4))                                         # the user's exception, at call time
+    assert obj.n_calls == 2                                   # the raise comes before the count
+    w = tl.grad(through_wrapper, argnums=1)
+    np.testing.assert_allclose(w(obj, x), autograd.grad(a_rosen)(x), rtol=1e-13)
+    assert obj.n_calls == 3
+
+
+def containers(x):
+    states = []
+    for i in range(len(x)):
+        states.append(np.tanh(x[i] * 2.0))
+    pairs = [a * b for a, b in zip(x, states)]
+    table = {k: v ** 2 for k, v in enumerate(states)}
+    t = tuple(states)
+    assert isinstance(t, tuple)
+    total = np.sum(np.array(pairs)) + sum(table.values()) + max(x) + min(x) + abs(t[0])
+    return total + np.sum([np.sum(x), np.mean(x)]) + sum(list(x[1::2]))
+
+
+def a_containers(x):
+    states = [anp.tanh(x[i] * 2.0) for i in range(len(x))]
+    pairs = [a * b for a, b in zip(x, states)]
+    total = anp.sum(anp.array(pairs)) + sum(s ** 2 for s in states) + anp.max(x) + anp.min(x) + anp.abs(states[0])
+    return total + anp.sum(x) + anp.mean(x) + anp.sum(x[1::2])
+
+
+def test_containers_comprehensions_and_builtins_over_arrays():
+    x = np.array([0.3, -0.7, 1.1, 0.2])
+    np.testing.assert_allclose(tl.grad(containers)(x), autograd.grad(a_containers)(x), rtol=1e-12)
+
+
+def refuses_raise_on_values(x):
+    if np.sum(x) > 0:
+        raise ValueError("positive")
+    return np.sum(x)
+
+
+def test_raise_under_a_condition_on_array_values_is_refused_at_the_users_line():
+    with pytest.raises(tl.FenceError, match="`raise` under a condition on array values") as e:
+        tl.grad(refuses_raise_on_values)(np.ones(2))
+    assert f"{__file__}:{refuses_raise_on_values.__code__.co_firstlineno + 2}:" in str(e.value)
+
+
+DATA = np.array([1.0, 2.0, 3.0])
+
+
+def shape_changing_carry(r):
+    a = 1.0
+    for i in range(1, 3):
+        a = a + 1.0 / (r + DATA + i)       # a: a Python float on trip 1, then an array of 3
+    return np.sum(a)
+
+
+def a_shape_changing_carry(r):
+    a = 1.0
+    for i in range(1, 3):
+        a = a + 1.0 / (r + DATA + i)
+    return anp.sum(a)
+
+
+def test_second_order_through_a_loop_whose_carry_changes_shape():
+    want = autograd.grad(autograd.grad(a_shape_changing_carry))(0.5)
+    np.testing.assert_allclose(tl.grad(tl.grad(shape_changing_carry))(0.5), want, rtol=1e-13)
+    np.testing.assert_allclose(tl.grad(shape_changing_carry)(0.5), autograd.grad(a_shape_changing_carry)(0.5),
+                               rtol=1e-13)
