@@ -3,6 +3,8 @@
 Gradients are checked against autograd in float64; side effects and raised
 exceptions are checked to happen at call time, once per call, as in plain Python.
 """
+import functools
+
 import autograd
 import autograd.numpy as anp
 import numpy as np
@@ -109,3 +111,62 @@ def test_second_order_through_a_loop_whose_carry_changes_shape():
     np.testing.assert_allclose(tl.grad(tl.grad(shape_changing_carry))(0.5), want, rtol=1e-13)
     np.testing.assert_allclose(tl.grad(shape_changing_carry)(0.5), autograd.grad(a_shape_changing_carry)(0.5),
                                rtol=1e-13)
+
+
+LOG = []
+COUNTS = {"calls": 0}
+
+
+def logs_and_counts(x):
+    LOG.append("called")
+    COUNTS["calls"] += 1
+    local = []
+    local.append(x * 2.0)
+    return np.sum(local[0] ** 2)
+
+
+def logs_computed(x):
+    y = np.sum(x ** 2)
+    LOG.append(y)
+    return y
+
+
+def test_mutations_of_outside_containers_happen_at_each_call():
+    del LOG[:]
+    COUNTS["calls"] = 0
+    g = tl.grad(logs_and_counts)
+    assert LOG == [] and COUNTS["calls"] == 0          # nothing happens when the transform is built
+    np.testing.assert_array_equal(g(np.ones(2)), [8.0, 8.0])
+    g(np.ones(2))
+    assert LOG == ["called", "called"] and COUNTS["calls"] == 2
+
+
+def test_storing_a_computed_array_outside_is_refused_at_the_users_line():
+    with pytest.raises(tl.FenceError, match="has_aux") as e:
+        tl.grad(logs_computed)
+    assert f"{__file__}:{logs_computed.__code__.co_firstlineno + 2}:" in str(e.value)
+
+
+def test_a_container_the_function_mutates_is_not_rebuilt_each_call(caplog, monkeypatch):
+    import logging
+    monkeypatch.setenv("TLALOC_LOG_COMPILES", "1")
+    g = tl.grad(logs_and_counts)
+    with caplog.at_level(logging.WARNING, logger="tlaloc"):
+        g(np.ones(2))
+        g(np.ones(2))
+    assert not [r for r in caplog.records if "changed since" in r.getMessage()]
+
+
+def scaled_square(a, x):
+    return np.sum(a * x ** 2)
+
+
+def through_partial(x):
+    return functools.partial(scaled_square, 3.0)(x)
+
+
+def test_grad_of_a_numpy_function_and_through_functools_partial():
+    np.testing.assert_allclose(tl.grad(np.sqrt)(2.0), autograd.grad(anp.sqrt)(2.0), rtol=1e-15)
+    np.testing.assert_allclose(tl.grad(tl.grad(np.sqrt))(2.0), autograd.grad(autograd.grad(anp.sqrt))(2.0),
+                               rtol=1e-14)
+    np.testing.assert_array_equal(tl.grad(through_partial)(np.array([1.0, -2.0])), [6.0, -12.0])

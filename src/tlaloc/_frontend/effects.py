@@ -120,3 +120,28 @@ class EffectsLowerer:
         self.env[RETURNED] = True
         if self.in_loop:
             self.env[BROKE] = True
+
+    # -- Python containers: made in the function (mutated while lowering) or outside it -----------
+    def outside(self, value):
+        """Mark a list/dict read from a global, a closure or an object's attribute: it outlives the
+        call, so mutating it is a call-time effect (``external_mutation``)."""
+        if isinstance(value, (list, dict)):
+            self.ctx.outside_containers.append(value)
+        return value
+
+    def is_outside(self, container) -> bool:
+        return any(c is container for c in self.ctx.outside_containers)
+
+    def external_mutation(self, fn, args, kwargs, node):
+        """``log.append(v)`` / ``counts.update(...)`` on a container that outlives the call: made at
+        call time, once per call, in order (host.py). A value computed in the function is refused."""
+        name = getattr(fn, "__name__", "mutation")
+        if any(is_symbolic(a) for a in _pytree.leaves((list(args), dict(kwargs)))):
+            raise self.src.error(node, f"`{name}` stores an array computed inside a differentiated function "
+                                       f"in a container that outlives the call; return the value instead "
+                                       f"(has_aux=True) and store it outside")
+        owner = getattr(fn, "__self__", None)
+        # the function changes this container itself at each call: its contents are not a guard
+        self.ctx.guards[:] = [g for g in self.ctx.guards if g.value is not owner]
+        self._host_input(host.mutation(fn, args, kwargs), None, "effect")
+        return None

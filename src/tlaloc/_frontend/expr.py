@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import operator
 import types
 
@@ -205,7 +206,7 @@ class ExprLowerer:
             raise self.src.error(node, f"arrays have no attribute `{node.attr}` inside a differentiated "
                                        f"function; use the tlaloc.numpy function instead")
         try:
-            return getattr(obj, node.attr)
+            return self.outside(getattr(obj, node.attr))     # self.history: a container outside f
         except AttributeError:
             raise self.src.error(node, f"{type(obj).__name__} has no attribute `{node.attr}`") from None
 
@@ -335,6 +336,8 @@ class ExprLowerer:
                                        "pytree, its structure is read at the first call)", StructureNeeded)
         if calls.is_user_function(fn):
             return self.inline_call(fn, args, kwargs, node)
+        if isinstance(fn, functools.partial):          # functools.partial(f, a)(x) is f(a, x)
+            return self.call(fn.func, list(fn.args) + list(args), {**fn.keywords, **kwargs}, node)
         if host.call_time_name(fn) is not None:
             if getattr(fn, "__name__", "") == "print" and symbolic:
                 raise self.src.error(node, "`print` of an array computed inside a differentiated function; "
@@ -383,8 +386,6 @@ class ExprLowerer:
                 raise self.src.error(node, f"`numpy.{getattr(fn, '__name__', fn)}` has no tlaloc "
                                            f"equivalent yet; use a tlaloc.numpy function or tl.custom_vjp")
             return self._checked(eq, args, kwargs, node)
-        if isinstance(fn, (type(print),)) and not symbolic:
-            return self._static_call(fn, args, kwargs, node)
         owner = getattr(fn, "__self__", None)
         if isinstance(owner, (list, dict)) and getattr(fn, "__name__", "") in _CONTAINER_METHODS:
             # list.append / dict.update on a Python container built in the function: fine in
@@ -394,6 +395,10 @@ class ExprLowerer:
                 raise self.src.error(node, f"`{fn.__name__}` on a Python {type(owner).__name__} inside an `if` "
                                            f"or loop on an array value; build the list before the branch "
                                            f"or use tnp.stack / tl.scan", StaticMutation)
+            if self.is_outside(owner):              # a log list or counter outside f: mutated per call
+                return self.external_mutation(fn, args, kwargs, node)
+            return self._static_call(fn, args, kwargs, node)
+        if isinstance(fn, (type(print),)) and not symbolic:
             return self._static_call(fn, args, kwargs, node)
         mod = getattr(fn, "__module__", "") or ""
         if mod.startswith("tlaloc") or isinstance(getattr(fn, "__self__", None), Value):

@@ -143,6 +143,15 @@ def attribute_setter(obj, attr, value, op=None):
     return set_at_call_time
 
 
+def mutation(method, args, kwargs):
+    """A getter that calls ``method(*args, **kwargs)`` (``log.append(3)``) when the function is called."""
+    def mutate_at_call_time():
+        method(*args, **kwargs)
+        return _NOTHING
+    mutate_at_call_time.__tlaloc_call_time__ = True
+    return mutate_at_call_time
+
+
 class Guard:
     """True while the global/closure value read when the function was lowered is unchanged."""
 

@@ -56,6 +56,7 @@ class Context:
     frame: Any = None               # host.Frame: results of call-time actions (host.py)
     guards: list = dataclasses.field(default_factory=list)   # host.Guard per folded global
     specialisable: bool = False     # a ShapeNeeded can still be met by a more specialised build
+    outside_containers: list = dataclasses.field(default_factory=list)  # globals' lists/dicts (effects.py)
 
 
 class Lowerer(ExprLowerer, ControlLowerer, EffectsLowerer):
@@ -111,7 +112,7 @@ class Lowerer(ExprLowerer, ControlLowerer, EffectsLowerer):
             if key not in self.ctx.closure_keys and host.wants_guard(value):
                 self.ctx.closure_keys[key] = value
                 self.ctx.guards.append(host.Guard(getter, value, name))
-            return value
+            return self.outside(value)
         if key in self.ctx.closure_keys:
             return self.ctx.closure_keys[key]
         outs = []
@@ -233,6 +234,17 @@ class Lowerer(ExprLowerer, ControlLowerer, EffectsLowerer):
             base = self.expr(t.value)
             idx = self.index(t.slice)
             v = self.expr(node.value)
+            if isinstance(base, (list, dict)) and not is_symbolic(idx):      # counts[k] += 1
+                new = binop(type(node.op), base[idx], v)
+                if not self.is_outside(base):
+                    base[idx] = new
+                else:
+                    op = type(node.op)
+                    def update(base=base, idx=idx, op=op, v=v):
+                        base[idx] = binop(op, base[idx], v)
+                    update.__self__ = base
+                    self.external_mutation(update, [], {}, node)
+                return
             if isinstance(node.op, ast.Add) and _scalar_index(idx):
                 # one element or a slice: NumPy's read-add-write is an add in place
                 from .._prims.indexing import index_add
@@ -436,6 +448,18 @@ def _scalar_index(idx) -> bool:
     return True
 
 
+def _numpy_function(F):
+    """A Python function calling the NumPy function ``F`` (one argument per ufunc input)."""
+    if getattr(F, "nin", 1) == 2:
+        def numpy_function(x1, x2):
+            return F(x1, x2)
+    else:
+        def numpy_function(x):
+            return F(x)
+    numpy_function.__name__ = numpy_function.__qualname__ = getattr(F, "__name__", "f")
+    return numpy_function
+
+
 def _closure_dict(fn) -> dict:
     if not fn.__closure__:
         return {}
@@ -543,6 +567,10 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
     """
     from .. import typing as _typing  # noqa: F401  (installs the typed-tensor hooks)
     bound_self = None
+    if not hasattr(fn, "__code__") and not inspect.ismethod(fn):
+        from .calls import is_numpy_callable
+        if is_numpy_callable(fn):         # tl.grad(np.sqrt): lowered as a call to it
+            fn = _numpy_function(fn)
     if inspect.ismethod(fn):              # obj.method: `self` is a static object
         bound_self, fn = fn.__self__, fn.__func__
     src = read_source(fn)
