@@ -210,3 +210,21 @@ def test_jit_refuses_a_draw_by_name_and_points_to_tlaloc_random():
             f(np.ones(2))
         assert _loc(jitted_draw, 1) in str(e.value)
     np.testing.assert_array_equal(RS.randn(1), before)         # nothing was drawn while refusing
+
+
+def test_vmap_refuses_a_draw_by_name_without_drawing():
+    RS.seed(0)
+    before = RS.randn(1)
+    RS.seed(0)
+    with pytest.raises(tl.FenceError, match="RandomState.randn.*vmap") as e:
+        tl.vmap(jitted_draw)(np.ones((3, 2)))
+    assert _loc(jitted_draw, 1) in str(e.value)
+    np.testing.assert_array_equal(RS.randn(1), before)
+
+
+def test_jvp_and_vjp_draw_at_each_call():
+    RS.seed(6)
+    outs = [tl.jvp(jitted_draw, (np.ones(2),), (np.ones(2),))[1] for _ in range(2)]
+    outs += [tl.vjp(jitted_draw, np.ones(2))[0] for _ in range(2)]
+    r = np.random.RandomState(6)
+    np.testing.assert_allclose(outs, [np.sum(r.randn(2)) for _ in range(4)], rtol=1e-14)

@@ -25,7 +25,7 @@ from .._core.verifier import verify
 from .._frontend.lower import LoweredFunction, lower_function
 from .._frontend.structure import StructureNeeded
 from .._render.python import render_module
-from ..errors import ArgumentError, TypeAnnotationError
+from ..errors import FenceError, ArgumentError, TypeAnnotationError
 from . import api as _api  # noqa: F401  (reverse-mode rules, for vmap of grad)
 from . import batching_control, batching_index, batching_linalg, batching_rules  # noqa: F401  (rules)
 from .batching import batch_graph, batched, moveaxis, rank
@@ -171,6 +171,12 @@ class _VmapTransform(Transformed):
         if len(trees) > len(low.arg_names):
             raise ArgumentError(f"{self.name}: takes {len(low.arg_names)} positional arguments "
                                 f"({', '.join(low.arg_names)}), got {len(trees)}")
+        for g in low.closure_getters:
+            if getattr(g, "__tlaloc_call_time__", False):        # a draw, raise or side effect (host.py)
+                what = getattr(g, "__tlaloc_host_call__", None) or "a `raise`, `assert` or side effect"
+                raise FenceError(f"{what} runs at call time and is not supported under {self.name}: it "
+                                 f"would run once for the whole batch, not once per example; draw the "
+                                 f"noise outside and pass it in (or use tlaloc.random with split keys)")
         closure = [_as_array(g()) for g in low.closure_getters]
         c_avals = [_aval.of(c) for c in closure]
         key = (tuple(trees), tuple(avals), tuple(axes), tuple(c_avals))
