@@ -170,3 +170,27 @@ def test_grad_of_a_numpy_function_and_through_functools_partial():
     np.testing.assert_allclose(tl.grad(tl.grad(np.sqrt))(2.0), autograd.grad(autograd.grad(anp.sqrt))(2.0),
                                rtol=1e-14)
     np.testing.assert_array_equal(tl.grad(through_partial)(np.array([1.0, -2.0])), [6.0, -12.0])
+
+
+def unpack_layers(w, shapes):
+    for m, n in shapes:
+        yield w[:m * n].reshape(m, n)
+        w = w[m * n:]
+
+
+def generator_net(w, x):
+    for W in unpack_layers(w, [(2, 3), (3, 1)]):
+        x = np.tanh(np.dot(x, W))
+    return np.sum(x)
+
+
+def a_generator_net(w, x):
+    for m, n in [(2, 3), (3, 1)]:
+        x = anp.tanh(anp.dot(x, anp.reshape(w[:m * n], (m, n))))
+        w = w[m * n:]
+    return anp.sum(x)
+
+
+def test_a_generator_used_by_the_function():
+    w, x = np.linspace(-1, 1, 9), np.arange(8.0).reshape(4, 2) / 8
+    np.testing.assert_allclose(tl.grad(generator_net)(w, x), autograd.grad(a_generator_net)(w, x), rtol=1e-13)

@@ -115,3 +115,24 @@ def test_a_shape_that_does_not_fit_is_refused_at_the_users_line():
     with pytest.raises(tl.TlalocError) as e:
         tl.grad(still_unsupported)(np.ones(4))
     assert f"{__file__}:{still_unsupported.__code__.co_firstlineno + 2}:" in str(e.value)
+
+
+DATA = {"y": np.array([1.0, 2.0, 3.0])}
+
+
+def make_nll():
+    def nll(log_ls):
+        y = DATA["y"]
+        return np.sum(np.eye(len(y)) * np.exp(log_ls)) + np.sum(y * log_ls)
+    return nll
+
+
+def test_closure_and_global_arrays_whose_length_the_code_reads():
+    g = tl.grad(make_nll())
+    np.testing.assert_allclose(g(0.0), 3.0 + 6.0, rtol=1e-15)
+    old = DATA["y"]
+    DATA["y"] = np.array([1.0, 1.0])            # a new shape: built again, never the stale length
+    try:
+        np.testing.assert_allclose(g(0.0), 2.0 + 2.0, rtol=1e-15)
+    finally:
+        DATA["y"] = old

@@ -29,7 +29,7 @@ _CMPOPS = {
     ast.Eq: (operator.eq, tnp.equal), ast.NotEq: (operator.ne, tnp.not_equal),
 }
 _REFUSED = {
-    ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield from",
+    ast.Await: "await", ast.YieldFrom: "yield from",
     ast.SetComp: "a set comprehension",
     ast.Set: "a set literal", ast.NamedExpr: "an assignment expression (:=)",
 }

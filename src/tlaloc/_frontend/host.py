@@ -169,6 +169,23 @@ class Guard:
         return _snapshot(now) == self.snapshot
 
 
+class ShapeGuard:
+    """True while a closure array has the shape and dtype it had when the function was lowered."""
+
+    __slots__ = ("getter", "shape", "dtype", "name", "value")
+
+    def __init__(self, getter, array, name):
+        self.getter, self.shape, self.dtype, self.name = getter, array.shape, array.dtype, name
+        self.value = None
+
+    def __call__(self) -> bool:
+        try:
+            now = self.getter()
+        except Exception:
+            return False
+        return getattr(now, "shape", None) == self.shape and getattr(now, "dtype", None) == self.dtype
+
+
 _UNCHECKED = object()
 _SCALARS = (int, float, complex, bool, str, bytes, type(None), np.generic)
 

@@ -57,6 +57,7 @@ class Context:
     guards: list = dataclasses.field(default_factory=list)   # host.Guard per folded global
     specialisable: bool = False     # a ShapeNeeded can still be met by a more specialised build
     outside_containers: list = dataclasses.field(default_factory=list)  # globals' lists/dicts (effects.py)
+    specialised: bool = False       # built for concrete argument avals (closure arrays get theirs)
 
 
 class Lowerer(ExprLowerer, ControlLowerer, EffectsLowerer):
@@ -120,9 +121,13 @@ class Lowerer(ExprLowerer, ControlLowerer, EffectsLowerer):
             if isinstance(leaf, np.ndarray):
                 from .._core import aval as _aval
                 hint = name if tree is None else f"{name}_{k}"
-                v = self.ctx.root.new_input(_aval.of(leaf).with_(shape=None) if False else
-                                            _aval.AbstractValue(leaf.dtype, None), hint)
                 leaf_getter = getter if tree is None else (lambda g=getter, k=k: _pytree.leaves(g())[k])
+                if self.ctx.specialised:
+                    # a build for known argument shapes knows the closure's shapes too (rebuilt if they change)
+                    v = self.ctx.root.new_input(_aval.of(leaf), hint)
+                    self.ctx.guards.append(host.ShapeGuard(leaf_getter, leaf, name))
+                else:
+                    v = self.ctx.root.new_input(_aval.AbstractValue(leaf.dtype, None), hint)
                 self.ctx.closure_inputs.append((leaf_getter, v, name))
                 outs.append(v)
             else:
@@ -426,13 +431,40 @@ class Lowerer(ExprLowerer, ControlLowerer, EffectsLowerer):
         if isinstance(fnode, ast.Lambda):
             return self.expr(fnode.body)
         self.env.setdefault(RETURNED, False)
+        generator = _is_generator(fnode)
+        if generator:                   # a generator: run to the end, its items in a list (in order)
+            self.yields = []
         self.block(fnode.body)
+        if generator:
+            return iter(self.yields)
         if self.env.get(RETURNED) is False:
             return None
         return self.env.get(RET)
 
+    def expr_Yield(self, node):
+        if getattr(self, "yields", None) is None:
+            raise self.src.error(node, "`yield` outside a generator")
+        if self.b is not self.ctx.root:
+            from .structure import StaticMutation
+            raise self.src.error(node, "`yield` inside an `if` or loop on an array value; build a list "
+                                       "before the branch", StaticMutation)
+        self.yields.append(None if node.value is None else self.expr(node.value))
+        return None
+
     def call_transformed(self, transformed, args, kwargs, node):
         return transformed.lower_call(self, args, kwargs, node)
+
+
+def _is_generator(fnode) -> bool:
+    """``fnode``'s own body (not a nested def or lambda) contains ``yield``."""
+    todo = list(fnode.body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(n))
+    return False
 
 
 def _scalar_index(idx) -> bool:
@@ -582,6 +614,8 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
     root = Builder(name=name or fn.__name__)
     ctx = Context(root, [], {}, [fn.__code__])
     ctx.specialisable = arg_avals is None or not isinstance(arg_avals, FinalAvals)
+    ctx.specialised = arg_avals is not None and all(
+        isinstance(a, StaticValue) or getattr(a, "is_concrete", False) for a in arg_avals)
     scope = Scope(fn.__globals__, _closure_dict(fn))
     defaults = _python_defaults(fn)
     if arg_trees is None:
@@ -619,6 +653,10 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
             if p.arg not in (fn.__kwdefaults__ or {}):
                 raise src.error(fnode, f"keyword-only parameter `{p.arg}` needs a default")
             env[p.arg] = fn.__kwdefaults__[p.arg]
+        if not isinstance(fnode, ast.Lambda) and _is_generator(fnode):
+            first = next(n for n in ast.walk(fnode) if isinstance(n, (ast.Yield, ast.YieldFrom)))
+            raise src.error(first, f"`{fn.__name__}` is a generator (`yield`); a transformed function must "
+                                   f"return arrays: collect the items in a list and return it")
         low = Lowerer(src, scope, ctx, root, env)
         low.annotate_arguments(fnode, env)
         result = low.run_body(fnode)
