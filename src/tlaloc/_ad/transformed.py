@@ -2,8 +2,11 @@
 
 It holds the primal function's lowering, builds the transformed DXIR graph per
 argument structure (once at definition time for array arguments; at the first
-call for pytree arguments, whose structure is not known before), renders it
-to Python, and runs the rendered code.
+call for pytree arguments, whose structure is not known before; and at the
+first call per signature where the code reads shapes or integer values,
+``_specialised``), renders it to Python, and runs the rendered code. Call-time
+actions (random draws, raise, side effects; ``_frontend/host.py``) are graph
+inputs whose getters run at every call, and folded globals are guarded.
 """
 from __future__ import annotations
 
