@@ -228,3 +228,20 @@ def test_jvp_and_vjp_draw_at_each_call():
     outs += [tl.vjp(jitted_draw, np.ones(2))[0] for _ in range(2)]
     r = np.random.RandomState(6)
     np.testing.assert_allclose(outs, [np.sum(r.randn(2)) for _ in range(4)], rtol=1e-14)
+
+
+def weight_samples(mean, n):
+    samples = RS.randn(n, len(mean)) + mean
+    num = len(samples)                      # the draw's shape, known when built for these arguments
+    return np.sum(samples.reshape(num, -1) ** 2) / num
+
+
+def test_the_shape_of_a_draw_is_known_to_the_code_and_the_draw_is_made_once():
+    mean = np.array([0.5, -1.0])
+    RS.seed(9)
+    got = tl.grad(weight_samples)(mean, 3)
+    r = np.random.RandomState(9)
+    np.testing.assert_allclose(got, 2 * np.mean(r.randn(3, 2) + mean, axis=0), rtol=1e-13)
+    RS.seed(9)
+    tl.grad(weight_samples)(mean, 3)
+    np.testing.assert_array_equal(RS.randn(1), np.random.RandomState(9).randn(7)[6:])   # 6 drawn, not 12

@@ -194,3 +194,19 @@ def a_generator_net(w, x):
 def test_a_generator_used_by_the_function():
     w, x = np.linspace(-1, 1, 9), np.arange(8.0).reshape(4, 2) / 8
     np.testing.assert_allclose(tl.grad(generator_net)(w, x), autograd.grad(a_generator_net)(w, x), rtol=1e-13)
+
+
+def log_norm(params, x):
+    if isinstance(x, list):
+        return sum(map(functools.partial(log_norm, params), x))
+    return np.log(np.sum(np.exp(params * x)))
+
+
+def a_log_norm(params, xs):
+    return sum(anp.log(anp.sum(anp.exp(params * x))) for x in xs)
+
+
+def test_map_over_a_list_with_a_partial():
+    xs = [np.array([0.1, 0.2]), np.array([-0.3, 0.5])]
+    p = np.array([1.0, -2.0])
+    np.testing.assert_allclose(tl.grad(log_norm)(p, xs), autograd.grad(a_log_norm)(p, xs), rtol=1e-13)

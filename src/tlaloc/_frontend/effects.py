@@ -52,6 +52,8 @@ class EffectsLowerer:
         getter = host.make_getter(self.ctx.frame, k, fn, args, kwargs, kind, where)
         hint = (fn.name if isinstance(fn, host.HostMethod) else getattr(fn, "__name__", "host")).strip("_")
         v = self._host_input(getter, where, hint if hint.isidentifier() else "host")
+        if kind == "array" and self.ctx.specialised:
+            v.var.aval = host.probe_aval(fn, args, kwargs, v.var.aval)
         if kind == "object":
             return host.HostObject(self.ctx.frame, k, name.rsplit(".", 1)[-1])
         if kind == "effect":

@@ -338,6 +338,11 @@ class ExprLowerer:
             return self.inline_call(fn, args, kwargs, node)
         if isinstance(fn, functools.partial):          # functools.partial(f, a)(x) is f(a, x)
             return self.call(fn.func, list(fn.args) + list(args), {**fn.keywords, **kwargs}, node)
+        if fn is functools.partial:
+            return functools.partial(*args, **kwargs)
+        if fn is builtins.map and args:                 # map(f, xs, ...): one lowered call per item
+            columns = [self._iterate_static(a, node) for a in args[1:]]
+            return iter([self.call(args[0], list(items), {}, node) for items in zip(*columns)])
         if host.call_time_name(fn) is not None:
             if getattr(fn, "__name__", "") == "print" and symbolic:
                 raise self.src.error(node, "`print` of an array computed inside a differentiated function; "

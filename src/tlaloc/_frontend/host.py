@@ -87,6 +87,23 @@ def result_kind(fn) -> str:
     return "array"
 
 
+def probe_aval(fn, args, kwargs, default):
+    """The aval of a draw's result, from the same call on a copy of its generator (the real
+    state is not advanced); ``default`` when that cannot be done (an object made inside ``f``)."""
+    import copy
+    from .._core import aval as _aval
+    owner = getattr(fn, "__self__", None)
+    if isinstance(fn, HostMethod) or not isinstance(owner, _STATEFUL_TYPES):
+        return default
+    if any(isinstance(a, HostObject) for a in list(args) + list(kwargs.values())):
+        return default
+    try:
+        value = getattr(copy.deepcopy(owner), fn.__name__)(*args, **kwargs)
+    except Exception:
+        return default
+    return _aval.of(np.asarray(value))
+
+
 def _resolve(x, frame):
     if isinstance(x, HostObject):
         return frame[x.k]

@@ -35,6 +35,7 @@ from .._core.aval import UNKNOWN as _UNKNOWN
 from .values import (BROKE, CONT, RET, RETURNED, LocalFunction, Undefined, is_symbolic)
 
 _MAX_INLINE_DEPTH = 64
+_MAX_RECURSION = 8
 
 
 @dataclasses.dataclass
@@ -404,9 +405,10 @@ class Lowerer(ExprLowerer, ControlLowerer, EffectsLowerer):
             fnode = src.node
             scope = Scope(fn.__globals__, _closure_dict(fn))
             defaults = _python_defaults(fn)
-        if key in self.ctx.stack:
+        if self.ctx.stack.count(key) >= _MAX_RECURSION:
+            # recursion on Python structure (a list, then its items) unrolls; on array values it never ends
             raise self.src.error(node, f"recursive call to `{getattr(fnode, 'name', 'lambda')}` cannot be "
-                                       f"lowered; rewrite it as a loop")
+                                       f"lowered (deeper than {_MAX_RECURSION} calls); rewrite it as a loop")
         if len(self.ctx.stack) > _MAX_INLINE_DEPTH:
             raise self.src.error(node, "calls nested too deeply")
         env = bind_arguments(src, fnode, args, kwargs, defaults, node_for_errors=node, caller=self.src)
