@@ -210,3 +210,13 @@ def test_map_over_a_list_with_a_partial():
     xs = [np.array([0.1, 0.2]), np.array([-0.3, 0.5])]
     p = np.array([1.0, -2.0])
     np.testing.assert_allclose(tl.grad(log_norm)(p, xs), autograd.grad(a_log_norm)(p, xs), rtol=1e-13)
+
+
+def only_star_args(*args):
+    return np.sum(args[0])
+
+
+def test_a_transformed_function_with_only_star_args_is_refused_at_its_def():
+    with pytest.raises(tl.FenceError, match=r"only \*args") as e:
+        tl.grad(only_star_args)
+    assert f"{__file__}:{only_star_args.__code__.co_firstlineno}:" in str(e.value)

@@ -647,6 +647,9 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
             if pname not in defaults:
                 raise src.error(fnode, f"parameter `{pname}` has no argument")
             env[pname] = defaults[pname]
+        if a.vararg and not params:
+            raise src.error(fnode, f"`{fn.__name__}` takes only *{a.vararg.arg}; a transformed function "
+                                   f"needs named parameters (def f(x, *{a.vararg.arg}))")
         if a.vararg:                      # extra positional arguments are not passed to a transform
             env[a.vararg.arg] = ()
         if a.kwarg:
