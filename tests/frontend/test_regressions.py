@@ -73,6 +73,19 @@ def test_list_append_in_a_static_range_unrolls():
     np.testing.assert_array_equal(tl.grad(list_in_static_loop)(np.ones(2)), [3.0, 3.0])
 
 
-def test_list_append_in_a_loop_on_an_array_is_refused():
-    with pytest.raises(tl.FenceError, match="`append` on a Python list"):
-        tl.grad(list_in_array_loop)
+def list_in_array_if(x):
+    outs = []
+    if x.sum() > 0:
+        outs.append(x)
+    return x.sum()
+
+
+def test_list_append_in_a_loop_over_the_data_length_unrolls_at_the_first_call():
+    # issue 14: the length is read at the first call, and the loop unrolls for it
+    np.testing.assert_array_equal(tl.grad(list_in_array_loop)(np.arange(3.0)), np.ones(3))
+
+
+def test_list_append_in_an_if_on_an_array_is_refused():
+    with pytest.raises(tl.FenceError, match="`append` on a Python list") as e:
+        tl.grad(list_in_array_if)
+    assert f"{__file__}:{list_in_array_if.__code__.co_firstlineno + 3}:" in str(e.value)

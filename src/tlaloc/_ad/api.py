@@ -104,7 +104,7 @@ class _ReverseTransform(Transformed):
         arg_names = [v.hint for v in graph.inputs]
         self._out_layout = (out_leaves, len(grads))
         as_lowered = LoweredFunction(g, lowered.fn, lowered.arg_names, lowered.arg_trees,
-                                     lowered.closure_getters, None, lowered.src)
+                                     lowered.closure_getters, None, lowered.src, lowered.guards)
         doc = f"Gradient of `{fname}` with respect to {', '.join(self._arg_label(lowered, a) for a in self.argnums)}."
         functions = [(g, self.name, arg_names, doc)]
         # the nested-call view returns the same structure as calling this object
@@ -291,8 +291,12 @@ def _vjp_cache(fun, has_aux):
     return hit
 
 
-def source(f) -> str:
+def source(f, *example_args) -> str:
     """The generated Python module behind a transformed function.
+
+    With ``example_args``, the module built for their signature: a function
+    whose code reads shapes or integer values (``np.eye(len(y))``) is
+    specialised per signature at its first call.
 
     Accepts what ``tl.grad``, ``tl.value_and_grad``, ``tl.vjp`` (its ``vjp_fn``),
     ``tl.jvp(f)``, ``tl.jacfwd``/``tl.jacrev``/``tl.hessian``, ``tl.vmap`` (after a
@@ -308,4 +312,4 @@ def source(f) -> str:
         raise ArgumentError(f"source: {getattr(f, '__name__', f)!r} is not a transformed function; pass the "
                             f"result of tl.grad / tl.vjp / tl.jvp / tl.vmap / tl.capture (for tl.jit use "
                             f"jitted.lower(*args).as_text())")
-    return t.source()
+    return t.source(*example_args) if example_args else t.source()

@@ -28,7 +28,7 @@ from .._core.builder import Builder
 from .._core.passes import dce, inline
 from .._core.verifier import verify
 from .._frontend.lower import LoweredFunction
-from .._frontend.structure import StructureNeeded
+from .._frontend.structure import ShapeNeeded, StructureNeeded
 from ..errors import ArgumentError, TlalocError
 from .api import _fn_name, _normalize_argnums
 from .batching import batch_graph, batched
@@ -189,7 +189,7 @@ class JacobianTransform(ShapeDependent):
 
     def as_lowered(self, arg_trees, arg_avals=None) -> LoweredFunction:
         if not known_shapes(arg_trees, arg_avals):
-            raise StructureNeeded(
+            raise ShapeNeeded(
                 f"{self.name}: {self.kind} builds its graph from the shapes of its arguments, which are not "
                 f"known here; call it on arrays, or annotate the arguments with their shapes")
         return self._built(list(arg_trees), list(arg_avals))["as_lowered"]

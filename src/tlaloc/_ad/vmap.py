@@ -22,8 +22,8 @@ from .._core.aval import AbstractValue
 from .._core.passes import dce
 from .._core.verifier import verify
 from .._frontend.lower import LoweredFunction, lower_function
-from .._frontend.structure import StructureNeeded
-from ..errors import ArgumentError, TypeAnnotationError
+from .._frontend.structure import ShapeNeeded
+from ..errors import ArgumentError, FenceError, TypeAnnotationError
 from . import api as _api  # noqa: F401  (reverse-mode rules, for vmap of grad)
 from . import batching_control, batching_index, batching_linalg, batching_rules  # noqa: F401  (rules)
 from .batching import batch_graph, batched, moveaxis, rank
@@ -169,6 +169,12 @@ class _VmapTransform(ShapeDependent):
         if len(trees) > len(low.arg_names):
             raise ArgumentError(f"{self.name}: takes {len(low.arg_names)} positional arguments "
                                 f"({', '.join(low.arg_names)}), got {len(trees)}")
+        for g in low.closure_getters:
+            if getattr(g, "__tlaloc_call_time__", False):        # a draw, raise or side effect (host.py)
+                what = getattr(g, "__tlaloc_host_call__", None) or "a `raise`, `assert` or side effect"
+                raise FenceError(f"{what} runs at call time and is not supported under {self.name}: it "
+                                 f"would run once for the whole batch, not once per example; draw the "
+                                 f"noise outside and pass it in (or use tlaloc.random with split keys)")
         closure = [_as_array(g()) for g in low.closure_getters]
         c_avals = [_aval.of(c) for c in closure]
         key = (tuple(trees), tuple(avals), tuple(axes), tuple(c_avals))
@@ -228,7 +234,7 @@ class _VmapTransform(ShapeDependent):
 
     def as_lowered(self, arg_trees, arg_avals=None) -> LoweredFunction:
         if not known_shapes(arg_trees, arg_avals):
-            raise StructureNeeded(
+            raise ShapeNeeded(
                 f"{self.name}: vmap builds its batched graph from the shapes of its arguments, which are "
                 f"not known here; apply vmap outermost (tl.vmap(tl.grad(f))) or call it on arrays")
         names = [f"arg {k}" for k, t in enumerate(arg_trees) for _ in range(t.num_leaves)]

@@ -187,6 +187,8 @@ def builtin_call(fn, args, kwargs):
         return True, SymbolicRange(args[0], args[1], args[2] if len(args) > 2 else 1)
     if fn is builtins.abs and len(args) == 1 and is_symbolic(args[0]):
         return True, tnp.abs(args[0])
+    if fn in (builtins.max, builtins.min) and len(args) == 1 and is_symbolic(args[0]) and not kwargs:
+        return True, (tnp.max if fn is builtins.max else tnp.min)(args[0], axis=0)
     if fn in (builtins.max, builtins.min) and len(args) >= 2 and any(is_symbolic(a) for a in args):
         op = tnp.maximum if fn is builtins.max else tnp.minimum
         out = args[0]
@@ -214,4 +216,4 @@ def is_user_function(fn) -> bool:
         return False
     mod = getattr(fn, "__module__", "") or ""
     return not (mod.startswith("tlaloc.") or mod.startswith("numpy") or mod.startswith("scipy.")
-                or mod == "builtins")
+                or mod in ("builtins", "warnings"))

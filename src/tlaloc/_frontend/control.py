@@ -148,8 +148,20 @@ class ControlLowerer:
         if node.orelse:
             raise self.src.error(node, "`for ... else` is not supported; use a flag variable")
         it = self.expr(node.iter)
-        if isinstance(it, SymbolicRange):
-            self.lower_for_range(node, it.start, it.stop, it.step, None)
+        if isinstance(it, SymbolicRange) or is_symbolic(it):
+            from .structure import ShapeNeeded, StaticMutation
+            try:
+                if is_symbolic(it):
+                    from .calls import symbolic_len
+                    self.lower_for_range(node, 0, symbolic_len(it), 1, it)
+                else:
+                    self.lower_for_range(node, it.start, it.stop, it.step, None)
+            except StaticMutation as e:
+                if not self.ctx.specialisable:
+                    raise
+                # the body appends to a list (or draws at call time): unrolled once the length is known
+                raise self.src.error(node, f"{e.args[0]} (a loop over a length that is not known yet)",
+                                     ShapeNeeded) from None
         elif isinstance(it, range):
             from .structure import StaticMutation
             saved = (self.b, dict(self.env), self.in_loop)
@@ -159,9 +171,6 @@ class ControlLowerer:
                 # the body appends to a Python list (or similar): unroll the static range
                 self.b, self.env, self.in_loop = saved[0], saved[1], saved[2]
                 self.lower_static_for(node, list(it))
-        elif is_symbolic(it):
-            from .calls import symbolic_len
-            self.lower_for_range(node, 0, symbolic_len(it), 1, it)
         else:
             self.lower_static_for(node, self._iterate_static(it, node.iter))
 

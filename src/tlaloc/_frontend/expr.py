@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import operator
 import types
 
@@ -11,9 +12,10 @@ import numpy as np
 
 from .. import numpy as tnp
 from .._core.builder import Value
-from ..errors import FenceError, TlalocError
-from . import calls
-from .values import LocalFunction, SymbolicRange, Undefined, is_symbolic
+from ..errors import FenceError, ShapeError, TlalocError
+from . import calls, host
+from .structure import ShapeNeeded
+from .values import LocalFunction, SymbolicRange, Undefined, is_symbolic, maybe_int
 
 _BINOPS = {
     ast.Add: (operator.add, tnp.add), ast.Sub: (operator.sub, tnp.subtract),
@@ -27,8 +29,8 @@ _CMPOPS = {
     ast.Eq: (operator.eq, tnp.equal), ast.NotEq: (operator.ne, tnp.not_equal),
 }
 _REFUSED = {
-    ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield from",
-    ast.SetComp: "a set comprehension", ast.DictComp: "a dict comprehension",
+    ast.Await: "await", ast.YieldFrom: "yield from",
+    ast.SetComp: "a set comprehension",
     ast.Set: "a set literal", ast.NamedExpr: "an assignment expression (:=)",
 }
 
@@ -52,7 +54,13 @@ class ExprLowerer:
             what = _REFUSED.get(type(node), type(node).__name__)
             raise self.src.error(node, f"{what} is not supported in a differentiated function")
         with self.b.at(self.src.loc(node)):
-            return method(node)
+            try:
+                return method(node)
+            except ShapeError as e:
+                if not self.ctx.specialisable:
+                    raise
+                # the rank or a size is not known yet: built again at the first call for the shapes
+                raise self.src.error(node, _unlocated(str(e)), ShapeNeeded) from None
 
     # -- atoms ----------------------------------------------------------------
     def expr_Constant(self, node):
@@ -174,6 +182,8 @@ class ExprLowerer:
     # -- access ------------------------------------------------------------------
     def expr_Attribute(self, node):
         obj = self.expr(node.value)
+        if isinstance(obj, host.HostObject):
+            return host.HostMethod(obj, node.attr)
         if isinstance(obj, Value):
             if node.attr == "var":          # x.var() (the slot `var` holds the DXIR Var)
                 return lambda *a, **k: tnp.var(obj, *a, **k)
@@ -181,6 +191,9 @@ class ExprLowerer:
                 if node.attr == "size":
                     return tnp.size(obj)
                 return getattr(obj, node.attr)
+            if node.attr in ("transpose", "reshape"):   # x.transpose(1, 0, 2), x.reshape(n, d) as NumPy takes them
+                fn = getattr(tnp, node.attr)
+                return lambda *a, **k: fn(obj, a[0] if len(a) == 1 else (a or None), **k)
             if hasattr(Value, node.attr):
                 return getattr(obj, node.attr)
             if hasattr(tnp, node.attr) and hasattr(np.ndarray, node.attr):
@@ -193,7 +206,7 @@ class ExprLowerer:
             raise self.src.error(node, f"arrays have no attribute `{node.attr}` inside a differentiated "
                                        f"function; use the tlaloc.numpy function instead")
         try:
-            return getattr(obj, node.attr)
+            return self.outside(getattr(obj, node.attr))     # self.history: a container outside f
         except AttributeError:
             raise self.src.error(node, f"{type(obj).__name__} has no attribute `{node.attr}`") from None
 
@@ -206,9 +219,16 @@ class ExprLowerer:
                 raise self.src.error(node, f"indexing an array with the string {idx!r} (if this argument is "
                                            f"a dict, its structure is read at the first call)", StructureNeeded)
             return tnp._getitem(obj, idx)
+        if isinstance(obj, tnp._SymbolicShape) and not isinstance(idx, int) and self.ctx.specialisable:
+            raise self.src.error(node, "slicing a shape of unknown rank", ShapeNeeded)
         if _has_symbolic(idx):
             if isinstance(obj, np.ndarray):
                 return tnp._getitem(obj, idx)
+            if isinstance(obj, (list, tuple)) and self.b is not self.ctx.root:
+                from .structure import StaticMutation       # a static loop over the list's length unrolls
+                raise self.src.error(node, "indexing a Python list with a loop index", StaticMutation)
+            if isinstance(obj, (list, tuple)) and self.ctx.specialisable:
+                raise self.src.error(node, "indexing a Python list with an integer argument", ShapeNeeded)
             if isinstance(obj, (list, tuple)):
                 raise self.src.error(node, "indexing a Python list with an array index; "
                                            "stack the list into an array first (tnp.stack)")
@@ -234,13 +254,22 @@ class ExprLowerer:
     def expr_GeneratorExp(self, node):
         return list(self._comprehension(node))
 
-    def _comprehension(self, node):
+    def expr_DictComp(self, node):
+        out = {}
+        for k, v in self._comprehension(node, lambda: (self.expr(node.key), self.expr(node.value))):
+            if is_symbolic(k):
+                raise self.src.error(node.key, "a dict key must be a static Python value, not an array")
+            out[k] = v
+        return out
+
+    def _comprehension(self, node, element=None):
         saved = dict(self.env)
         out = []
+        element = element or (lambda: self.expr(node.elt))
 
         def loop(gens):
             if not gens:
-                out.append(self.expr(node.elt))
+                out.append(element())
                 return
             g = gens[0]
             for item in self._iterate_static(self.expr(g.iter), g.iter):
@@ -264,9 +293,13 @@ class ExprLowerer:
             n = it.aval.shape[0] if r else None
             if type(n) is int:
                 return [tnp._getitem(it, k) for k in range(n)]
+            if self.ctx.specialisable:
+                raise self.src.error(node, "iterating over an array of unknown length", ShapeNeeded)
             raise self.src.error(node, "iterating over an array of unknown length here; "
                                        "use `for i in range(len(x))` in a for statement")
         if isinstance(it, SymbolicRange):
+            if self.ctx.specialisable:
+                raise self.src.error(node, "iterating over a range of unknown length", ShapeNeeded)
             raise self.src.error(node, "a range with an array bound can only drive a `for` statement")
         try:
             return list(it)
@@ -303,6 +336,18 @@ class ExprLowerer:
                                        "pytree, its structure is read at the first call)", StructureNeeded)
         if calls.is_user_function(fn):
             return self.inline_call(fn, args, kwargs, node)
+        if isinstance(fn, functools.partial):          # functools.partial(f, a)(x) is f(a, x)
+            return self.call(fn.func, list(fn.args) + list(args), {**fn.keywords, **kwargs}, node)
+        if fn is functools.partial:
+            return functools.partial(*args, **kwargs)
+        if fn is builtins.map and args:                 # map(f, xs, ...): one lowered call per item
+            columns = [self._iterate_static(a, node) for a in args[1:]]
+            return iter([self.call(args[0], list(items), {}, node) for items in zip(*columns)])
+        if host.call_time_name(fn) is not None:
+            if getattr(fn, "__name__", "") == "print" and symbolic:
+                raise self.src.error(node, "`print` of an array computed inside a differentiated function; "
+                                           "return it (has_aux=True) and print it outside")
+            return self.host_call(fn, args, kwargs, node)
         if isinstance(fn, types.MethodType) and calls.is_user_function(fn.__func__):
             return self.inline_call(fn.__func__, [fn.__self__] + list(args), kwargs, node)
         call_method = getattr(type(fn), "__call__", None)
@@ -316,9 +361,17 @@ class ExprLowerer:
         if custom is not None:
             return custom.lower_call(self, args, kwargs, node)
         if getattr(fn, "__module__", "") == "builtins" or isinstance(fn, type) and fn.__module__ == "builtins":
+            if fn in _STRUCTURAL_BUILTINS and not (fn is builtins.len and args and is_symbolic(args[0])):
+                return self._static_call(fn, args, kwargs, node)       # isinstance(t, tuple), len(list)
+            if fn in _ITERATING_BUILTINS and symbolic:     # zip(x, y), list(x), enumerate(x): one item per row
+                args = [self._iterate_static(a, node) if is_symbolic(a) else a for a in args]
+                return self._static_call(fn, args, kwargs, node)
             handled, out = calls.builtin_call(fn, args, kwargs)
             if handled:
                 return out
+            if (symbolic and fn in (builtins.slice, builtins.int) and self.ctx.specialisable
+                    and any(maybe_int(a) for a in args)):
+                self._value_needed(args, kwargs, node, None)       # slice(i * b, ...), range-like uses
             if symbolic:
                 name = getattr(fn, "__name__", repr(fn))
                 hint = {"float": "keep it an array (x.astype(np.float64))",
@@ -331,12 +384,13 @@ class ExprLowerer:
         if calls.is_numpy_callable(fn):
             if not symbolic and not getattr(fn, "__name__", "") in ("zeros_like", "ones_like"):
                 return self._static_call(fn, args, kwargs, node)
-            eq = calls.numpy_equivalent(fn)
+            if (args and isinstance(args[0], (list, tuple)) and fn.__name__ not in _SEQUENCE_FUNCTIONS
+                    and not calls.is_scipy_callable(fn)):     # cho_solve((c, lower), b) takes a real tuple
+                args = [_stacked(args[0])] + list(args[1:])     # np.sum([a, b]), np.array([[a, b], [c, d]])
+            eq = _OVERRIDES.get(fn.__name__) or calls.numpy_equivalent(fn)
             if eq is None:
                 raise self.src.error(node, calls.no_equivalent_message(fn))
             return self._checked(eq, args, kwargs, node)
-        if isinstance(fn, (type(print),)) and not symbolic:
-            return self._static_call(fn, args, kwargs, node)
         owner = getattr(fn, "__self__", None)
         if isinstance(owner, (list, dict)) and getattr(fn, "__name__", "") in _CONTAINER_METHODS:
             # list.append / dict.update on a Python container built in the function: fine in
@@ -346,6 +400,10 @@ class ExprLowerer:
                 raise self.src.error(node, f"`{fn.__name__}` on a Python {type(owner).__name__} inside an `if` "
                                            f"or loop on an array value; build the list before the branch "
                                            f"or use tnp.stack / tl.scan", StaticMutation)
+            if self.is_outside(owner):              # a log list or counter outside f: mutated per call
+                return self.external_mutation(fn, args, kwargs, node)
+            return self._static_call(fn, args, kwargs, node)
+        if isinstance(fn, (type(print),)) and not symbolic:
             return self._static_call(fn, args, kwargs, node)
         mod = getattr(fn, "__module__", "") or ""
         if mod.startswith("tlaloc") or isinstance(getattr(fn, "__self__", None), Value):
@@ -377,16 +435,67 @@ class ExprLowerer:
                 raise
             raise type(e)(f"{loc}: {msg}") from None
         except TypeError as e:
+            self._value_needed(args, kwargs, node, e)
             raise self.src.error(node, f"bad call: {e}") from None
 
     def _static_call(self, fn, args, kwargs, node):
         try:
             return fn(*args, **kwargs)
         except Exception as e:
+            self._value_needed(args, kwargs, node, e)
             raise self.src.error(node, f"{type(e).__name__} while evaluating a static call: {e}") from None
+
+    def _value_needed(self, args, kwargs, node, err):
+        """A call failed on a size or Python value that is still symbolic: specialise (ShapeNeeded)."""
+        from .. import _pytree
+        leaves = _pytree.leaves((list(args), dict(kwargs)))
+        if self.ctx.specialisable and any(is_symbolic(x) or isinstance(x, tnp._SymbolicShape) for x in leaves):
+            name = getattr(getattr(node, "func", None), "attr", None) or getattr(getattr(node, "func", None), "id", "")
+            raise self.src.error(node, f"`{name}` needs the Python value of a size or an integer argument",
+                                 ShapeNeeded) from None
+
+
+_STRUCTURAL_BUILTINS = (builtins.isinstance, builtins.issubclass, builtins.type, builtins.callable,
+                        builtins.hasattr, builtins.id, builtins.len)
+_ITERATING_BUILTINS = (builtins.zip, builtins.enumerate, builtins.list, builtins.tuple, builtins.reversed)
+_SEQUENCE_FUNCTIONS = ("concatenate", "stack", "vstack", "hstack", "dstack", "column_stack", "row_stack",
+                       "block", "broadcast_arrays", "meshgrid", "einsum", "select", "piecewise",
+                       "multi_dot", "append")
+
+
+def _full(shape, fill_value, dtype=None):
+    """``np.full`` with a computed fill value: a fresh array (never a broadcast view)."""
+    if not is_symbolic(fill_value):
+        return tnp.full(shape, fill_value, dtype=dtype)
+    dt = dtype or fill_value.aval.dtype or np.float64
+    return tnp.add(tnp.zeros(shape, dtype=dt), tnp.asarray(fill_value).astype(dt))
+
+
+_OVERRIDES = {"full": _full}
+
+
+def _stacked(seq):
+    """A (nested) list of arrays and numbers holding a symbolic value, as one stacked array."""
+    if not any(is_symbolic(x) for x in _flat(seq)):
+        return seq
+    return tnp.stack([_stacked(x) if isinstance(x, (list, tuple)) else tnp.asarray(x) for x in seq])
+
+
+def _flat(seq):
+    for x in seq:
+        if isinstance(x, (list, tuple)):
+            yield from _flat(x)
+        else:
+            yield x
 
 
 _CONTAINER_METHODS = ("append", "extend", "insert", "pop", "update", "setdefault", "__setitem__")
+
+
+def _unlocated(msg: str) -> str:
+    """``msg`` without a leading ``file:line:col: `` (it is located again at the user's node)."""
+    import re
+    return re.sub(r"^\S+:\d+:\d+: ", "", msg)
 
 
 def _has_symbolic(idx) -> bool:

@@ -23,14 +23,19 @@ import numpy as np
 from .. import _pytree
 from .._core.builder import Builder, Value
 from .._core.graph import Graph, Var
-from ..errors import FenceError, TypeAnnotationError
+from ..errors import FenceError, ShapeError, TypeAnnotationError
 from .control import ControlLowerer
+from .effects import EffectsLowerer
 from .expr import ExprLowerer, binop
 from .analysis import assigned_names
 from .source import FunctionSource, read_source
+from . import host
+from .specialise import FinalAvals, StaticValue
+from .._core.aval import UNKNOWN as _UNKNOWN
 from .values import (BROKE, CONT, RET, RETURNED, LocalFunction, Undefined, is_symbolic)
 
 _MAX_INLINE_DEPTH = 64
+_MAX_RECURSION = 8
 
 
 @dataclasses.dataclass
@@ -49,9 +54,14 @@ class Context:
     closure_inputs: list            # [(getter, Value, description)]
     closure_keys: dict
     stack: list                     # functions being inlined (recursion guard)
+    frame: Any = None               # host.Frame: results of call-time actions (host.py)
+    guards: list = dataclasses.field(default_factory=list)   # host.Guard per folded global
+    specialisable: bool = False     # a ShapeNeeded can still be met by a more specialised build
+    outside_containers: list = dataclasses.field(default_factory=list)  # globals' lists/dicts (effects.py)
+    specialised: bool = False       # built for concrete argument avals (closure arrays get theirs)
 
 
-class Lowerer(ExprLowerer, ControlLowerer):
+class Lowerer(ExprLowerer, ControlLowerer, EffectsLowerer):
     def __init__(self, src: FunctionSource, scope: Scope, ctx: Context, builder: Builder, env: dict,
                  in_loop: bool = False):
         self.src, self.scope, self.ctx, self.b, self.env = src, scope, ctx, builder, env
@@ -97,9 +107,14 @@ class Lowerer(ExprLowerer, ControlLowerer):
     def _external(self, value, key, getter, name):
         """A global or closure value: arrays become graph inputs read at call time;
         everything else is a static constant."""
+        if getattr(getter, "__tlaloc_call_time__", False):
+            return self._host_input(getter, getattr(getter, "__tlaloc_host_call__", None))
         leaves, tree = _pytree.flatten(value) if isinstance(value, (list, tuple, dict)) else ([value], None)
         if not any(isinstance(l, np.ndarray) for l in leaves):
-            return value
+            if key not in self.ctx.closure_keys and host.wants_guard(value):
+                self.ctx.closure_keys[key] = value
+                self.ctx.guards.append(host.Guard(getter, value, name))
+            return self.outside(value)
         if key in self.ctx.closure_keys:
             return self.ctx.closure_keys[key]
         outs = []
@@ -107,9 +122,13 @@ class Lowerer(ExprLowerer, ControlLowerer):
             if isinstance(leaf, np.ndarray):
                 from .._core import aval as _aval
                 hint = name if tree is None else f"{name}_{k}"
-                v = self.ctx.root.new_input(_aval.of(leaf).with_(shape=None) if False else
-                                            _aval.AbstractValue(leaf.dtype, None), hint)
                 leaf_getter = getter if tree is None else (lambda g=getter, k=k: _pytree.leaves(g())[k])
+                if self.ctx.specialised:
+                    # a build for known argument shapes knows the closure's shapes too (rebuilt if they change)
+                    v = self.ctx.root.new_input(_aval.of(leaf), hint)
+                    self.ctx.guards.append(host.ShapeGuard(leaf_getter, leaf, name))
+                else:
+                    v = self.ctx.root.new_input(_aval.AbstractValue(leaf.dtype, None), hint)
                 self.ctx.closure_inputs.append((leaf_getter, v, name))
                 outs.append(v)
             else:
@@ -151,7 +170,14 @@ class Lowerer(ExprLowerer, ControlLowerer):
         if method is None:
             raise self.src.error(node, _refusal(node))
         with self.b.at(self.src.loc(node)):
-            method(node)
+            try:
+                method(node)
+            except ShapeError as e:
+                if not self.ctx.specialisable:
+                    raise
+                from .expr import _unlocated
+                from .structure import ShapeNeeded
+                raise self.src.error(node, _unlocated(str(e)), ShapeNeeded) from None
 
     def stmt_Expr(self, node):
         if isinstance(node.value, ast.Constant):
@@ -214,6 +240,17 @@ class Lowerer(ExprLowerer, ControlLowerer):
             base = self.expr(t.value)
             idx = self.index(t.slice)
             v = self.expr(node.value)
+            if isinstance(base, (list, dict)) and not is_symbolic(idx):      # counts[k] += 1
+                new = binop(type(node.op), base[idx], v)
+                if not self.is_outside(base):
+                    base[idx] = new
+                else:
+                    op = type(node.op)
+                    def update(base=base, idx=idx, op=op, v=v):
+                        base[idx] = binop(op, base[idx], v)
+                    update.__self__ = base
+                    self.external_mutation(update, [], {}, node)
+                return
             if isinstance(node.op, ast.Add) and _scalar_index(idx):
                 # one element or a slice: NumPy's read-add-write is an add in place
                 from .._prims.indexing import index_add
@@ -225,6 +262,8 @@ class Lowerer(ExprLowerer, ControlLowerer):
                 from .. import numpy as tnp
                 new = index_set(base, idx, binop(type(node.op), tnp._getitem(base, idx), v))
             self._store_subscript_base(t.value, new)
+        elif isinstance(t, ast.Attribute):
+            self._attribute_effect(t, self.expr(node.value), node, type(node.op))
         else:
             raise self.src.error(node, f"augmented assignment to {type(t).__name__} is not supported; "
                                        f"assign to a name or a subscript")
@@ -243,6 +282,8 @@ class Lowerer(ExprLowerer, ControlLowerer):
             base = self.expr(target.value)
             new = index_set(base, self.index(target.slice), value)
             self._store_subscript_base(target.value, new)
+        elif isinstance(target, ast.Attribute):
+            self._attribute_effect(target, value, target)
         elif isinstance(target, ast.Starred):
             raise self.src.error(target, "starred assignment targets are not supported; unpack explicitly")
         else:
@@ -313,10 +354,10 @@ class Lowerer(ExprLowerer, ControlLowerer):
         if is_symbolic(value):
             shape = value.aval.shape
             if shape is None or not shape or type(shape[0]) is not int:
-                from .structure import StructureNeeded
+                from .structure import ShapeNeeded
                 raise self.src.error(node, f"unpacking a value of unknown length into {n} names (if this "
                                            f"argument is a tuple, its structure is read at the first call; "
-                                           f"for an array write x[0], x[1])", StructureNeeded)
+                                           f"for an array, its shape)", ShapeNeeded)
             if shape[0] != n:
                 raise self.src.error(node, f"cannot unpack an array of length {shape[0]} into {n} names")
             from .. import numpy as tnp
@@ -352,18 +393,6 @@ class Lowerer(ExprLowerer, ControlLowerer):
                                        "apply the transform to the outer function")
         self.env[node.name] = LocalFunction(node, self.src, self.env, self.scope, node.name)
 
-    def stmt_Assert(self, node):
-        test = self.expr(node.test)
-        if is_symbolic(test):
-            raise self.src.error(node, "`assert` on an array value cannot be checked while lowering; "
-                                       "check it before calling the transformed function")
-        if not test:
-            raise self.src.error(node, "assertion failed while lowering")
-
-    def stmt_Raise(self, node):
-        raise self.src.error(node, "`raise` inside a differentiated function is not supported; "
-                                   "validate arguments before calling it")
-
     # -- calls to user functions: lowered inline ------------------------------------------------
     def inline_call(self, fn, args, kwargs, node):
         if isinstance(fn, LocalFunction):
@@ -376,9 +405,10 @@ class Lowerer(ExprLowerer, ControlLowerer):
             fnode = src.node
             scope = Scope(fn.__globals__, _closure_dict(fn))
             defaults = _python_defaults(fn)
-        if key in self.ctx.stack:
+        if self.ctx.stack.count(key) >= _MAX_RECURSION:
+            # recursion on Python structure (a list, then its items) unrolls; on array values it never ends
             raise self.src.error(node, f"recursive call to `{getattr(fnode, 'name', 'lambda')}` cannot be "
-                                       f"lowered; rewrite it as a loop")
+                                       f"lowered (deeper than {_MAX_RECURSION} calls); rewrite it as a loop")
         if len(self.ctx.stack) > _MAX_INLINE_DEPTH:
             raise self.src.error(node, "calls nested too deeply")
         env = bind_arguments(src, fnode, args, kwargs, defaults, node_for_errors=node, caller=self.src)
@@ -403,13 +433,40 @@ class Lowerer(ExprLowerer, ControlLowerer):
         if isinstance(fnode, ast.Lambda):
             return self.expr(fnode.body)
         self.env.setdefault(RETURNED, False)
+        generator = _is_generator(fnode)
+        if generator:                   # a generator: run to the end, its items in a list (in order)
+            self.yields = []
         self.block(fnode.body)
+        if generator:
+            return iter(self.yields)
         if self.env.get(RETURNED) is False:
             return None
         return self.env.get(RET)
 
+    def expr_Yield(self, node):
+        if getattr(self, "yields", None) is None:
+            raise self.src.error(node, "`yield` outside a generator")
+        if self.b is not self.ctx.root:
+            from .structure import StaticMutation
+            raise self.src.error(node, "`yield` inside an `if` or loop on an array value; build a list "
+                                       "before the branch", StaticMutation)
+        self.yields.append(None if node.value is None else self.expr(node.value))
+        return None
+
     def call_transformed(self, transformed, args, kwargs, node):
         return transformed.lower_call(self, args, kwargs, node)
+
+
+def _is_generator(fnode) -> bool:
+    """``fnode``'s own body (not a nested def or lambda) contains ``yield``."""
+    todo = list(fnode.body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(n))
+    return False
 
 
 def _scalar_index(idx) -> bool:
@@ -423,6 +480,18 @@ def _scalar_index(idx) -> bool:
             continue
         return False
     return True
+
+
+def _numpy_function(F):
+    """A Python function calling the NumPy function ``F`` (one argument per ufunc input)."""
+    if getattr(F, "nin", 1) == 2:
+        def numpy_function(x1, x2):
+            return F(x1, x2)
+    else:
+        def numpy_function(x):
+            return F(x)
+    numpy_function.__name__ = numpy_function.__qualname__ = getattr(F, "__name__", "f")
+    return numpy_function
 
 
 def _closure_dict(fn) -> dict:
@@ -452,20 +521,24 @@ def _python_defaults(fn) -> dict:
 
 def bind_arguments(src, fnode, args, kwargs, defaults, node_for_errors=None, caller=None):
     a = fnode.args
-    if a.vararg or a.kwarg:
-        where = node_for_errors if caller is not None else fnode
-        err_src = caller if caller is not None else src
-        raise err_src.error(where, "functions with *args or **kwargs cannot be lowered; "
-                                   "name each parameter")
     names = [p.arg for p in a.posonlyargs + a.args]
     env = {}
+    if a.vararg:
+        env[a.vararg.arg] = tuple(args[len(names):])
+        args = args[:len(names)]
+    if a.kwarg:
+        known = set(names) | {p.arg for p in a.kwonlyargs}
+        env[a.kwarg.arg] = {k: v for k, v in kwargs.items() if k not in known}
+        kwargs = {k: v for k, v in kwargs.items() if k in known}
     if len(args) > len(names):
         raise (caller or src).error(node_for_errors or fnode,
                                     f"too many arguments: {len(args)} given, {len(names)} expected")
     for n, v in zip(names, args):
         env[n] = v
     for k, v in kwargs.items():
-        if k in env:
+        if k in env or k not in names and k not in {p.arg for p in a.kwonlyargs}:
+            if k not in env:
+                raise (caller or src).error(node_for_errors or fnode, f"unexpected keyword argument `{k}`")
             raise (caller or src).error(node_for_errors or fnode, f"argument `{k}` given twice")
         env[k] = v
     for n in names + [p.arg for p in a.kwonlyargs]:
@@ -514,6 +587,7 @@ class LoweredFunction:
     closure_getters: list
     out_tree: Any
     src: FunctionSource
+    guards: tuple = ()              # host.Guard per global/closure value folded as a constant
 
 
 def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunction:
@@ -527,18 +601,23 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
     """
     from .. import typing as _typing  # noqa: F401  (installs the typed-tensor hooks)
     bound_self = None
+    if not hasattr(fn, "__code__") and not inspect.ismethod(fn):
+        from .calls import is_numpy_callable
+        if is_numpy_callable(fn):         # tl.grad(np.sqrt): lowered as a call to it
+            fn = _numpy_function(fn)
     if inspect.ismethod(fn):              # obj.method: `self` is a static object
         bound_self, fn = fn.__self__, fn.__func__
     src = read_source(fn)
     fnode = src.node
     a = fnode.args
-    if a.vararg or a.kwarg:
-        raise src.error(fnode, "functions with *args or **kwargs cannot be transformed; name each parameter")
     params = [p.arg for p in a.posonlyargs + a.args]
     if bound_self is not None:
         self_name, params = params[0], params[1:]
     root = Builder(name=name or fn.__name__)
     ctx = Context(root, [], {}, [fn.__code__])
+    ctx.specialisable = arg_avals is None or not isinstance(arg_avals, FinalAvals)
+    ctx.specialised = arg_avals is not None and all(
+        isinstance(a, StaticValue) or getattr(a, "is_concrete", False) for a in arg_avals)
     scope = Scope(fn.__globals__, _closure_dict(fn))
     defaults = _python_defaults(fn)
     if arg_trees is None:
@@ -556,19 +635,33 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
             leaves = []
             for k in range(tree.num_leaves):
                 aval = arg_avals[leaf_index] if arg_avals is not None else None
-                from .._core.aval import UNKNOWN
                 hint = pname if tree.kind == "leaf" else f"{pname}_{k}"
-                leaves.append(root.new_input(aval or UNKNOWN, hint))
+                if isinstance(aval, StaticValue):      # its value is part of the signature
+                    root.new_input(aval.aval, hint)
+                    leaves.append(aval.value)
+                else:
+                    leaves.append(root.new_input(aval or _UNKNOWN, hint))
                 leaf_index += 1
             env[pname] = _pytree.unflatten(tree, leaves)
         for pname in params[len(arg_trees):]:
             if pname not in defaults:
                 raise src.error(fnode, f"parameter `{pname}` has no argument")
             env[pname] = defaults[pname]
+        if a.vararg and not params:
+            raise src.error(fnode, f"`{fn.__name__}` takes only *{a.vararg.arg}; a transformed function "
+                                   f"needs named parameters (def f(x, *{a.vararg.arg}))")
+        if a.vararg:                      # extra positional arguments are not passed to a transform
+            env[a.vararg.arg] = ()
+        if a.kwarg:
+            env[a.kwarg.arg] = {}
         for p in a.kwonlyargs:
             if p.arg not in (fn.__kwdefaults__ or {}):
                 raise src.error(fnode, f"keyword-only parameter `{p.arg}` needs a default")
             env[p.arg] = fn.__kwdefaults__[p.arg]
+        if not isinstance(fnode, ast.Lambda) and _is_generator(fnode):
+            first = next(n for n in ast.walk(fnode) if isinstance(n, (ast.Yield, ast.YieldFrom)))
+            raise src.error(first, f"`{fn.__name__}` is a generator (`yield`); a transformed function must "
+                                   f"return arrays: collect the items in a list and return it")
         low = Lowerer(src, scope, ctx, root, env)
         low.annotate_arguments(fnode, env)
         result = low.run_body(fnode)
@@ -579,7 +672,7 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
                                        f"function must return arrays (in tuples/lists/dicts)")
     graph = root.finish(out_leaves, name or fn.__name__)
     return LoweredFunction(graph, fn, params, list(arg_trees), [g for g, _, _ in ctx.closure_inputs],
-                           out_tree, src)
+                           out_tree, src, tuple(ctx.guards))
 
 
 def make_graph(fun) -> Graph:

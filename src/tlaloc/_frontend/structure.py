@@ -18,3 +18,10 @@ class StaticMutation(FenceError):
 
     A ``for`` over a static ``range`` catches it and unrolls the loop instead,
     so the mutation happens once per iteration, in order."""
+
+
+class ShapeNeeded(StructureNeeded):
+    """Lowering needs a rank, a length or the Python value of an argument
+    (``np.eye(len(y))``, ``n, d = x.shape``, ``x[i*b:(i+1)*b]``): the remaining
+    lowering is specialised at the first call for the arguments' static
+    signature (shapes, dtypes, then the values of integer arguments)."""

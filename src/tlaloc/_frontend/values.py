@@ -53,3 +53,11 @@ class SymbolicRange:
 
 def is_symbolic(x) -> bool:
     return type(x) is Value
+
+
+def maybe_int(x) -> bool:
+    """A symbolic value that may be a Python-int-like scalar (a size, an integer argument)."""
+    if type(x) is not Value:
+        return False
+    av = x.aval
+    return (av.shape is None or av.shape == ()) and (av.dtype is None or av.dtype.kind in "iu")

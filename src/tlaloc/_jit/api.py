@@ -43,7 +43,8 @@ from .. import sharding as _sharding  # noqa: F401  (makes ``tl.sharding`` reach
 from .._core.aval import AbstractValue
 from .._core.interpreter import eval_graph
 from .._core.specialize import specialize
-from ..errors import ArgumentError
+from .._frontend.structure import ShapeNeeded
+from ..errors import ArgumentError, FenceError
 from . import bounded, bounded_export, dispatch
 from .lowering import Source, source_for
 from .stages import Compiled, Lowered
@@ -176,12 +177,25 @@ class Jitted:
         return tuple(statics), trees, dyn
 
     def _source(self, statics, trees, flat_avals) -> Source:
-        shaped = shape_dependent(self.fun)
+        shaped = shape_dependent(self.fun) or getattr(self, "_needs_shapes", False)
         key = (statics, tuple(trees), tuple(flat_avals) if shaped else None)
         src = self._sources.get(key)
         if src is None:
-            src = self._sources[key] = source_for(self.fun, trees, dict(statics),
-                                                  list(flat_avals) if shaped else None)
+            try:
+                src = source_for(self.fun, trees, dict(statics), list(flat_avals) if shaped else None)
+            except ShapeNeeded:
+                if shaped:
+                    raise
+                self._needs_shapes = True         # the code reads shapes: one source per signature
+                return self._source(statics, trees, flat_avals)
+            for g in src.closure_getters:
+                where = getattr(g, "__tlaloc_host_call__", None)
+                if where is not None:
+                    raise FenceError(f"{where} runs at call time (a random draw or other call whose result "
+                                     f"is not a function of the arguments) and cannot be compiled by tl.jit; "
+                                     f"use tlaloc.random (keys passed as arguments), or draw outside the "
+                                     f"jitted function and pass the noise in")
+            self._sources[key] = src
         return src
 
     def _prepare(self, args):

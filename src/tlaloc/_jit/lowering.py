@@ -73,12 +73,12 @@ def source_for(fun, trees, statics: dict, arg_avals=None) -> Source:
                                 "static_argnums=...)) is not supported yet; close over the value instead")
         from .transformed import transformed_source
         src = transformed_source(t, trees, arg_avals, Source)
-        return src if src is not None else _transformed_source(t, trees, statics)
+        return src if src is not None else _transformed_source(t, trees, statics, arg_avals)
     from .._frontend.lower import lower_function
     if not hasattr(fun, "__code__"):
         raise ArgumentError(f"jit: expected a Python function, got {type(fun).__name__}")
     target = _with_statics(fun, statics) if statics else fun
-    lowered = lower_function(target, arg_trees=list(trees))
+    lowered = lower_function(target, arg_trees=list(trees), arg_avals=arg_avals)
     n_params = fun.__code__.co_argcount
     out_tree = lowered.out_tree
 
@@ -98,11 +98,14 @@ def source_for(fun, trees, statics: dict, arg_avals=None) -> Source:
     return Source(lowered.graph, list(lowered.closure_getters), finish, check, out_tree)
 
 
-def _transformed_source(t, trees, statics) -> Source:
+def _transformed_source(t, trees, statics, arg_avals=None) -> Source:
     if statics:
         raise ArgumentError("jit: static_argnums with a transformed function (tl.jit(tl.grad(f), "
                             "static_argnums=...)) is not supported yet; close over the value instead")
-    entry = t._entry(None if all(tr == _LEAF for tr in trees) else list(trees))
+    if arg_avals is not None:
+        entry = t._entry(list(trees), list(arg_avals))
+    else:
+        entry = t._entry(None if all(tr == _LEAF for tr in trees) else list(trees))
     graph = entry["graphs"][0][0]
     lowered = entry["lowered"]
     takes_entry = len(inspect.signature(t.check_args).parameters) >= 5

@@ -102,6 +102,8 @@ def _expand_reduced_shape(g, like, *, axes, keepdims):
 def _zeros_like_impl(x):
     if x is None:                 # UNDEF (a value no path assigned) has an UNDEF derivative
         return None
+    if isinstance(x, list):       # a loop's per-trip residual stack; a carry may change shape on trip 1
+        return [_zeros_like_impl(e) for e in x]
     return np.zeros_like(x)
 
 
