@@ -169,13 +169,17 @@ def argmin(a, axis=None, keepdims=False):
     return _red.argmin_p.bind(a, axis=None if axis is None else int(axis), keepdims=bool(keepdims))
 
 
-def cumsum(a, axis=None):
+def cumsum(a, axis=None, dtype=None):
+    """Running sums along ``axis`` (None: the flattened array); ``dtype`` converts first."""
+    a = a if dtype is None else astype(a, dtype)
     if axis is None:
         return _red.cumsum(ravel(a), 0)
     return _red.cumsum(a, axis)
 
 
-def cumprod(a, axis=None):
+def cumprod(a, axis=None, dtype=None):
+    """Running products along ``axis`` (None: the flattened array); ``dtype`` converts first."""
+    a = a if dtype is None else astype(a, dtype)
     if axis is None:
         return _red.cumprod(ravel(a), 0)
     return _red.cumprod(a, axis)
@@ -220,8 +224,18 @@ def matmul(x1, x2):
 
 
 def dot(a, b):
-    """NumPy ``dot`` for 1-D and 2-D operands (matmul semantics)."""
+    """NumPy ``dot``: a product when either operand is a scalar (0-d), else
+    matmul semantics for 1-D and 2-D operands."""
+    if _known_scalar(a) or _known_scalar(b):
+        return multiply(a, b)
     return _la.matmul(a, b)
+
+
+def _known_scalar(x) -> bool:
+    """0-d: a Python/NumPy scalar, or a symbolic value whose rank is known to be 0."""
+    if _is_symbolic(x):
+        return x.aval.rank == 0
+    return _np.ndim(x) == 0
 
 
 def vdot(a, b):
@@ -383,7 +397,40 @@ def full_like(a, fill_value, dtype=None):
     return add(zeros_like(a, dtype), fill_value)
 
 
-eye, identity, linspace = _np.eye, _np.identity, _np.linspace
+eye, identity = _np.eye, _np.identity
+
+
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+    """``num`` evenly spaced values from ``start`` to ``stop`` (NumPy). The endpoints
+    may be computed (symbolic) values: then ``start + i * step`` with the last value
+    exactly ``stop`` when ``endpoint``, along a new leading axis (``axis=0``) for
+    array endpoints; ``num`` is a static int."""
+    if not (_is_symbolic(start) or _is_symbolic(stop)):
+        return _np.linspace(start, stop, num, endpoint=endpoint, retstep=retstep, dtype=dtype, axis=axis)
+    num = int(num)
+    if num < 0:
+        raise ValueError(f"linspace: num must be >= 0, got {num}")
+    if axis != 0:
+        raise ShapeError("linspace: with computed endpoints only axis=0 is supported")
+    div = (num - 1) if endpoint else num
+    # an endpoint of unknown rank is taken as a scalar: reshape(., ()) refuses an array at run time
+    start, stop = (reshape(v, ()) if _is_symbolic(v) and v.aval.rank is None else v for v in (start, stop))
+    r = _builtins.max(_rank(start, "linspace"), _rank(stop, "linspace"))
+    dts = [v.aval.dtype if _is_symbolic(v) else _np.result_type(v) for v in (start, stop)
+           if _is_symbolic(v) or isinstance(v, (_np.ndarray, _np.generic))]
+    dts = [d for d in dts if d is not None]
+    fdt = _np.float32 if _builtins.all(d == _np.float32 for d in dts if d.kind == "f") and \
+        _builtins.any(d.kind == "f" for d in dts) else _np.float64
+    i = _np.arange(num, dtype=fdt).reshape((num,) + (1,) * r)
+    delta = subtract(stop, start)
+    step = divide(delta, div) if div > 0 else multiply(delta, _np.nan)
+    out = add(start, multiply(i, step)) if div > 0 else add(start, multiply(i, delta))
+    if endpoint and num > 1:
+        last = _np.arange(num).reshape((num,) + (1,) * r) == num - 1
+        out = where(last, stop, out)
+    if dtype is not None:
+        out = astype(out, dtype)
+    return (out, step) if retstep else out
 
 
 def arange(start, stop=None, step=1, dtype=None):
@@ -454,6 +501,11 @@ def ndim(a):
 from ._diagonal import _diagonal_p  # noqa: E402
 from ._composite import (log2, log10, exp2, hypot, sinc, isnan, isinf, logical_xor, trunc,  # noqa: E402,F401
                          rad2deg, deg2rad, degrees, radians, split)
+from ._ordering import argsort, sort, searchsorted, take_along_axis  # noqa: E402,F401
+from ._arrange import (repeat, roll, tile, hstack, vstack, dstack, column_stack, meshgrid,  # noqa: E402,F401
+                       atleast_1d, atleast_2d, atleast_3d, diag, flipud, fliplr, rot90, diff)
+from ._more_elementwise import (arccosh, signbit, copysign, nextafter, nancumsum, nancumprod,  # noqa: E402,F401
+                                cumulative_sum, cumulative_prod)
 from . import linalg  # noqa: E402,F401
 
 # Symbolic values (DXIR) get NumPy's operators and methods from this module.
