@@ -27,6 +27,7 @@ from ._pad import pad  # noqa: F401
 
 float64, float32, float16, bfloat16 = _dt.float64, _dt.float32, _dt.float16, _dt.bfloat16
 int8, int32, int64, uint32, bool_ = _dt.int8, _dt.int32, _dt.int64, _dt.uint32, _dt.bool_
+uint8, uint64 = _dt.uint8, _dt.uint64
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
 ndarray = _np.ndarray
 
@@ -48,6 +49,14 @@ def _unary(p):
 
 for _n, _p in _ew.UNARY.items():
     globals()[_n] = _unary(_p)
+
+
+def sign(x):
+    """-1, 0 or 1 by the sign of x (NaN stays NaN); a zero of either sign gives +0
+    (the Array API's rule). Derivative 0."""
+    s = _ew.UNARY["sign"].bind(x)
+    return where(equal(s, 0), zeros_like(s), s)      # not s + 0: compilers fold that away
+
 absolute = globals()["abs"]
 arcsin, arccos, arctan = globals()["arcsin"], globals()["arccos"], globals()["arctan"]
 
@@ -80,7 +89,10 @@ def square(x):
 
 
 def logaddexp(x, y):
+    """log(exp(x) + exp(y)) without overflow: the (gradient-stopped) larger operand is
+    factored out where finite, so ``logaddexp(inf, inf) = inf`` and ``(-inf, -inf) = -inf``."""
     m = stop_gradient(maximum(x, y))
+    m = where(isfinite(m), m, 0.0)
     return add(m, log(add(exp(subtract(x, m)), exp(subtract(y, m)))))
 
 
@@ -88,8 +100,11 @@ def sigmoid(x):
     return logistic(x)
 
 
-def astype(x, dtype):
-    """``x`` converted to ``dtype`` (a no-op node when the dtype already matches)."""
+def astype(x, dtype, /, *, copy=True, device=None):
+    """``x`` converted to ``dtype`` (a no-op node when the dtype already matches).
+    ``copy=False`` returns ``x`` itself when the dtype already matches (eagerly)."""
+    if not copy and not _is_symbolic(x) and _np.asarray(x).dtype == _np.dtype(dtype):
+        return x
     return _ew.convert(x, dtype)
 
 
@@ -107,11 +122,14 @@ def where(condition, x, y):
     return _sel.select(condition, x, y)
 
 
-def clip(a, a_min=None, a_max=None):
-    """``a`` limited to ``[a_min, a_max]``; gradient 1 on the closed interval
-    (bounds included, as PyTorch), 0 outside."""
+def clip(a, a_min=None, a_max=None, /, *, min=None, max=None):
+    """``a`` limited to ``[a_min, a_max]`` (or the Array API's ``min=``/``max=``);
+    gradient 1 on the closed interval (bounds included, as PyTorch), 0 outside.
+    No bounds: a copy of ``a``. Python-scalar bounds keep ``a``'s dtype."""
+    a_min = min if a_min is None else a_min
+    a_max = max if a_max is None else a_max
     if a_min is None and a_max is None:
-        raise ValueError("clip: give a_min, a_max or both")
+        return copy(a)
     if a_min is None:
         return minimum(a, a_max)
     if a_max is None:
@@ -130,7 +148,8 @@ def sum(a, axis=None, keepdims=False, dtype=None):
     return out if dtype is None else astype(out, dtype)
 
 
-def prod(a, axis=None, keepdims=False):
+def prod(a, axis=None, keepdims=False, dtype=None):
+    a = a if dtype is None else astype(a, dtype)
     return _red.reduce_prod(a, _axes(axis), keepdims)
 
 
@@ -149,7 +168,10 @@ def mean(a, axis=None, keepdims=False):
     return divide(sum(a, axis, keepdims), _misc.reduced_count(a, _axes(axis)))
 
 
-def var(a, axis=None, keepdims=False, ddof=0):
+def var(a, axis=None, keepdims=False, ddof=0, *, correction=None):
+    """Variance over ``axis`` with ``ddof`` (NumPy) or ``correction`` (Array API) subtracted
+    from the count."""
+    ddof = correction if correction is not None else ddof
     m = mean(a, axis, keepdims=True)
     d = subtract(a, m)
     ss = sum(multiply(d, d), axis, keepdims)
@@ -157,16 +179,16 @@ def var(a, axis=None, keepdims=False, ddof=0):
     return divide(ss, subtract(n, ddof) if ddof else n)
 
 
-def std(a, axis=None, keepdims=False, ddof=0):
-    return sqrt(var(a, axis, keepdims, ddof))
+def std(a, axis=None, keepdims=False, ddof=0, *, correction=None):
+    return sqrt(var(a, axis, keepdims, ddof, correction=correction))
 
 
 def argmax(a, axis=None, keepdims=False):
-    return _red.argmax_p.bind(a, axis=None if axis is None else int(axis), keepdims=bool(keepdims))
+    return _red.argmax_p.bind(a, axis=None if axis is None else int(axis), keepdims=_builtins.bool(keepdims))
 
 
 def argmin(a, axis=None, keepdims=False):
-    return _red.argmin_p.bind(a, axis=None if axis is None else int(axis), keepdims=bool(keepdims))
+    return _red.argmin_p.bind(a, axis=None if axis is None else int(axis), keepdims=_builtins.bool(keepdims))
 
 
 def cumsum(a, axis=None, dtype=None):
@@ -186,11 +208,11 @@ def cumprod(a, axis=None, dtype=None):
 
 
 def any(a, axis=None, keepdims=False):
-    return _red.reduce_any_p.bind(a, axes=_axes(axis), keepdims=bool(keepdims))
+    return _red.reduce_any_p.bind(a, axes=_axes(axis), keepdims=_builtins.bool(keepdims))
 
 
 def all(a, axis=None, keepdims=False):
-    return _red.reduce_all_p.bind(a, axes=_axes(axis), keepdims=bool(keepdims))
+    return _red.reduce_all_p.bind(a, axes=_axes(axis), keepdims=_builtins.bool(keepdims))
 
 
 def logsumexp(a, axis=None, keepdims=False):
@@ -288,7 +310,9 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
 
 # -- shapes ----------------------------------------------------------------------
 
-def reshape(a, newshape, *more):
+def reshape(a, newshape=None, *more, shape=None, copy=None):
+    if shape is not None:
+        newshape = shape
     if more:
         newshape = (newshape,) + more
     if isinstance(newshape, (int, _np.integer)):
@@ -370,37 +394,51 @@ def _getitem(x, idx):
 
 # -- creation ----------------------------------------------------------------------
 
-def copy(a):
+def copy(a, *, order=None):
     """A copy of ``a`` (a new value: later writes into it do not touch ``a``)."""
     return _misc.copy_p.bind(a)
 
 
-def asarray(a, dtype=None):
+def asarray(a, dtype=None, *, device=None, copy=None):
+    """``a`` as an array: NumPy's ``asarray`` eagerly (``copy=True`` copies,
+    ``copy=False`` refuses a copy, as NumPy), the value itself symbolically."""
     if _is_symbolic(a):
         return a if dtype is None else astype(a, dtype)
-    return _np.asarray(a, dtype=dtype)
+    if copy:
+        return _np.array(a, dtype=dtype, copy=True)
+    return _np.asarray(a, dtype=dtype, copy=copy)
 
 
 array = asarray
 
 
-def zeros_like(a, dtype=None):
+def zeros_like(a, dtype=None, *, device=None):
     out = _bc.zeros_like(a)
     return out if dtype is None else astype(out, dtype)
 
 
-def ones_like(a, dtype=None):
-    return add(zeros_like(a, dtype), 1.0)
+def ones_like(a, dtype=None, *, device=None):
+    """Ones shaped like ``a``, of ``dtype`` or ``a``'s own (bool stays bool)."""
+    return full_like(a, 1, dtype)
 
 
-def full_like(a, fill_value, dtype=None):
-    return add(zeros_like(a, dtype), fill_value)
+def full_like(a, fill_value, dtype=None, *, device=None):
+    """``fill_value`` shaped like ``a``, converted to ``dtype`` or ``a``'s dtype (as NumPy)."""
+    z = zeros_like(a, dtype)
+    target = z.aval.dtype if _is_symbolic(z) else _np.asarray(z).dtype
+    out = add(z, fill_value)
+    return out if target is None else astype(out, target)
 
 
-eye, identity = _np.eye, _np.identity
+def eye(n_rows, n_cols=None, k=0, dtype=None, *, device=None, M=None):
+    """The (n_rows, n_cols) matrix with ones on diagonal ``k`` (NumPy's ``eye``; float64 by default)."""
+    return _np.eye(n_rows, n_cols if M is None else M, k=k, dtype=float if dtype is None else dtype)
 
 
-def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0):
+identity = _np.identity
+
+
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *, device=None):
     """``num`` evenly spaced values from ``start`` to ``stop`` (NumPy). The endpoints
     may be computed (symbolic) values: then ``start + i * step`` with the last value
     exactly ``stop`` when ``endpoint``, along a new leading axis (``axis=0``) for
@@ -433,7 +471,7 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     return (out, step) if retstep else out
 
 
-def arange(start, stop=None, step=1, dtype=None):
+def arange(start, stop=None, step=1, dtype=None, *, device=None):
     """NumPy ``arange``; bounds may be symbolic sizes (e.g. ``len(x)``) inside transforms."""
     if stop is None:
         start, stop = 0, start
@@ -442,7 +480,7 @@ def arange(start, stop=None, step=1, dtype=None):
     return _np.arange(start, stop, step, dtype=dtype)
 
 
-def full(shape, fill_value, dtype=None):
+def full(shape, fill_value, dtype=None, *, device=None):
     """NumPy ``full``; sizes may be symbolic inside transforms."""
     dims = (shape,) if not isinstance(shape, (tuple, list)) else tuple(shape)
     if _builtins.any(_is_symbolic(d) for d in dims):
@@ -451,12 +489,12 @@ def full(shape, fill_value, dtype=None):
     return _np.full(shape, fill_value, dtype=dtype)
 
 
-def zeros(shape, dtype=float):
-    return full(shape, 0, dtype=_np.dtype(dtype))
+def zeros(shape, dtype=None, *, device=None):
+    return full(shape, 0, dtype=_np.dtype(float if dtype is None else dtype))
 
 
-def ones(shape, dtype=float):
-    return full(shape, 1, dtype=_np.dtype(dtype))
+def ones(shape, dtype=None, *, device=None):
+    return full(shape, 1, dtype=_np.dtype(float if dtype is None else dtype))
 
 
 empty = zeros
@@ -501,6 +539,12 @@ def ndim(a):
 from ._diagonal import _diagonal_p  # noqa: E402
 from ._composite import (log2, log10, exp2, hypot, sinc, isnan, isinf, logical_xor, trunc,  # noqa: E402,F401
                          rad2deg, deg2rad, degrees, radians, split)
+from ._array_api import (__array_api_version__, __array_namespace_info__, finfo, iinfo, isdtype,  # noqa: E402,F401
+                         result_type, can_cast, positive, pow, real, conj, imag, bitwise_and, bitwise_or,
+                         bitwise_xor, bitwise_invert, bitwise_left_shift, bitwise_right_shift, concat,
+                         permute_dims, unstack, broadcast_shapes, broadcast_arrays, empty_like, from_dlpack,
+                         count_nonzero, nonzero, unique_all, unique_counts, unique_inverse, unique_values,
+                         isin, vecdot, matrix_transpose, cross)
 from ._ordering import argsort, sort, searchsorted, take_along_axis  # noqa: E402,F401
 from ._arrange import (repeat, roll, tile, hstack, vstack, dstack, column_stack, meshgrid,  # noqa: E402,F401
                        atleast_1d, atleast_2d, atleast_3d, diag, flipud, fliplr, rot90, diff)
@@ -510,5 +554,9 @@ from . import linalg  # noqa: E402,F401
 
 # Symbolic values (DXIR) get NumPy's operators and methods from this module.
 from .._core.builder import _install_operators as _install_value_operators  # noqa: E402
+
+# the Array API's short names and its ``bool`` dtype (kept last: the module's own code uses builtins)
+acos, asin, atan, acosh, asinh, atanh, atan2 = arccos, arcsin, arctan, arccosh, arcsinh, arctanh, arctan2
+bool = bool_  # noqa: A001
 
 _install_value_operators()

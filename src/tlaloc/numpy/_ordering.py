@@ -57,7 +57,7 @@ def sort(a, axis=-1, kind=None, order=None, *, descending=False, stable=True):
     return _take(a, _argsort(a, axis, descending), int(axis))
 
 
-def take_along_axis(arr, indices, axis):
+def take_along_axis(arr, indices, axis=-1):
     """``arr`` read at ``indices`` along ``axis`` (NumPy semantics: the other axes
     broadcast between ``arr`` and ``indices``, which have the same rank).
 

@@ -9,12 +9,25 @@ derivative rules are in ``tlaloc/_prims/decompositions.py`` and
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as _np
 
 from .._prims import decompositions as _dec
 from .._prims import spectral as _spec
 from ..errors import ArgumentError, ShapeError
 from . import sqrt, sum, multiply, abs as _abs, max as _max, min as _min, exp, log, diagonal as _diagonal_np
+
+
+EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
+SVDResult = namedtuple("SVDResult", "U S Vh")
+QRResult = namedtuple("QRResult", "Q R")
+SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
+
+
+def _named(cls, parts):
+    """The Array API's named tuple eagerly; a plain tuple of symbolic values."""
+    return cls(*parts) if not _tnp()._is_symbolic(parts[0]) else tuple(parts)
 
 
 def _tnp():
@@ -44,7 +57,7 @@ def inv(a):
 
 def slogdet(a):
     """(sign, log|det a|); differentiable in the second."""
-    return _dec.slogdet(a)
+    return _named(SlogdetResult, _dec.slogdet(a))
 
 
 def det(a):
@@ -58,7 +71,7 @@ def eigh(a, UPLO="L"):
     the symmetric ``a``. The input is symmetrised (as jax.numpy); ``UPLO`` is
     accepted for NumPy compatibility. Derivative: Giles (2008) §3.1; repeated
     eigenvalues give inf/NaN eigenvector derivatives."""
-    return _spec.eigh(a)
+    return _named(EighResult, _spec.eigh(a))
 
 
 def eigvalsh(a, UPLO="L"):
@@ -72,7 +85,7 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     (2016); with ``full_matrices=True`` only for square matrices."""
     if not compute_uv:
         return svdvals(a)
-    return _spec.svd(a, full_matrices)
+    return _named(SVDResult, _spec.svd(a, full_matrices))
 
 
 def svdvals(a):
@@ -87,7 +100,7 @@ def qr(a, mode="reduced"):
         raise ArgumentError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
     if mode == "r":
         return _spec.qr(a, "reduced")[1]
-    return _spec.qr(a, mode)
+    return _named(QRResult, _spec.qr(a, mode))
 
 
 def _rcond_default(a, rcond):
