@@ -51,3 +51,12 @@ def logaddexp_of(x, y):
 
 def sign_of(x):
     return np.sign(x)
+
+
+def svd_frobenius(a: F64['n', 'm']):
+    return np.sum(np.linalg.svd(a, compute_uv=False) ** 2)
+
+
+def qr_loss(a: F64['n', 'm']):
+    q, r = np.linalg.qr(a)
+    return np.sum(r * r * np.array([1.0, 2.0, 3.0])) + np.sum(q[:, 0] * np.diagonal(r)[0])

@@ -178,3 +178,22 @@ def test_eigvalsh_gradient_with_a_repeated_eigenvalue_is_finite():
 def test_qr_of_a_wide_matrix_has_no_derivative_and_says_so():
     with pytest.raises(tl.GradientError, match="qr: the derivative needs"):
         tl.grad(E.qr_wide)(np.arange(6.0).reshape(2, 3))
+
+
+# -- second derivatives ------------------------------------------------------------------------
+
+def test_hessian_of_the_sum_of_squared_singular_values_is_twice_the_identity():
+    a = np.random.default_rng(1).standard_normal((4, 3))
+    h = tl.hessian(E.svd_frobenius)(a)                     # Σ s² = ‖a‖_F², so H = 2 I
+    np.testing.assert_allclose(h.reshape(12, 12), 2 * np.eye(12), atol=1e-10)
+
+
+def test_hessian_of_sort_and_of_qr_match_jax():
+    x = np.array([0.3, -1.0, 2.0, 0.5, 1.5])
+    np.testing.assert_array_equal(tl.hessian(E.sort_weighted)(x), np.zeros((5, 5)))
+    a = np.random.default_rng(2).standard_normal((4, 3))
+
+    def twin(m):
+        q, r = jnp.linalg.qr(m)
+        return jnp.sum(r * r * jnp.array([1.0, 2.0, 3.0])) + jnp.sum(q[:, 0] * jnp.diagonal(r)[0])
+    np.testing.assert_allclose(tl.hessian(E.qr_loss)(a), jax.hessian(twin)(a), rtol=1e-8, atol=1e-10)
