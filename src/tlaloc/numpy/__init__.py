@@ -28,6 +28,8 @@ from ._pad import pad  # noqa: F401
 float64, float32, float16, bfloat16 = _dt.float64, _dt.float32, _dt.float16, _dt.bfloat16
 int8, int32, int64, uint32, bool_ = _dt.int8, _dt.int32, _dt.int64, _dt.uint32, _dt.bool_
 uint8, uint64 = _dt.uint8, _dt.uint64
+# complex dtypes for eager NumPy work (and elementwise code under tl.jit); grad/jvp refuse them by name
+complex64, complex128 = _np.dtype(_np.complex64), _np.dtype(_np.complex128)
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
 ndarray = _np.ndarray
 
@@ -122,11 +124,11 @@ def where(condition, x, y):
     return _sel.select(condition, x, y)
 
 
-def clip(a, a_min=None, a_max=None, /, *, min=None, max=None):
+def clip(a, min=None, max=None, *, a_min=None, a_max=None):
     """``a`` limited to ``[a_min, a_max]`` (or the Array API's ``min=``/``max=``);
     gradient 1 on the closed interval (bounds included, as PyTorch), 0 outside.
     No bounds: a copy of ``a``. Python-scalar bounds keep ``a``'s dtype."""
-    a_min = min if a_min is None else a_min
+    a_min = min if a_min is None else a_min       # NumPy's keywords a_min/a_max, the Array API's min/max
     a_max = max if a_max is None else a_max
     if a_min is None and a_max is None:
         return copy(a)
@@ -310,9 +312,10 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
 
 # -- shapes ----------------------------------------------------------------------
 
-def reshape(a, newshape=None, *more, shape=None, copy=None):
-    if shape is not None:
-        newshape = shape
+def reshape(a, shape=None, *more, newshape=None, copy=None):
+    """``a`` with a new shape (static ints, one of them may be -1); ``newshape=`` is
+    NumPy's older keyword."""
+    newshape = shape if newshape is None else newshape
     if more:
         newshape = (newshape,) + more
     if isinstance(newshape, (int, _np.integer)):
@@ -342,9 +345,21 @@ def swapaxes(a, axis1, axis2):
 
 
 def moveaxis(a, source, destination):
+    """Axes ``source`` moved to ``destination`` (ints or equal-length sequences), the others in order."""
     r = _rank(a, "moveaxis")
-    perm = [i for i in range(r) if i != source % r]
-    perm.insert(destination % r, source % r)
+    src = [source] if isinstance(source, (int, _np.integer)) else list(source)
+    dst = [destination] if isinstance(destination, (int, _np.integer)) else list(destination)
+    if len(src) != len(dst):
+        raise ShapeError(f"moveaxis: source and destination must have the same length, got {src} and {dst}")
+    src, dst = [int(s) % r for s in src], [int(d) % r for d in dst]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ShapeError(f"moveaxis: repeated axes in {src} or {dst}")
+    rest = [i for i in range(r) if i not in src]
+    perm = [None] * r
+    for s, d in zip(src, dst):
+        perm[d] = s
+    it = iter(rest)
+    perm = [p if p is not None else next(it) for p in perm]
     return _sh.transpose(a, tuple(perm))
 
 
@@ -550,7 +565,7 @@ from ._arrange import (repeat, roll, tile, hstack, vstack, dstack, column_stack,
                        atleast_1d, atleast_2d, atleast_3d, diag, flipud, fliplr, rot90, diff)
 from ._more_elementwise import (arccosh, signbit, copysign, nextafter, nancumsum, nancumprod,  # noqa: E402,F401
                                 cumulative_sum, cumulative_prod)
-from . import linalg  # noqa: E402,F401
+from . import linalg, fft  # noqa: E402,F401
 
 # Symbolic values (DXIR) get NumPy's operators and methods from this module.
 from .._core.builder import _install_operators as _install_value_operators  # noqa: E402

@@ -100,7 +100,8 @@ class _Info:
 
     _ALL = {"bool": _dt.bool_, "int8": _dt.int8, "int32": _dt.int32, "int64": _dt.int64,
             "uint8": _dt.uint8, "uint32": _dt.uint32, "uint64": _dt.uint64,
-            "float32": _dt.float32, "float64": _dt.float64}
+            "float32": _dt.float32, "float64": _dt.float64,
+            "complex64": _np.dtype(_np.complex64), "complex128": _np.dtype(_np.complex128)}
 
     def capabilities(self):
         return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": 64}
@@ -112,7 +113,7 @@ class _Info:
         return ["cpu"]
 
     def default_dtypes(self, *, device=None):
-        return {"real floating": _dt.float64, "complex floating": None, "integral": _dt.int64,
+        return {"real floating": _dt.float64, "complex floating": _np.dtype(_np.complex128), "integral": _dt.int64,
                 "indexing": _dt.int64}
 
     def dtypes(self, *, device=None, kind=None):
@@ -137,17 +138,23 @@ def pow(x1, x2, /):
     return _tnp().power(x1, x2)
 
 
+def _complex_eager(x):
+    return not _tnp()._is_symbolic(x) and _np.iscomplexobj(x)
+
+
 def real(x, /):
-    """The real part: ``x`` itself (complex numbers are not supported)."""
-    return x
+    """The real part: ``x`` itself for real dtypes (complex arrays only eagerly, by NumPy)."""
+    return _np.real(x) if _complex_eager(x) else x
 
 
-conj = real
+def conj(x, /):
+    """The complex conjugate: ``x`` itself for real dtypes (complex arrays only eagerly)."""
+    return _np.conj(x) if _complex_eager(x) else x
 
 
 def imag(x, /):
-    """The imaginary part: zeros like ``x`` (complex numbers are not supported)."""
-    return _tnp().zeros_like(x)
+    """The imaginary part: zeros like ``x`` for real dtypes (complex arrays only eagerly)."""
+    return _np.imag(x) if _complex_eager(x) else _tnp().zeros_like(x)
 
 
 def _eager(name, fn, why):
@@ -229,8 +236,13 @@ def count_nonzero(x, /, *, axis=None, keepdims=False):
 
 
 _DATA = "its output shape depends on the values"
-nonzero = _eager("nonzero", lambda x: _np.nonzero(_np.asarray(x)) if _np.ndim(x) else
-                 (_np.zeros(int(_np.asarray(x) != 0), _np.int64),), _DATA)
+def _nonzero(x):
+    if _np.ndim(x) == 0:
+        raise ValueError("nonzero: a 0-d array has no indices; use atleast_1d(x) first (Array API)")
+    return _np.nonzero(_np.asarray(x))
+
+
+nonzero = _eager("nonzero", _nonzero, _DATA)
 
 UniqueAll = namedtuple("UniqueAll", "values indices inverse_indices counts")
 UniqueCounts = namedtuple("UniqueCounts", "values counts")
@@ -268,9 +280,18 @@ def isin(x1, x2, /, *, invert=False):
 # -- linear algebra names of the main namespace ----------------------------------------------
 
 def vecdot(x1, x2, /, *, axis=-1):
-    """Σ x1·x2 over ``axis`` after broadcasting (real dtypes)."""
+    """Σ conj(x1)·x2 over ``axis`` after broadcasting, in the operands' promoted dtype.
+
+    Raises:
+      ShapeError: the two lengths along ``axis`` differ (known sizes)."""
     tnp = _tnp()
-    return tnp.sum(tnp.multiply(x1, x2), axis=axis)
+    n1, n2 = tnp.shape(x1)[axis], tnp.shape(x2)[axis]
+    if type(n1) is int and type(n2) is int and n1 != n2:
+        from ..errors import ShapeError
+        raise ShapeError(f"vecdot: x1 has length {n1} and x2 length {n2} along axis {axis}; they must be equal")
+    prod = tnp.multiply(conj(x1), x2)
+    dt = prod.aval.dtype if tnp._is_symbolic(prod) else _np.asarray(prod).dtype
+    return tnp.sum(prod, axis=axis, dtype=dt)
 
 
 def matrix_transpose(x, /):

@@ -27,7 +27,8 @@ def arccosh(x):
     t = tnp.subtract(xs, 1.0)
     small = tnp.log1p(tnp.add(t, tnp.sqrt(tnp.multiply(t, tnp.add(xs, 1.0)))))
     xb = tnp.where(big, x, 2.0)
-    return tnp.where(big, tnp.add(tnp.log(xb), math.log(2.0)), small)
+    out = tnp.where(big, tnp.add(tnp.log(xb), math.log(2.0)), small)
+    return tnp.where(tnp.less(x, 1.0), _np.nan, out)     # below 1 (the form above can round to -inf)
 
 
 def signbit(x):

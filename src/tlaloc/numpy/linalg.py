@@ -150,7 +150,7 @@ def matrix_rank(A, tol=None, hermitian=False, *, rtol=None):
     s = svdvals(A)
     if tol is None:
         sh = tnp.shape(A)
-        r = rtol if rtol is not None else max(sh[-2], sh[-1]) * _np.finfo(_np.float64).eps
+        r = rtol if rtol is not None else float(max(sh[-2], sh[-1]) * _np.finfo(_np.float64).eps)
         tol = multiply(r, _max(s, axis=-1, keepdims=True))
     else:
         tol = tnp.expand_dims(tnp.asarray(tol), -1) if tnp.ndim(tol) else tol
