@@ -118,9 +118,21 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=None):
     tnp = _tnp()
     cut = rtol if rtol is not None else (1e-15 if rcond is None else rcond)
     u, s, vh = _spec.svd(a, False)
+    cut = _per_matrix(cut, s)
     big = tnp.greater(s, multiply(cut, tnp.stop_gradient(_max(s, axis=-1, keepdims=True))))
     s_inv = tnp.where(big, tnp.divide(1.0, tnp.where(big, s, 1.0)), 0.0)
     return tnp.matmul(multiply(_dec.mT(vh), tnp.expand_dims(s_inv, -2)), _dec.mT(u))
+
+
+def _per_matrix(tol, like):
+    """A tolerance per matrix of the batch (...,) as (..., 1), against singular values
+    ``like`` (..., k), in their dtype (a threshold, not data: no float-mix refusal)."""
+    tnp = _tnp()
+    if isinstance(tol, (int, float)):
+        return tol
+    dt = like.aval.dtype if tnp._is_symbolic(like) else _np.asarray(like).dtype
+    tol = tnp.astype(tol, dt)
+    return tol if tnp.ndim(tol) == 0 else tnp.expand_dims(tol, -1)
 
 
 def lstsq(a, b, rcond=None):
@@ -150,10 +162,10 @@ def matrix_rank(A, tol=None, hermitian=False, *, rtol=None):
     s = svdvals(A)
     if tol is None:
         sh = tnp.shape(A)
-        r = rtol if rtol is not None else float(max(sh[-2], sh[-1]) * _np.finfo(_np.float64).eps)
+        r = _per_matrix(rtol, s) if rtol is not None else float(max(sh[-2], sh[-1]) * _np.finfo(_np.float64).eps)
         tol = multiply(r, _max(s, axis=-1, keepdims=True))
     else:
-        tol = tnp.expand_dims(tnp.asarray(tol), -1) if tnp.ndim(tol) else tol
+        tol = _per_matrix(tol, s)
     return sum(tnp.astype(tnp.greater(s, tol), _np.int64), axis=-1)
 
 
