@@ -195,7 +195,8 @@ def argmin(a, axis=None, keepdims=False):
 
 def cumsum(a, axis=None, dtype=None):
     """Running sums along ``axis`` (None: the flattened array); ``dtype`` converts first."""
-    a = a if dtype is None else astype(a, dtype)
+    if dtype is not None:          # NumPy accumulates small integers wider: convert before and after
+        return astype(cumsum(astype(a, dtype), axis), dtype)
     if axis is None:
         return _red.cumsum(ravel(a), 0)
     return _red.cumsum(a, axis)
@@ -203,7 +204,8 @@ def cumsum(a, axis=None, dtype=None):
 
 def cumprod(a, axis=None, dtype=None):
     """Running products along ``axis`` (None: the flattened array); ``dtype`` converts first."""
-    a = a if dtype is None else astype(a, dtype)
+    if dtype is not None:          # NumPy accumulates small integers wider: convert before and after
+        return astype(cumprod(astype(a, dtype), axis), dtype)
     if axis is None:
         return _red.cumprod(ravel(a), 0)
     return _red.cumprod(a, axis)

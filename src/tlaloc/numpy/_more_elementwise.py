@@ -22,6 +22,8 @@ def arccosh(x):
     (accurate near 1), and ``log(x) + log 2`` above 1e8 (no overflow). NaN below 1.
     Derivative ``1/sqrt(x² - 1)``, +inf at 1."""
     tnp = _tnp()
+    if not tnp._is_symbolic(x) and _np.iscomplexobj(x):
+        return _np.arccosh(x)                         # complex: NumPy's kernel, eagerly
     big = tnp.greater(x, 1e8)
     xs = tnp.where(big, 2.0, x)                       # the branch not taken stays finite
     t = tnp.subtract(xs, 1.0)
@@ -49,7 +51,7 @@ def copysign(x1, x2):
     """``|x1|`` with the sign of ``x2`` (-0.0 counts as negative). Derivative in
     ``x1``: ``sign(x1)·(±1)`` (0 at x1 = 0); none in ``x2``."""
     tnp = _tnp()
-    a = tnp.abs(x1)
+    a = tnp.add(tnp.abs(x1), tnp.zeros_like(x2))        # the dtype of both (a Python-scalar x1 adopts x2's)
     return tnp.where(signbit(x2), tnp.negative(a), a)
 
 
