@@ -60,3 +60,11 @@ def svd_frobenius(a: F64['n', 'm']):
 def qr_loss(a: F64['n', 'm']):
     q, r = np.linalg.qr(a)
     return np.sum(r * r * np.array([1.0, 2.0, 3.0])) + np.sum(q[:, 0] * np.diagonal(r)[0])
+
+
+def fft_inside(x):
+    return np.fft.fft(x)
+
+
+def unique_inside(x):
+    return np.unique_values(x)
