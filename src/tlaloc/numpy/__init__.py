@@ -146,12 +146,16 @@ def _axes(axis):
 
 
 def sum(a, axis=None, keepdims=False, dtype=None):
-    out = _red.reduce_sum(a, _axes(axis), keepdims)
-    return out if dtype is None else astype(out, dtype)
+    """Sum over ``axis``; ``dtype`` converts before and after (NumPy widens small integers)."""
+    if dtype is not None:
+        return astype(_red.reduce_sum(astype(a, dtype), _axes(axis), keepdims), dtype)
+    return _red.reduce_sum(a, _axes(axis), keepdims)
 
 
 def prod(a, axis=None, keepdims=False, dtype=None):
-    a = a if dtype is None else astype(a, dtype)
+    """Product over ``axis``; ``dtype`` converts before and after (NumPy widens small integers)."""
+    if dtype is not None:
+        return astype(_red.reduce_prod(astype(a, dtype), _axes(axis), keepdims), dtype)
     return _red.reduce_prod(a, _axes(axis), keepdims)
 
 

@@ -169,13 +169,20 @@ def matrix_rank(A, tol=None, hermitian=False, *, rtol=None):
     return sum(tnp.astype(tnp.greater(s, tol), _np.int64), axis=-1)
 
 
+def _sq(x):
+    """``x²`` elementwise; ``|x|²`` for a complex array (eagerly)."""
+    if not _tnp()._is_symbolic(x) and _np.iscomplexobj(x):
+        return _np.abs(x) ** 2
+    return multiply(x, x)
+
+
 def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
     """Vector p-norm over ``axis`` (None: all elements): ``ord`` in ±inf, 0 (count of
     nonzeros) or any nonzero number. Gradient at 0 is 0 (ord 2, not NaN)."""
     tnp = _tnp()
     ax = _abs(x)
     if ord == 2:
-        return sqrt(sum(multiply(x, x), axis=axis, keepdims=keepdims))
+        return sqrt(sum(_sq(x), axis=axis, keepdims=keepdims))
     if ord == 1:
         return sum(ax, axis=axis, keepdims=keepdims)
     if ord == _np.inf:
@@ -202,7 +209,7 @@ def _matrix_norm(x, axes, keepdims, ord):
     r = tnp.ndim(x)
     a0, a1 = (int(a) % r for a in axes)
     if ord in ("fro", None):
-        return sqrt(sum(multiply(x, x), axis=(a0, a1), keepdims=keepdims))
+        return sqrt(sum(_sq(x), axis=(a0, a1), keepdims=keepdims))
     if ord in ("nuc", 2, -2):
         xm = tnp.moveaxis(tnp.moveaxis(x, a0, -2), a1 if a1 > a0 else a1 + 1, -1) if (a0, a1) != (r - 2, r - 1) \
             else x
@@ -231,7 +238,7 @@ def norm(x, ord=None, axis=None, keepdims=False):
     """
     tnp = _tnp()
     if ord is None and axis is None:
-        return sqrt(sum(multiply(x, x), keepdims=keepdims))
+        return sqrt(sum(_sq(x), keepdims=keepdims))
     if axis is None:
         axis = tuple(range(tnp.ndim(x)))
         if len(axis) > 2:
