@@ -448,7 +448,8 @@ def full_like(a, fill_value, dtype=None, *, device=None):
     z = zeros_like(a, dtype)
     target = z.aval.dtype if _is_symbolic(z) else _np.asarray(z).dtype
     out = add(z, fill_value)
-    return out if target is None else astype(out, target)
+    now = out.aval.dtype if _is_symbolic(out) else _np.asarray(out).dtype
+    return out if target is None or now == target else astype(out, target)
 
 
 def eye(n_rows, n_cols=None, k=0, dtype=None, *, device=None, M=None):
