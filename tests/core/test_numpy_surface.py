@@ -190,13 +190,12 @@ def test_logsumexp_and_softmax_with_infinities():
         assert_same_values(tnp.softmax(a[2:], axis=1), scipy.special.softmax(a[2:], axis=1))
 
 
-def test_regression_norm_ord2_of_a_matrix_is_refused():
-    """Was: ord=2 of a matrix silently gave the Frobenius norm (NumPy: spectral norm)."""
+def test_regression_norm_ord2_of_a_matrix_is_the_spectral_norm():
+    """Was: ord=2 of a matrix silently gave the Frobenius norm; then refused; now NumPy's spectral norm."""
     a = np.array([[1.0, 2.0], [3.0, 4.0]])
-    with pytest.raises(ArgumentError, match="spectral"):
-        tnp.linalg.norm(a, 2)
-    with pytest.raises(ArgumentError, match="spectral"):
-        tnp.linalg.norm(a, 2, axis=(0, 1))
+    assert tnp.linalg.norm(a, 2) == pytest.approx(np.linalg.norm(a, 2), rel=1e-14)
+    assert tnp.linalg.norm(a, 2, axis=(0, 1)) == pytest.approx(np.linalg.norm(a, 2, axis=(0, 1)), rel=1e-14)
+    assert tnp.linalg.norm(a, 2) != pytest.approx(np.linalg.norm(a, "fro"), rel=1e-3)   # negative control
     assert tnp.linalg.norm(a, "fro") == pytest.approx(np.linalg.norm(a, "fro"), rel=1e-15)
 
 

@@ -196,6 +196,16 @@ case("solve", {}, spd(3), f(3), tag="vec")
 case("solve", {}, spd(3), f(2, 3, 2), tag="stack")
 case("diagonal", {"offset": 1, "axis1": 0, "axis2": -1}, f(3, 2, 4))
 case("diagonal_scatter", {"offset": 0, "axis1": 0, "axis2": 1}, f(3), f(3, 3))
+case("eigh", {}, spd(3))
+case("svd", {"full_matrices": False}, f(4, 3))
+case("qr", {"mode": "reduced"}, f(4, 3))
+
+# -- sorting and along-axis indexing --------------------------------------------------------------
+case("argsort", {"axis": -1, "descending": False}, f(3, 5))
+case("argsort", {"axis": 0, "descending": True}, f(4, 2), tag="desc")
+case("take_along_axis", {"axis": 1}, f(3, 4), ints(4, 3, 5))
+case("take_along_axis", {"axis": -1}, f(1, 4), ints(4, 3, 2), tag="broadcast")
+case("add_along_axis", {"axis": 1}, f(3, 4), ints(4, 3, 5), f(3, 5))
 
 # -- random numbers (one key for every example) ---------------------------------------------------
 case("threefry2x32", {}, KEY, u32(3), u32(3))

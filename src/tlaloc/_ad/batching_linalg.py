@@ -20,6 +20,8 @@ from .._prims import decompositions as _dec
 from .._prims.broadcasting import reshape_like
 from .._prims import linalg as _la
 from .._prims import shape_ops as _sh
+from .._prims import sorting as _sort
+from .._prims import spectral as _spec
 from .._prims._rules import normalize_axes
 from ..numpy._diagonal import _diagonal_p, _diagonal_scatter_p
 from .batching import (axis_size, batched, example_of, example_rank, expand_after_batch, rank, shape,
@@ -144,8 +146,40 @@ _la.dot_general_p.batch = _dot_general
 
 # -- decompositions and solves ---------------------------------------------------------------------
 
-for _p in (_dec.cholesky_p, _dec.inv_p, _dec.slogdet_p, _dec.tril_mask_p, _dec.diag_mask_p):
+for _p in (_dec.cholesky_p, _dec.inv_p, _dec.slogdet_p, _dec.tril_mask_p, _dec.diag_mask_p,
+           _spec.eigh_p, _spec.svd_p, _spec.qr_p):
     _p.batch = batch_native(_p)
+
+
+def _argsort(args, dims, *, axis, descending):
+    """``argsort`` along a per-example axis: the same axis, shifted past the batch axis."""
+    x = to_front(args[0], dims[0])
+    return _sort.argsort_p.bind(x, axis=normalize_axes(axis, rank(x) - 1)[0] + 1, descending=descending), 0
+
+
+_sort.argsort_p.batch = _argsort
+
+
+def _along(axis):
+    return axis if axis < 0 else axis + 1          # per-example axis -> batched axis (rank-free)
+
+
+def _take_along_axis(args, dims, *, axis):
+    """Both operands get the batch axis in front (size 1 where unbatched: it broadcasts)."""
+    (x, i), (dx, di) = args, dims
+    x = to_front(x, dx) if dx is not None else _sh.expand_dims(x, 0)
+    i = to_front(i, di) if di is not None else _sh.expand_dims(i, 0)
+    return _sort.take_along_axis_p.bind(x, i, axis=_along(axis)), 0
+
+
+def _add_along_axis(args, dims, *, axis):
+    (like, i, g), (dl, di, dg) = args, dims
+    i = to_front(i, di) if di is not None else _sh.expand_dims(i, 0)
+    return _sort.add_along_axis_p.bind(batched(like, dl), i, batched(g, dg), axis=_along(axis)), 0
+
+
+_sort.take_along_axis_p.batch = _take_along_axis
+_sort.add_along_axis_p.batch = _add_along_axis
 
 
 def _solve_rule(prim):

@@ -38,6 +38,8 @@ def numpy_equivalent(fn):
     if isinstance(fn, np.ufunc) or mod.startswith("numpy"):
         if "linalg" in mod:
             return getattr(tnp.linalg, name, None)
+        if mod.startswith("numpy.fft"):
+            return getattr(tnp.fft, name, None)
         return getattr(tnp, name, None)
     return None
 

@@ -11,19 +11,22 @@ from __future__ import annotations
 from .._core.primitive import REGISTRY
 from ..errors import NoRuleError
 from . import (stablehlo_coarse, stablehlo_control, stablehlo_elementwise, stablehlo_index, stablehlo_linalg,
-               stablehlo_rng, stablehlo_scan, stablehlo_special, stablehlo_structural)
+               stablehlo_rng, stablehlo_scan, stablehlo_sort, stablehlo_special, stablehlo_structural)
 
 LOWERINGS: dict = {}
 for _table in (stablehlo_elementwise.LOWERINGS, stablehlo_structural.LOWERINGS,
                stablehlo_index.LOWERINGS, stablehlo_scan.LOWERINGS, stablehlo_linalg.LOWERINGS,
                stablehlo_control.LOWERINGS, stablehlo_coarse.LOWERINGS, stablehlo_rng.LOWERINGS,
-               stablehlo_special.LOWERINGS):
+               stablehlo_special.LOWERINGS, stablehlo_sort.LOWERINGS):
     LOWERINGS.update(_table)
 
 _SPECIALIZED = ("specialisation rewrites it to dot_general (tlaloc._core.specialize); "
                 "lower the specialised graph")
 
 _INLINED = "specialisation inlines the call's body (custom rules only matter to transforms)"
+
+_SPECTRAL = ("StableHLO has no eigen/singular-value/QR op (XLA reaches LAPACK only through custom calls that "
+             "IREE and the artifacts lack); call it outside tl.jit, or pass its result in")
 
 #: ``name -> why compiled code does not take it``.
 REFUSED = {
@@ -34,6 +37,9 @@ REFUSED = {
                "write the indices out, or take tnp.diagonal first"),
     "prod_others_grad": "the second derivative of prod is a dense O(n^3) reference computation; not compiled",
     "arange": "specialisation folds arange with static bounds into a constant; run-time bounds are refused there",
+    "eigh": _SPECTRAL,
+    "svd": _SPECTRAL,
+    "qr": _SPECTRAL,
     "custom_jvp_call": _INLINED,
     "custom_vjp_call": _INLINED,
     "custom_vjp_jvp_call": _INLINED,

@@ -27,6 +27,9 @@ from ._pad import pad  # noqa: F401
 
 float64, float32, float16, bfloat16 = _dt.float64, _dt.float32, _dt.float16, _dt.bfloat16
 int8, int32, int64, uint32, bool_ = _dt.int8, _dt.int32, _dt.int64, _dt.uint32, _dt.bool_
+uint8, uint64 = _dt.uint8, _dt.uint64
+# complex dtypes for eager NumPy work (and elementwise code under tl.jit); grad/jvp refuse them by name
+complex64, complex128 = _np.dtype(_np.complex64), _np.dtype(_np.complex128)
 pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
 ndarray = _np.ndarray
 
@@ -48,6 +51,14 @@ def _unary(p):
 
 for _n, _p in _ew.UNARY.items():
     globals()[_n] = _unary(_p)
+
+
+def sign(x):
+    """-1, 0 or 1 by the sign of x (NaN stays NaN); a zero of either sign gives +0
+    (the Array API's rule). Derivative 0."""
+    s = _ew.UNARY["sign"].bind(x)
+    return where(equal(s, 0), zeros_like(s), s)      # not s + 0: compilers fold that away
+
 absolute = globals()["abs"]
 arcsin, arccos, arctan = globals()["arcsin"], globals()["arccos"], globals()["arctan"]
 
@@ -80,7 +91,10 @@ def square(x):
 
 
 def logaddexp(x, y):
+    """log(exp(x) + exp(y)) without overflow: the (gradient-stopped) larger operand is
+    factored out where finite, so ``logaddexp(inf, inf) = inf`` and ``(-inf, -inf) = -inf``."""
     m = stop_gradient(maximum(x, y))
+    m = where(isfinite(m), m, 0.0)
     return add(m, log(add(exp(subtract(x, m)), exp(subtract(y, m)))))
 
 
@@ -88,8 +102,11 @@ def sigmoid(x):
     return logistic(x)
 
 
-def astype(x, dtype):
-    """``x`` converted to ``dtype`` (a no-op node when the dtype already matches)."""
+def astype(x, dtype, /, *, copy=True, device=None):
+    """``x`` converted to ``dtype`` (a no-op node when the dtype already matches).
+    ``copy=False`` returns ``x`` itself when the dtype already matches (eagerly)."""
+    if not copy and not _is_symbolic(x) and _np.asarray(x).dtype == _np.dtype(dtype):
+        return x
     return _ew.convert(x, dtype)
 
 
@@ -107,11 +124,14 @@ def where(condition, x, y):
     return _sel.select(condition, x, y)
 
 
-def clip(a, a_min=None, a_max=None):
-    """``a`` limited to ``[a_min, a_max]``; gradient 1 on the closed interval
-    (bounds included, as PyTorch), 0 outside."""
+def clip(a, min=None, max=None, *, a_min=None, a_max=None):
+    """``a`` limited to ``[a_min, a_max]`` (or the Array API's ``min=``/``max=``);
+    gradient 1 on the closed interval (bounds included, as PyTorch), 0 outside.
+    No bounds: a copy of ``a``. Python-scalar bounds keep ``a``'s dtype."""
+    a_min = min if a_min is None else a_min       # NumPy's keywords a_min/a_max, the Array API's min/max
+    a_max = max if a_max is None else a_max
     if a_min is None and a_max is None:
-        raise ValueError("clip: give a_min, a_max or both")
+        return copy(a)
     if a_min is None:
         return minimum(a, a_max)
     if a_max is None:
@@ -126,11 +146,16 @@ def _axes(axis):
 
 
 def sum(a, axis=None, keepdims=False, dtype=None):
-    out = _red.reduce_sum(a, _axes(axis), keepdims)
-    return out if dtype is None else astype(out, dtype)
+    """Sum over ``axis``; ``dtype`` converts before and after (NumPy widens small integers)."""
+    if dtype is not None:
+        return astype(_red.reduce_sum(astype(a, dtype), _axes(axis), keepdims), dtype)
+    return _red.reduce_sum(a, _axes(axis), keepdims)
 
 
-def prod(a, axis=None, keepdims=False):
+def prod(a, axis=None, keepdims=False, dtype=None):
+    """Product over ``axis``; ``dtype`` converts before and after (NumPy widens small integers)."""
+    if dtype is not None:
+        return astype(_red.reduce_prod(astype(a, dtype), _axes(axis), keepdims), dtype)
     return _red.reduce_prod(a, _axes(axis), keepdims)
 
 
@@ -149,7 +174,10 @@ def mean(a, axis=None, keepdims=False):
     return divide(sum(a, axis, keepdims), _misc.reduced_count(a, _axes(axis)))
 
 
-def var(a, axis=None, keepdims=False, ddof=0):
+def var(a, axis=None, keepdims=False, ddof=0, *, correction=None):
+    """Variance over ``axis`` with ``ddof`` (NumPy) or ``correction`` (Array API) subtracted
+    from the count."""
+    ddof = correction if correction is not None else ddof
     m = mean(a, axis, keepdims=True)
     d = subtract(a, m)
     ss = sum(multiply(d, d), axis, keepdims)
@@ -157,36 +185,42 @@ def var(a, axis=None, keepdims=False, ddof=0):
     return divide(ss, subtract(n, ddof) if ddof else n)
 
 
-def std(a, axis=None, keepdims=False, ddof=0):
-    return sqrt(var(a, axis, keepdims, ddof))
+def std(a, axis=None, keepdims=False, ddof=0, *, correction=None):
+    return sqrt(var(a, axis, keepdims, ddof, correction=correction))
 
 
 def argmax(a, axis=None, keepdims=False):
-    return _red.argmax_p.bind(a, axis=None if axis is None else int(axis), keepdims=bool(keepdims))
+    return _red.argmax_p.bind(a, axis=None if axis is None else int(axis), keepdims=_builtins.bool(keepdims))
 
 
 def argmin(a, axis=None, keepdims=False):
-    return _red.argmin_p.bind(a, axis=None if axis is None else int(axis), keepdims=bool(keepdims))
+    return _red.argmin_p.bind(a, axis=None if axis is None else int(axis), keepdims=_builtins.bool(keepdims))
 
 
-def cumsum(a, axis=None):
+def cumsum(a, axis=None, dtype=None):
+    """Running sums along ``axis`` (None: the flattened array); ``dtype`` converts first."""
+    if dtype is not None:          # NumPy accumulates small integers wider: convert before and after
+        return astype(cumsum(astype(a, dtype), axis), dtype)
     if axis is None:
         return _red.cumsum(ravel(a), 0)
     return _red.cumsum(a, axis)
 
 
-def cumprod(a, axis=None):
+def cumprod(a, axis=None, dtype=None):
+    """Running products along ``axis`` (None: the flattened array); ``dtype`` converts first."""
+    if dtype is not None:          # NumPy accumulates small integers wider: convert before and after
+        return astype(cumprod(astype(a, dtype), axis), dtype)
     if axis is None:
         return _red.cumprod(ravel(a), 0)
     return _red.cumprod(a, axis)
 
 
 def any(a, axis=None, keepdims=False):
-    return _red.reduce_any_p.bind(a, axes=_axes(axis), keepdims=bool(keepdims))
+    return _red.reduce_any_p.bind(a, axes=_axes(axis), keepdims=_builtins.bool(keepdims))
 
 
 def all(a, axis=None, keepdims=False):
-    return _red.reduce_all_p.bind(a, axes=_axes(axis), keepdims=bool(keepdims))
+    return _red.reduce_all_p.bind(a, axes=_axes(axis), keepdims=_builtins.bool(keepdims))
 
 
 def logsumexp(a, axis=None, keepdims=False):
@@ -220,8 +254,18 @@ def matmul(x1, x2):
 
 
 def dot(a, b):
-    """NumPy ``dot`` for 1-D and 2-D operands (matmul semantics)."""
+    """NumPy ``dot``: a product when either operand is a scalar (0-d), else
+    matmul semantics for 1-D and 2-D operands."""
+    if _known_scalar(a) or _known_scalar(b):
+        return multiply(a, b)
     return _la.matmul(a, b)
+
+
+def _known_scalar(x) -> bool:
+    """0-d: a Python/NumPy scalar, or a symbolic value whose rank is known to be 0."""
+    if _is_symbolic(x):
+        return x.aval.rank == 0
+    return _np.ndim(x) == 0
 
 
 def vdot(a, b):
@@ -274,7 +318,10 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
 
 # -- shapes ----------------------------------------------------------------------
 
-def reshape(a, newshape, *more):
+def reshape(a, shape=None, *more, newshape=None, copy=None):
+    """``a`` with a new shape (static ints, one of them may be -1); ``newshape=`` is
+    NumPy's older keyword."""
+    newshape = shape if newshape is None else newshape
     if more:
         newshape = (newshape,) + more
     if isinstance(newshape, (int, _np.integer)):
@@ -304,9 +351,21 @@ def swapaxes(a, axis1, axis2):
 
 
 def moveaxis(a, source, destination):
+    """Axes ``source`` moved to ``destination`` (ints or equal-length sequences), the others in order."""
     r = _rank(a, "moveaxis")
-    perm = [i for i in range(r) if i != source % r]
-    perm.insert(destination % r, source % r)
+    src = [source] if isinstance(source, (int, _np.integer)) else list(source)
+    dst = [destination] if isinstance(destination, (int, _np.integer)) else list(destination)
+    if len(src) != len(dst):
+        raise ShapeError(f"moveaxis: source and destination must have the same length, got {src} and {dst}")
+    src, dst = [int(s) % r for s in src], [int(d) % r for d in dst]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ShapeError(f"moveaxis: repeated axes in {src} or {dst}")
+    rest = [i for i in range(r) if i not in src]
+    perm = [None] * r
+    for s, d in zip(src, dst):
+        perm[d] = s
+    it = iter(rest)
+    perm = [p if p is not None else next(it) for p in perm]
     return _sh.transpose(a, tuple(perm))
 
 
@@ -354,67 +413,6 @@ def _getitem(x, idx):
     return _ix.getitem(x, idx)
 
 
-# -- creation ----------------------------------------------------------------------
-
-def copy(a):
-    """A copy of ``a`` (a new value: later writes into it do not touch ``a``)."""
-    return _misc.copy_p.bind(a)
-
-
-def asarray(a, dtype=None):
-    if _is_symbolic(a):
-        return a if dtype is None else astype(a, dtype)
-    return _np.asarray(a, dtype=dtype)
-
-
-array = asarray
-
-
-def zeros_like(a, dtype=None):
-    out = _bc.zeros_like(a)
-    return out if dtype is None else astype(out, dtype)
-
-
-def ones_like(a, dtype=None):
-    return add(zeros_like(a, dtype), 1.0)
-
-
-def full_like(a, fill_value, dtype=None):
-    return add(zeros_like(a, dtype), fill_value)
-
-
-eye, identity, linspace = _np.eye, _np.identity, _np.linspace
-
-
-def arange(start, stop=None, step=1, dtype=None):
-    """NumPy ``arange``; bounds may be symbolic sizes (e.g. ``len(x)``) inside transforms."""
-    if stop is None:
-        start, stop = 0, start
-    if _builtins.any(_is_symbolic(v) for v in (start, stop, step)):
-        return _misc.arange_p.bind(start, stop, step, dtype=None if dtype is None else _np.dtype(dtype))
-    return _np.arange(start, stop, step, dtype=dtype)
-
-
-def full(shape, fill_value, dtype=None):
-    """NumPy ``full``; sizes may be symbolic inside transforms."""
-    dims = (shape,) if not isinstance(shape, (tuple, list)) else tuple(shape)
-    if _builtins.any(_is_symbolic(d) for d in dims):
-        dt = _np.dtype(dtype) if dtype is not None else _np.asarray(fill_value).dtype
-        return _misc.full_p.bind(*dims, fill_value=fill_value, dtype=dt)
-    return _np.full(shape, fill_value, dtype=dtype)
-
-
-def zeros(shape, dtype=float):
-    return full(shape, 0, dtype=_np.dtype(dtype))
-
-
-def ones(shape, dtype=float):
-    return full(shape, 1, dtype=_np.dtype(dtype))
-
-
-empty = zeros
-
-
 def _shape_of(x):
     """``x.shape`` for a symbolic value: ints where known, symbolic sizes elsewhere."""
     r = x.aval.rank
@@ -454,9 +452,26 @@ def ndim(a):
 from ._diagonal import _diagonal_p  # noqa: E402
 from ._composite import (log2, log10, exp2, hypot, sinc, isnan, isinf, logical_xor, trunc,  # noqa: E402,F401
                          rad2deg, deg2rad, degrees, radians, split)
-from . import linalg  # noqa: E402,F401
+from ._creation import (copy, asarray, array, zeros_like, ones_like, full_like, eye, identity,  # noqa: E402,F401
+                        linspace, arange, full, zeros, ones, empty)
+from ._array_api import (__array_api_version__, __array_namespace_info__, finfo, iinfo, isdtype,  # noqa: E402,F401
+                         result_type, can_cast, positive, pow, real, conj, imag, bitwise_and, bitwise_or,
+                         bitwise_xor, bitwise_invert, bitwise_left_shift, bitwise_right_shift, concat,
+                         permute_dims, unstack, broadcast_shapes, broadcast_arrays, empty_like, from_dlpack,
+                         count_nonzero, nonzero, unique_all, unique_counts, unique_inverse, unique_values,
+                         isin, vecdot, matrix_transpose, cross)
+from ._ordering import argsort, sort, searchsorted, take_along_axis  # noqa: E402,F401
+from ._arrange import (repeat, roll, tile, hstack, vstack, dstack, column_stack, meshgrid,  # noqa: E402,F401
+                       atleast_1d, atleast_2d, atleast_3d, diag, flipud, fliplr, rot90, diff)
+from ._more_elementwise import (arccosh, signbit, copysign, nextafter, nancumsum, nancumprod,  # noqa: E402,F401
+                                cumulative_sum, cumulative_prod)
+from . import linalg, fft  # noqa: E402,F401
 
 # Symbolic values (DXIR) get NumPy's operators and methods from this module.
 from ._operators import install_operators as _install_value_operators  # noqa: E402
+
+# the Array API's short names and its ``bool`` dtype (kept last: the module's own code uses builtins)
+acos, asin, atan, acosh, asinh, atanh, atan2 = arccos, arcsin, arctan, arccosh, arcsinh, arctanh, arctan2
+bool = bool_  # noqa: A001
 
 _install_value_operators()

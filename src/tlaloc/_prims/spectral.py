@@ -1,0 +1,304 @@
+"""Spectral decompositions: ``eigh``, ``svd`` and ``qr`` of ``(..., m, n)`` matrices
+(batch axes lead, real floating dtypes).
+
+* ``eigh(a) -> (w (..., n), v (..., n, n))``, eigenvalues ascending, eigenvectors in
+  the columns. The input is symmetrised first, ``(a + aᵀ) / 2``, as
+  ``jax.numpy.linalg.eigh`` (NumPy reads only the lower triangle: the same for a
+  symmetric ``a``).
+* ``svd(a, full_matrices) -> (u (..., m, k), s (..., k), vh (..., k, n))``,
+  ``k = min(m, n)`` (``u``/``vh`` square when ``full_matrices``).
+* ``qr(a, mode) -> (q, r)``: ``mode='reduced'`` gives ``q (..., m, k)``, ``r (..., k, n)``;
+  ``'complete'`` gives ``q (..., m, m)``, ``r (..., m, n)``.
+
+Derivatives (each the transpose of the JVP, written out):
+  * eigh: ``ẇ = diag(VᵀȦV)``, ``V̇ = V (F ∘ VᵀȦV)`` with ``F_ij = 1/(w_j - w_i)``
+    (``F_ii = 0``); Giles (2008), "An extended collection of matrix derivative
+    results", §3.1; JAX's ``eigh_jvp_rule``.
+  * svd (reduced): Townsend (2016), "Differentiating the singular value
+    decomposition", with ``F_ij = 1/(s_j² - s_i²)`` and the projection terms for
+    non-square matrices; JAX's ``svd_jvp_rule``.
+  * qr (reduced, m >= n): the JVP of Townsend's "QR derivative" note (as JAX's
+    ``qr_jvp_rule``); the VJP ``Ā = (Q̄ + Q copyltu(M)) R⁻ᵀ``, ``M = R R̄ᵀ - Q̄ᵀQ``
+    (Liao et al. 2019, "Differentiable programming tensor networks", eq. 12).
+Repeated eigenvalues or singular values make ``F`` infinite: the derivative of the
+vectors is then not defined and comes out inf/NaN (as in JAX); the values' own
+derivative stays finite. ``svd`` with ``full_matrices`` on a non-square matrix,
+and ``qr`` with m < n or mode='complete' (m != n), have no derivative: refused
+by name (``GradientError``).
+
+None of the three lowers to StableHLO (it has no such op; XLA reaches LAPACK
+only through custom calls that IREE and the artifacts lack): ``tl.jit`` refuses
+them by name.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._core.primitive import Primitive
+from ..errors import GradientError
+from .decompositions import _inexact, diag_mask_p, mT, triangular_solve
+from .elementwise import add, divide, multiply, negative, subtract
+from .linalg import matmul
+from .selection import select
+
+
+def _tnp():
+    from .. import numpy as tnp
+    return tnp
+
+
+def _diag(m):
+    """The diagonal of ``m`` (..., n, n) as (..., n)."""
+    return _tnp().diagonal(m, 0, -2, -1)
+
+
+def _off_diag_inverse(d):
+    """``1 / d`` off the diagonal of ``d`` (..., n, n), 0 on it."""
+    on = diag_mask_p.bind(d)
+    return select(on, 0.0, divide(1.0, select(on, 1.0, d)))
+
+
+def _col_scale(m, v):
+    """``m @ diag(v)``: column j of ``m`` (..., r, n) times ``v[..., j]``."""
+    return multiply(m, _tnp().expand_dims(v, -2))
+
+
+def _add(*xs):
+    xs = [x for x in xs if x is not None]
+    out = xs[0]
+    for x in xs[1:]:
+        out = add(out, x)
+    return out
+
+
+# -- eigh ----------------------------------------------------------------------------------
+
+def _sym(a):
+    return multiply(0.5, add(a, mT(a)))
+
+
+def _eigh_impl(a):
+    a = np.asarray(a)
+    w, v = np.linalg.eigh(0.5 * (a + np.swapaxes(a, -1, -2)))
+    return w, v
+
+
+def _eigh_shape(a):
+    if a.shape is None:
+        return None, None
+    return a.shape[:-1], a.shape
+
+
+eigh_p = Primitive("eigh", impl=_eigh_impl, hlo=None, multiple_results=True, shape_rule=_eigh_shape,
+                   dtype_rule=lambda a: (_inexact(a.dtype),) * 2, render="lax.eigh")
+
+
+def eigh(a):
+    """``(w, v)`` of the symmetric ``a`` (..., n, n); see the module docstring."""
+    return tuple(eigh_p.bind(a))
+
+
+def _eigh_F(w):
+    tnp = _tnp()
+    return _off_diag_inverse(subtract(tnp.expand_dims(w, -2), tnp.expand_dims(w, -1)))   # 1/(w_j - w_i)
+
+
+def _eigh_jvp(t, a, out):
+    if t[0] is None:
+        return (None, None)
+    w, v = out
+    m = matmul(mT(v), matmul(_sym(t[0]), v))                  # Vᵀ Ȧ V  (..., n, n)
+    return _diag(m), matmul(v, multiply(_eigh_F(w), m))
+
+
+def _eigh_vjp(gs, a, out):
+    w, v = out
+    g_w, g_v = gs
+    inner = None
+    if g_v is not None:
+        inner = multiply(_eigh_F(w), matmul(mT(v), g_v))     # F ∘ VᵀV̄
+    if g_w is not None:
+        d = multiply(diag_mask_p.bind(v), _tnp().expand_dims(g_w, -2))   # diag(w̄)
+        inner = d if inner is None else add(inner, d)
+    if inner is None:
+        return (None,)
+    return (_sym(matmul(v, matmul(inner, mT(v)))),)
+
+
+eigh_p.jvp, eigh_p.vjp = _eigh_jvp, _eigh_vjp
+
+
+# -- svd ------------------------------------------------------------------------------------
+
+def _svd_impl(a, *, full_matrices):
+    u, s, vh = np.linalg.svd(np.asarray(a), full_matrices=full_matrices)
+    return u, s, vh
+
+
+def _svd_shape(a, *, full_matrices):
+    if a.shape is None:
+        return None, None, None
+    *b, m, n = a.shape
+    b = tuple(b)
+    k = min(m, n) if type(m) is int and type(n) is int else None
+    if full_matrices:
+        return b + (m, m), b + (k,), b + (n, n)
+    return b + (m, k), b + (k,), b + (k, n)
+
+
+svd_p = Primitive("svd", impl=_svd_impl, hlo=None, multiple_results=True, shape_rule=_svd_shape,
+                  dtype_rule=lambda a, **_: (_inexact(a.dtype),) * 3, render="lax.svd")
+
+
+def svd(a, full_matrices=True):
+    """``(u, s, vh)`` with ``a = u @ diag(s) @ vh``; see the module docstring."""
+    return tuple(svd_p.bind(a, full_matrices=bool(full_matrices)))
+
+
+def _svd_refuse_full(a, out, full_matrices):
+    if not full_matrices:
+        return
+    m, n = _last_two(a)
+    if type(m) is int and type(n) is int and m != n:
+        raise GradientError("svd: no derivative with full_matrices=True on a non-square matrix (the extra "
+                            "singular vectors are not unique); call svd(a, full_matrices=False)")
+
+
+def _last_two(a):
+    """The last two sizes of ``a`` where known at transform time, else (None, None).
+    Unknown sizes are checked at run time: the triangular solves and products of
+    the rules refuse the shapes they cannot take."""
+    shape = a.aval.shape if hasattr(a, "aval") else np.shape(a)
+    return (None, None) if shape is None or len(shape) < 2 else tuple(shape[-2:])
+
+
+def _svd_parts(s, u, vh):
+    tnp = _tnp()
+    sd = tnp.expand_dims(s, -2)                                        # (..., 1, k): s_j
+    F = _off_diag_inverse(multiply(add(sd, mT(sd)), subtract(sd, mT(sd))))   # 1/(s_j² - s_i²)
+    zero = tnp.equal(s, 0.0)
+    s_inv = select(zero, 0.0, divide(1.0, select(zero, 1.0, s)))
+    return F, s_inv, mT(vh)
+
+
+def _svd_jvp(t, a, out, full_matrices):
+    if t[0] is None:
+        return (None, None, None)
+    _svd_refuse_full(a, out, full_matrices)
+    u, s, vh = out
+    F, s_inv, v = _svd_parts(s, u, vh)
+    da = t[0]
+    dS = matmul(mT(u), matmul(da, v))                                  # Uᵀ Ȧ V  (..., k, k)
+    ds = _diag(dS)
+    dSS, SdS = _col_scale(dS, s), mT(_col_scale(mT(dS), s))            # dS S, S dS
+    dav, dahu = matmul(da, v), matmul(mT(da), u)
+    du = add(matmul(u, multiply(F, add(dSS, mT(dSS)))),
+             _col_scale(subtract(dav, matmul(u, matmul(mT(u), dav))), s_inv))
+    dv = add(matmul(v, multiply(F, add(SdS, mT(SdS)))),
+             _col_scale(subtract(dahu, matmul(v, matmul(vh, dahu))), s_inv))
+    return du, ds, mT(dv)
+
+
+def _svd_vjp(gs, a, out, full_matrices):
+    _svd_refuse_full(a, out, full_matrices)
+    u, s, vh = out
+    g_u, g_s, g_vh = gs
+    F, s_inv, v = _svd_parts(s, u, vh)
+    dS, terms = None, []
+    if g_s is not None:
+        dS = multiply(diag_mask_p.bind(matmul(mT(u), u)), _tnp().expand_dims(g_s, -2))   # diag(s̄)
+    if g_u is not None:
+        G = multiply(F, matmul(mT(u), g_u))
+        dS = _add(dS, _col_scale(add(G, mT(G)), s))                    # (G + Gᵀ) S
+        proj = subtract(g_u, matmul(u, matmul(mT(u), g_u)))            # (I - UUᵀ) Ū
+        terms.append(matmul(_col_scale(proj, s_inv), vh))              # (I - UUᵀ) Ū S⁻¹ Vᵀ
+    if g_vh is not None:
+        g_v = mT(g_vh)
+        H = multiply(F, matmul(vh, g_v))
+        dS = _add(dS, mT(_col_scale(mT(add(H, mT(H))), s)))           # S (H + Hᵀ)
+        proj = subtract(g_v, matmul(v, matmul(vh, g_v)))               # (I - VVᵀ) V̄
+        terms.append(matmul(_col_scale(u, s_inv), mT(proj)))           # U S⁻¹ V̄ᵀ (I - VVᵀ)
+    if dS is not None:
+        terms.append(matmul(u, matmul(dS, vh)))
+    return (_add(*terms) if terms else None,)
+
+
+svd_p.jvp, svd_p.vjp = _svd_jvp, _svd_vjp
+
+
+# -- qr --------------------------------------------------------------------------------------
+
+def _qr_impl(a, *, mode):
+    q, r = np.linalg.qr(np.asarray(a), mode=mode)
+    return q, r
+
+
+def _qr_shape(a, *, mode):
+    if a.shape is None:
+        return None, None
+    *b, m, n = a.shape
+    b = tuple(b)
+    k = min(m, n) if type(m) is int and type(n) is int else None
+    if mode == "complete":
+        return b + (m, m), b + (m, n)
+    return b + (m, k), b + (k, n)
+
+
+qr_p = Primitive("qr", impl=_qr_impl, hlo=None, multiple_results=True, shape_rule=_qr_shape,
+                 dtype_rule=lambda a, **_: (_inexact(a.dtype),) * 2, render="lax.qr")
+
+
+def qr(a, mode="reduced"):
+    """``(q, r)`` with ``a = q @ r``, ``q`` orthonormal columns, ``r`` upper triangular."""
+    return tuple(qr_p.bind(a, mode=str(mode)))
+
+
+def _qr_check(a, mode):
+    m, n = _last_two(a)
+    if type(m) is not int or type(n) is not int:
+        return
+    if m < n or (mode == "complete" and m != n):
+        raise GradientError(f"qr: the derivative needs a (..., m, n) matrix with m >= n and mode='reduced', "
+                            f"got shape (..., {m}, {n}) and mode={mode!r} (the factors are not unique there)")
+
+
+def _right_rinv(x, r):
+    """``x @ r⁻¹`` for upper-triangular ``r``."""
+    return mT(triangular_solve(r, mT(x), lower=False, transpose_a=True))
+
+
+def _qr_jvp(t, a, out, mode):
+    if t[0] is None:
+        return (None, None)
+    _qr_check(a, mode)
+    q, r = out
+    tnp = _tnp()
+    dx_rinv = _right_rinv(t[0], r)
+    qt_dx_rinv = matmul(mT(q), dx_rinv)
+    low = tnp.tril(qt_dx_rinv, -1)
+    do = subtract(low, mT(low))                                         # skew-symmetric
+    dq = add(matmul(q, subtract(do, qt_dx_rinv)), dx_rinv)
+    dr = matmul(subtract(qt_dx_rinv, do), r)
+    return dq, dr
+
+
+def _qr_vjp(gs, a, out, mode):
+    _qr_check(a, mode)
+    q, r = out
+    g_q, g_r = gs
+    tnp = _tnp()
+    m = None
+    if g_r is not None:
+        m = matmul(r, mT(g_r))
+    if g_q is not None:
+        m = negative(matmul(mT(g_q), q)) if m is None else subtract(m, matmul(mT(g_q), q))
+    if m is None:
+        return (None,)
+    copyltu = add(tnp.tril(m), mT(tnp.tril(m, -1)))
+    b = matmul(q, copyltu) if g_q is None else add(g_q, matmul(q, copyltu))
+    return (mT(triangular_solve(r, mT(b), lower=False, transpose_a=False)),)      # b R⁻ᵀ
+
+
+qr_p.jvp, qr_p.vjp = _qr_jvp, _qr_vjp
+
+__all__ = ["eigh", "svd", "qr", "eigh_p", "svd_p", "qr_p"]
