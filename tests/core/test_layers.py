@@ -40,6 +40,9 @@ ALLOWED = {
         "linalg VJPs (solve, inv, slogdet, cholesky) are written with tlaloc.numpy; rewrite them on primitives",
     ("tlaloc._prims.selection", "tlaloc.numpy"):
         "the select/clamp rules call tnp helpers; rewrite them on primitives",
+    ("tlaloc._prims.spectral", "tlaloc.numpy"):
+        "the eigh/svd/qr derivative rules (Giles, Townsend, Liao) are written with tlaloc.numpy; rewrite them "
+        "on primitives",
     ("tlaloc._prims.serving", "tlaloc.numpy"):
         "the serving primitives' reference impls trace tlaloc.numpy; move the references to tlaloc.numpy",
 }

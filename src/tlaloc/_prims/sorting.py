@@ -45,7 +45,7 @@ def _argsort_shape(x, *, axis, descending):
 
 
 argsort_p = Primitive("argsort", impl=_argsort_impl, hlo="stablehlo.sort", shape_rule=_argsort_shape,
-                      dtype_rule=lambda x, **_: np.dtype(np.int64), render="lax.argsort")
+                      dtype_rule=lambda x, **_: np.dtype(np.int64))
 argsort_p.vjp = lambda g, x, out, axis, descending: (None,)
 argsort_p.jvp = lambda t, x, out, axis, descending: None
 
@@ -103,8 +103,7 @@ def _take_shape(x, idx, *, axis):
 
 
 take_along_axis_p = Primitive("take_along_axis", impl=_take_impl, hlo="stablehlo.gather",
-                              shape_rule=_take_shape, dtype_rule=lambda x, i, **_: x.dtype,
-                              render="lax.take_along_axis")
+                              shape_rule=_take_shape, dtype_rule=lambda x, i, **_: x.dtype)
 
 
 def _add_impl(like, idx, g, *, axis):
@@ -119,7 +118,7 @@ def _add_impl(like, idx, g, *, axis):
 
 add_along_axis_p = Primitive("add_along_axis", impl=_add_impl, hlo="stablehlo.scatter add",
                              shape_rule=lambda like, i, g, **_: like.shape,
-                             dtype_rule=lambda like, i, g, **_: g.dtype, render="lax.add_along_axis")
+                             dtype_rule=lambda like, i, g, **_: g.dtype)
 
 
 def take_along_axis(x, idx, axis):

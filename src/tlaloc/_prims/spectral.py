@@ -90,7 +90,7 @@ def _eigh_shape(a):
 
 
 eigh_p = Primitive("eigh", impl=_eigh_impl, hlo=None, multiple_results=True, shape_rule=_eigh_shape,
-                   dtype_rule=lambda a: (_inexact(a.dtype),) * 2, render="lax.eigh")
+                   dtype_rule=lambda a: (_inexact(a.dtype),) * 2)
 
 
 def eigh(a):
@@ -147,7 +147,7 @@ def _svd_shape(a, *, full_matrices):
 
 
 svd_p = Primitive("svd", impl=_svd_impl, hlo=None, multiple_results=True, shape_rule=_svd_shape,
-                  dtype_rule=lambda a, **_: (_inexact(a.dtype),) * 3, render="lax.svd")
+                  dtype_rule=lambda a, **_: (_inexact(a.dtype),) * 3)
 
 
 def svd(a, full_matrices=True):
@@ -245,7 +245,7 @@ def _qr_shape(a, *, mode):
 
 
 qr_p = Primitive("qr", impl=_qr_impl, hlo=None, multiple_results=True, shape_rule=_qr_shape,
-                 dtype_rule=lambda a, **_: (_inexact(a.dtype),) * 2, render="lax.qr")
+                 dtype_rule=lambda a, **_: (_inexact(a.dtype),) * 2)
 
 
 def qr(a, mode="reduced"):

@@ -45,5 +45,6 @@ def install_operators() -> None:
     Value.mT = property(lambda a: tnp.swapaxes(a, -1, -2))
     for m in ("sum", "mean", "max", "min", "prod", "std", "argmax", "argmin",
               "cumsum", "cumprod", "transpose", "reshape", "astype", "clip", "dot",
-              "squeeze", "ravel", "flatten", "swapaxes", "any", "all", "copy"):
+              "squeeze", "ravel", "flatten", "swapaxes", "any", "all", "copy",
+              "argsort", "repeat", "take", "diagonal", "trace", "searchsorted"):
         setattr(Value, m, (lambda f: lambda self, *a, **k: f(self, *a, **k))(getattr(tnp, m)))
