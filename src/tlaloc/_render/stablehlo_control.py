@@ -10,10 +10,12 @@
 * ``while_loop`` → ``stablehlo.while`` carrying the trip count. With
   ``max_trips`` the loop also stops at the bound and the program returns a
   flag that makes the runtime raise if the condition still held (never a
-  silent stop).
+  silent stop). A bound ``tl.jit`` chose itself (``GrowingBound``) reports
+  ``RESIDUALS_FULL`` instead, and ``tl.jit`` reruns with a larger one.
 """
 from __future__ import annotations
 
+from .._core.control import RESIDUALS_FULL, GrowingBound
 from .._core.graph import Literal
 from .stablehlo import BOOL, I64, out_aval
 
@@ -160,8 +162,12 @@ def _while_loop(em, node, *ops):
     res = em.op("stablehlo.while", state, types, regions=[cond_lines, body_lines])
     if bound is not None:
         at_bound = em.compare("EQ", res[nc], em.const(bound, I64, ()))
-        em.check(em.binary("stablehlo.and", at_bound, holds(res[:nc])),
-                 f"while loop ran past its declared bound max_trips={bound}; raise the bound")
+        if isinstance(bound, GrowingBound):      # tl.jit's own capacity: it grows and reruns
+            message = (f"{RESIDUALS_FULL} of {int(bound)} trips (a call of tl.jit(f) grows it and runs again; "
+                       f"a program compiled ahead of time cannot: declare tl.while_loop(..., max_trips=N))")
+        else:
+            message = f"while loop ran past its declared bound max_trips={bound}; raise the bound"
+        em.check(em.binary("stablehlo.and", at_bound, holds(res[:nc])), message)
     return res
 
 
