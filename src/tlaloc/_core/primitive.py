@@ -101,7 +101,10 @@ class Primitive:
         out = self.impl(*args, **params)
         if args and not self.multiple_results and all(type(a) in _WEAK for a in args):
             if getattr(out, "shape", None) == ():
-                return out.item()
+                py = out.item()
+                # only where the Python scalar means the same dtype (not a uint32 key word)
+                if _np.asarray(py).dtype == out.dtype:
+                    return py
         return out
 
     def abstract_eval(self, *avals, **params):
