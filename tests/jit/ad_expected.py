@@ -76,15 +76,15 @@ def expected(name: str, mode: str, backend: str, dtype, limit=None) -> str:
     first ``limit`` argument points (None: all)."""
     if (name, mode) in NOT_APPLICABLE:
         return "n/a: " + NOT_APPLICABLE[name, mode]
-    if (name, mode) in NOT_APPLICABLE_FROM_POINT:
-        point, reason = NOT_APPLICABLE_FROM_POINT[name, mode]
-        if limit is None or limit > point:
-            return "n/a: " + reason
     if np.dtype(dtype) == np.float32 and (name, mode) in FLOAT32_REFUSED_ALIKE:
         return "n/a: "
     if (name, mode) in REFUSED:
         return "refused: " + REFUSED[name, mode]
     no_link = IREE_F64_NO_LINK if mode == "reverse" else IREE_F64_NO_LINK_PRIMAL
     if backend == "iree" and np.dtype(dtype) == np.float64 and name in no_link:
-        return "refused: IREE (llvm-cpu) cannot compile"
+        return "refused: IREE (llvm-cpu) cannot compile"      # at the first point, before any later n/a
+    if (name, mode) in NOT_APPLICABLE_FROM_POINT:
+        point, reason = NOT_APPLICABLE_FROM_POINT[name, mode]
+        if limit is None or limit > point:
+            return "n/a: " + reason
     return "ok"
