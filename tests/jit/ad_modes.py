@@ -5,7 +5,9 @@ once, compiles it once per argument shape with ``tl.jit(..., backend=backend)``,
 and compares it at every argument point of the row (the points sweep both sides
 of each branch and several trip counts) with the transform run eagerly (the
 rendered code, bit-identical to the interpreter: the oracle): rtol 1e-12 in
-float64, 1e-5 in float32 (and the same atol). It returns ``"ok"``, or:
+float64, 1e-5 in float32 (and the same atol), and with JAX in float64 on the row's
+JAX twin (``ad_jax.py``: rtol 1e-10 / 2e-4), since eager and compiled code share
+every derivative rule. It returns ``"ok"``, or:
 
 * ``"refused: ..."``: compiled code refused by name, with one of ``ALLOWED_REFUSALS``
   (never a wrong answer);
@@ -30,11 +32,14 @@ import numpy as np
 
 import tlaloc as tl
 
+from . import ad_jax
+
 RTOL = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-5}
 
-#: Refusals compiled code may answer with instead of a value.
+#: Refusals compiled code may answer with instead of a value; which entry may give which is
+#: ``ad_expected.py``'s explicit list (any other entry must be "ok").
 ALLOWED_REFUSALS = (
-    "while loop needs a bound",            # reverse mode over an unbounded while (XLA and IREE)
+    "while loop needs a bound",            # tl.hessian of an unbounded while (ad_expected.REFUSED says where)
     "IREE (llvm-cpu) cannot compile",      # float64 tanh/sin/cos/atan2/fmod on IREE
     "the second derivative of prod",       # prod_others_grad: a dense reference computation, not compiled
 )
@@ -81,8 +86,9 @@ def _oracle(t, call):
         return call(tl.jit(t, backend="interpreter"))
 
 
-def _compare(call, t, jt, dtype, what, ref=None):
-    """``call(jt)`` (compiled) against ``call(t)`` (or ``call(ref)``); see the module docstring."""
+def _compare(call, t, jt, dtype, what, ref=None, jax_ref=None):
+    """``call(jt)`` (compiled) against ``call(t)`` (or ``call(ref)``), and against
+    ``jax_ref()`` (JAX float64); see the module docstring."""
     try:
         want = call(ref) if ref is not None else _oracle(t, call)
     except tl.TlalocError as e:          # the reference refuses these arguments: nothing to compare
@@ -102,6 +108,8 @@ def _compare(call, t, jt, dtype, what, ref=None):
             return f"refused: {_first(e)}"
         raise
     close(got, want, dtype, what)
+    if jax_ref is not None:
+        ad_jax.close(got, jax_ref(), dtype, what)
     return "ok"
 
 
@@ -162,7 +170,8 @@ def check_reverse(case, backend, dtype, limit=None):
         if isinstance(t, str):
             return t
         jt, ref = tl.jit(t, backend=backend), None
-    results = [_compare(lambda f: f(*copy.deepcopy(args)), t, jt, dtype, f"{case.name} reverse", ref)
+    results = [_compare(lambda f: f(*copy.deepcopy(args)), t, jt, dtype, f"{case.name} reverse", ref,
+                        lambda: ad_jax.reverse(case, args))
                for args in _points(case, dtype, limit)]
     return _summary(results)
 
@@ -175,7 +184,8 @@ def check_forward(case, backend, dtype, limit=None, jacobian=True):
     for args in _points(case, dtype, limit):
         r = _rng(case, "tangent")
         tangents = tuple(_tangent_like(a, r) for a in args)
-        results.append(_compare(lambda f: f(copy.deepcopy(args), tangents), t, jt, dtype, f"{case.name} jvp"))
+        results.append(_compare(lambda f: f(copy.deepcopy(args), tangents), t, jt, dtype, f"{case.name} jvp",
+                                jax_ref=lambda: ad_jax.jvp(case, args, tangents)))
         a = _argnum(case, len(args))
         if jacobian and all(isinstance(x, np.ndarray) for x in args) and _is_float_array(args[a]):
             out = _primal(case, args)
@@ -187,7 +197,8 @@ def check_forward(case, backend, dtype, limit=None, jacobian=True):
             if isinstance(jac, str):
                 results.append(jac)
                 continue
-            results.append(_compare(lambda f: f(*copy.deepcopy(args)), jac, jjac, dtype, f"{case.name} jacfwd"))
+            results.append(_compare(lambda f: f(*copy.deepcopy(args)), jac, jjac, dtype, f"{case.name} jacfwd",
+                                    jax_ref=lambda: ad_jax.jacfwd(case, args, a)))
     return _summary(results)
 
 
@@ -202,7 +213,8 @@ def check_vmap(case, backend, dtype, limit=None, size=3):
         x = args[0]
         xs = np.stack([x + (0.01 * k) * r.standard_normal(x.shape).astype(x.dtype) for k in range(size)])
         batch = (xs,) + tuple(args[1:])
-        results.append(_compare(lambda f: f(*copy.deepcopy(batch)), t, jt, dtype, f"{case.name} vmap"))
+        results.append(_compare(lambda f: f(*copy.deepcopy(batch)), t, jt, dtype, f"{case.name} vmap",
+                                jax_ref=lambda: ad_jax.vmap(case, batch)))
     return _summary(results)
 
 
@@ -224,7 +236,8 @@ def check_hessian(case, backend, dtype, limit=None):
             continue
         if not _is_float_array(args[a]) or np.ndim(out) != 0:
             return "n/a: not a scalar function of a float array"
-        results.append(_compare(lambda f: f(*copy.deepcopy(args)), t, jt, dtype, f"{case.name} hessian"))
+        results.append(_compare(lambda f: f(*copy.deepcopy(args)), t, jt, dtype, f"{case.name} hessian",
+                                jax_ref=lambda: ad_jax.hessian(case, args, a)))
     return _summary(results)
 
 

@@ -1,11 +1,18 @@
 """Forward programs and their gradients through tl.jit (StableHLO → XLA) against
-the interpreter on the same DXIR: rtol 1e-12 in float64, 1e-5 in float32."""
+the interpreter on the same DXIR (rtol 1e-12 in float64, 1e-5 in float32) and
+against JAX float64 on the same source over ``jax.numpy`` (``jax_twin.py``):
+rtol 1e-10 for float64 results, 1e-4 for float32 ones (float32 rounding of a
+float64 oracle; a flipped sign or a dropped term is off by O(1)). The interpreter
+alone cannot be the oracle: it runs the same derivative rules as compiled code."""
 import numpy as np
 import pytest
 
 import tlaloc as tl
 
 from . import programs as P
+from .jax_twin import as_jax, call, jax, to_numpy, twin
+
+JAX_RTOL = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-4}
 
 
 def _rng(seed=0):
@@ -51,6 +58,20 @@ def _close(got, want, rtol):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
 
 
+def _close_to_jax(got, want, dtype):
+    g, w = _leaves(got), _leaves(to_numpy(want))
+    assert len(g) == len(w)
+    rtol = JAX_RTOL[np.dtype(dtype)]
+    for a, b in zip(g, w):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape
+        if a.dtype.kind == "f":
+            scale = max(1.0, float(np.max(np.abs(b)))) if b.size else 1.0
+            np.testing.assert_allclose(a.astype(np.float64), b, rtol=rtol, atol=rtol * scale)
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
 def _cast(args, dtype):
     return tuple(a.astype(dtype) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a for a in args)
 
@@ -64,6 +85,7 @@ def test_forward(name, fn, make, argnums, dtype, rtol):
     _close(got, want, rtol)
     for g, w in zip(_leaves(got), _leaves(want)):
         assert np.asarray(g).dtype == np.asarray(w).dtype
+    _close_to_jax(got, call((name, None), lambda: twin(fn), *as_jax(args)), dtype)
 
 
 @pytest.mark.parametrize("name,fn,make,argnums", [t for t in TABLE if t[3] is not None],
@@ -80,6 +102,7 @@ def test_grad(name, fn, make, argnums, dtype, rtol):
         return
     got = tl.jit(df)(*args)
     _close(got, want, rtol)
+    _close_to_jax(got, call((name, argnums), lambda: jax.grad(twin(fn), argnums=argnums), *as_jax(args)), dtype)
 
 
 def test_value_and_grad_structure():

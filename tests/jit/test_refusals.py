@@ -7,15 +7,6 @@ import tlaloc as tl
 from . import programs as P
 
 
-def test_reverse_mode_while_needs_a_bound():
-    with pytest.raises(tl.NoRuleError, match=r"reverse-mode while loop needs a bound: use "
-                                             r"tl.while_loop\(\.\.\., max_trips=N\)"):
-        tl.jit(tl.grad(P.while_unbounded_grad))(np.array([1.0, 2.0]))
-    # the forward loop alone compiles
-    np.testing.assert_allclose(np.asarray(tl.jit(P.while_unbounded_grad)(np.array([1.0, 2.0]))),
-                               P.while_unbounded_grad(np.array([1.0, 2.0])), rtol=1e-12)
-
-
 def test_bounded_while_overflow_raises_at_run_time():
     with pytest.raises(tl.TlalocError, match="max_trips=8"):
         tl.jit(P.while_overflow)(np.ones(2))

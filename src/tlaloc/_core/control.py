@@ -14,6 +14,7 @@
     ``cond(*carry, *consts) -> pred``; ``body(*carry, *consts) -> (*carry, *y)``.
     Outputs: ``(*carry, trip_count, *y stacks)``. ``max_trips`` bounds the trip
     count for compiled back ends (exceeding it is an error, never a silent stop).
+    Without it, compiled code sizes the ``y`` stacks itself (``GrowingBound``).
 
 Stacks are Python lists of per-iteration arrays in the eager interpreter and
 the rendered code (no copies); compiled back ends use arrays with a leading
@@ -42,6 +43,21 @@ class _Undef:
 
 
 UNDEF = _Undef()
+
+
+#: The start of the run-time error of a reverse-mode ``while`` that filled the residual
+#: stacks ``tl.jit`` sized for it (``GrowingBound``); ``tl.jit`` catches it and runs again.
+RESIDUALS_FULL = "while loop filled its residual stack"
+
+
+class GrowingBound(int):
+    """A ``max_trips`` that ``tl.jit`` chose for a reverse-mode ``while`` declared without
+    one: the capacity (rows) of the stacks of residuals its forward sweep keeps.
+
+    Compiled code stops at the capacity only to report ``RESIDUALS_FULL`` (never a
+    silent stop); ``tl.jit`` then compiles again with twice the capacity and reruns
+    (``tlaloc._jit.residuals``). StableHLO shapes are static, so growth happens on the
+    host between runs, not inside one."""
 
 
 def undef_literal() -> Literal:

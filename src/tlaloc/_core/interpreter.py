@@ -19,7 +19,7 @@ def eval_graph(graph: Graph, *args):
 
     for node in graph.nodes:
         vals = [read(a) for a in node.inputs]
-        out = node.prim.impl(*vals, **node.params)
+        out = node.prim.apply_impl(*vals, **node.params)
         if node.prim.multiple_results:
             for v, o in zip(node.outputs, out):
                 env[v.id] = o

@@ -115,12 +115,20 @@ class Primitive:
         if foreign:       # e.g. a JAX device array: computed on the host with NumPy, never dispatched away
             args = tuple(_np.asarray(a) if (type(a) is not _NDARRAY and hasattr(a, "__array__")
                                             and not isinstance(a, _GENERIC)) else a for a in args)
+        return self.apply_impl(*args, **params)
+
+    def apply_impl(self, *args, **params):
+        """``impl`` on concrete ``args``, keeping Python scalars weak (NEP 50): folding
+        ``2.0 - 1.0`` gives the Python float 1.0, not a float64 that would later clash
+        with float32 arrays. The interpreter evaluates every node through this, so a
+        counter ``n = n + 1.0`` of a graph stays weak there as it does in eager code."""
         out = self.impl(*args, **params)
         if args and not self.multiple_results and all(type(a) in _WEAK for a in args):
-            # constant folding of Python scalars stays weak (NEP 50): 2.0 - 1.0 is the
-            # Python float 1.0, not a float64 that would later clash with float32 arrays
             if getattr(out, "shape", None) == ():
-                return out.item()
+                py = out.item()
+                # only where the Python scalar means the same dtype (not a uint32 key word)
+                if _np.asarray(py).dtype == out.dtype:
+                    return py
         return out
 
     def abstract_eval(self, *avals, **params):

@@ -13,10 +13,15 @@
 * A ``for_range`` whose bounds are constants has a static trip count, which
   becomes the leading dim of its ``ys`` stacks. Without one, the stacks take
   the length of the ``xs`` they iterate over, or are refused.
-* A ``while_loop`` with ``ys`` (the stacks a reverse sweep keeps) needs
-  ``max_trips``; its stacks have that many rows.
+* A ``while_loop`` with ``ys`` (the stacks a reverse sweep keeps) has stacks of
+  ``max_trips`` rows. Without ``max_trips``, the capacity set by ``while_capacity``
+  (``tl.jit`` sets it, and grows it when a run fills it; ``GrowingBound``) or, where
+  none is set, a refusal.
 """
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import numpy as np
 
@@ -24,13 +29,25 @@ from .. import dtypes as _dt
 from ..errors import NoRuleError, ShapeError, TlalocError
 from .aval import AbstractValue
 from .builder import Builder, Value, current_builder
-from .control import UNDEF, _scalar_pred, cond_p, for_range_p, undef_literal, while_loop_p
+from .control import UNDEF, GrowingBound, _scalar_pred, cond_p, for_range_p, undef_literal, while_loop_p
 from .graph import Node, Var
 from .specialize import Static, aval, coerce, emit, is_static, register, run
 
 _MAX_ROUNDS = 8
+_CAPACITY = contextvars.ContextVar("while_capacity", default=None)
 WHILE_NEEDS_BOUND = ("reverse-mode while loop needs a bound: use tl.while_loop(..., max_trips=N) "
                      "or a for over range with a static bound")
+
+
+@contextlib.contextmanager
+def while_capacity(rows):
+    """Within: a reverse-mode ``while`` without ``max_trips`` keeps ``rows`` trips of
+    residuals (``GrowingBound(rows)``); ``None`` refuses it (``WHILE_NEEDS_BOUND``)."""
+    token = _CAPACITY.set(rows)
+    try:
+        yield
+    finally:
+        _CAPACITY.reset(token)
 
 
 # -- regions ----------------------------------------------------------------------------
@@ -177,6 +194,7 @@ def _stacked(y: AbstractValue, n) -> AbstractValue:
     """The aval of a loop's stack of ``y`` (``n`` rows). A stack of Python scalars (a
     residual like ``i + 1``) stays weak, so a backward sweep reading its rows computes
     ``g * (i + 1)`` in ``g``'s dtype, as the interpreter does with the Python int."""
+    n = n if n is None else int(n)          # a GrowingBound is a plain size in a shape
     return AbstractValue(y.dtype, (n,) + tuple(y.shape), weak=y.weak and not y.shape)
 
 
@@ -335,7 +353,9 @@ def _while_loop(*ops, cond, body, n_carry, n_consts, max_trips):
     region, avals = _fixed_point(body, [], carry0, const_specs, [], n_carry, what, on_change)
     ys_avals = region.out_avals()[n_carry:]
     if ys_avals and max_trips is None:
-        raise NoRuleError(WHILE_NEEDS_BOUND)
+        if _CAPACITY.get() is None:
+            raise NoRuleError(WHILE_NEEDS_BOUND)
+        max_trips = GrowingBound(_CAPACITY.get())
     targets = list(avals) + [_stack_row(y) for y in ys_avals]
     body_g = region.finish(targets, lambda k: what(k) if k < n_carry else f"stacked value {k - n_carry}")
     cond_r = _Region(cond, list(avals) + const_specs)

@@ -43,9 +43,10 @@ from .. import sharding as _sharding  # noqa: F401  (makes ``tl.sharding`` reach
 from .._core.aval import AbstractValue
 from .._core.interpreter import eval_graph
 from .._core.specialize import specialize
+from .._core.specialize_control import while_capacity
 from .._frontend.structure import ShapeNeeded
-from ..errors import ArgumentError, FenceError
-from . import bounded, bounded_export, dispatch
+from ..errors import ArgumentError, FenceError, TlalocError
+from . import bounded, bounded_export, dispatch, residuals
 from .lowering import Source, source_for
 from .stages import Compiled, Lowered
 from .transformed import shape_dependent
@@ -135,6 +136,7 @@ class Jitted:
         dispatch.know_array_types(self._array_types)
         self._sources: dict = {}
         self._seen: list = []           # keys compiled so far, for the recompile reason
+        self._rows: dict = {}           # key -> residual rows of reverse-mode whiles (tlaloc._jit.residuals)
         name = getattr(fun, "__name__", "f")
         self.__name__ = name
         self.__qualname__ = getattr(fun, "__qualname__", name)
@@ -237,8 +239,10 @@ class Jitted:
                                 f".lower(*args).serialize(path) for one program")
         return bounded_export.export(self, directory, args)
 
-    def _lower(self, src, trees, avals, n_flat, statics=(), graph=None) -> Lowered:
-        graph = specialize(src.graph, avals) if graph is None else graph
+    def _lower(self, src, trees, avals, n_flat, statics=(), graph=None, rows=residuals.START_ROWS) -> Lowered:
+        if graph is None:
+            with while_capacity(rows):
+                graph = specialize(src.graph, avals)
         donate = []
         k = 0
         for pos, tree in enumerate(trees):
@@ -304,7 +308,12 @@ class Jitted:
             if sig is not None:
                 hit = self._hits.get(sig[0])
                 if hit is not None:                 # a signature seen before (tlaloc._jit.dispatch)
-                    out = hit(args, sig[1])
+                    try:
+                        out = hit(args, sig[1])
+                    except TlalocError as e:
+                        if not residuals.is_full(e):
+                            raise
+                        out = dispatch.Hit.MISS     # the slow path grows the residual stacks
                     if out is not dispatch.Hit.MISS:
                         return out
         if self._check is not None:
@@ -319,6 +328,20 @@ class Jitted:
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._compile(key, src, trees, avals, len(flat))
+        while True:
+            try:
+                return self._run(compiled, src, args, trees, flat, leaves, sig)
+            except TlalocError as e:
+                if not residuals.is_full(e):
+                    raise
+            # a reverse-mode while filled its residual stacks: twice the rows, compile, run again
+            rows = residuals.grown(self._rows.get(key, residuals.START_ROWS), self.__name__,
+                                   bool(self.donate_argnums))
+            self._rows[key] = rows
+            self._hits.clear()
+            compiled = self._compile(key, src, trees, avals, len(flat))
+
+    def _run(self, compiled, src, args, trees, flat, leaves, sig):
         if sig is not None and len(sig[1]) == len(flat) and all(a is b for a, b in zip(sig[1], flat)):
             # later calls with this signature skip _prepare and the checks: they passed for it now
             hit = dispatch.make_hit(src, trees, compiled, leaves, len(flat))
@@ -330,7 +353,8 @@ class Jitted:
     def _compile(self, key, src, trees, avals, n_flat) -> Compiled:
         reason = self._reason(key)
         t0 = time.perf_counter()
-        compiled = self._lower(src, trees, avals, n_flat, key[0]).compile()
+        rows = self._rows.get(key, residuals.START_ROWS)
+        compiled = self._lower(src, trees, avals, n_flat, key[0], rows=rows).compile()
         dt = time.perf_counter() - t0
         level = logging.WARNING if os.environ.get("TLALOC_LOG_COMPILES", "") not in ("", "0") else logging.DEBUG
         sig = ", ".join(f"{a.dtype.name}{list(a.shape)}" for a in avals)
@@ -342,6 +366,8 @@ class Jitted:
     def _reason(self, key) -> str:
         if not self._seen:
             return "first call"
+        if key in self._rows and key in self._seen:
+            return f"residual stacks of a reverse-mode while grown to {self._rows[key]} trips"
         statics, trees, sig = key
         same_tree = [k for k in self._seen if k[1] == trees]
         if not same_tree:
@@ -358,6 +384,7 @@ class Jitted:
         self._cache.clear()
         self._hits.clear()
         self._seen.clear()
+        self._rows.clear()
 
     def cache_size(self) -> int:
         return len(self._cache)

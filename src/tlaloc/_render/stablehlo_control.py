@@ -10,26 +10,77 @@
 * ``while_loop`` → ``stablehlo.while`` carrying the trip count. With
   ``max_trips`` the loop also stops at the bound and the program returns a
   flag that makes the runtime raise if the condition still held (never a
-  silent stop).
+  silent stop). A bound ``tl.jit`` chose itself (``GrowingBound``) reports
+  ``RESIDUALS_FULL`` instead, and ``tl.jit`` reruns with a larger one.
 """
 from __future__ import annotations
 
+from .._core.control import RESIDUALS_FULL, GrowingBound
 from .._core.graph import Literal
 from .stablehlo import BOOL, I64, out_aval
+
+
+def _may_check(graph) -> bool:
+    """True when lowering ``graph`` may add run-time checks: a ``while`` with a bound, or a
+    ``for`` with stacks (its trip count may be known only at run time). A check's flag
+    lives in the region that computes it, so the loop or branch around such a region
+    carries the number of the first failing check out of it (``_fold_checks``)."""
+    for n in graph.nodes:
+        name = n.prim.name
+        if name == "while_loop" and n.params["max_trips"] is not None:
+            return True
+        if name == "for_range" and len(n.outputs) > n.params["n_carry"]:
+            return True
+        if any(_may_check(r) for r in n.regions()):
+            return True
+    return False
+
+
+def _fold_checks(em, start, prev):
+    """The checks added since ``em.checks[start]`` (inside a region) as one i64, taken out
+    of ``em.checks``: ``prev`` where it is nonzero (an earlier trip failed), else the
+    1-based number of the first flag that is set, else 0. Returns (code, messages)."""
+    new = em.checks[start:]
+    del em.checks[start:]
+    code = em.const(0, I64, ())
+    for k in reversed(range(len(new))):
+        code = em.select(em.convert(new[k][0], BOOL), em.const(k + 1, I64, ()), code)
+    kept = em.compare("NE", prev, em.const(0, I64, ()))
+    return em.select(kept, prev, code), [m for _, m in new]
+
+
+def _relay_checks(em, code, messages):
+    """Checks in the enclosing scope, one per message folded by ``_fold_checks``."""
+    for k, m in enumerate(messages):
+        em.check(em.compare("EQ", code, em.const(k + 1, I64, ())), m)
 
 
 def _cond(em, node, pred, *ops):
     p = em.value(pred, BOOL, ())
     types = [out_aval(node, k) for k in range(len(node.outputs))]
-    if em.backend == "iree" and all(_selectable(node.params[b]) for b in ("true_branch", "false_branch")):
+    branches = (node.params["true_branch"], node.params["false_branch"])
+    checked = any(_may_check(b) for b in branches)
+    if em.backend == "iree" and not checked and all(_selectable(b) for b in branches):
         return _cond_as_select(em, node, p, ops, types)
-    regions = []
-    for branch in (node.params["true_branch"], node.params["false_branch"]):
+    regions, messages = [], []
+    for branch in branches:
         with em.region() as (_, lines):
+            start = len(em.checks)
             outs = em.lower_graph(branch, list(ops))
-            em.ret([em.value(o, dt, sh) for o, (dt, sh) in zip(outs, types)])
+            rets = [em.value(o, dt, sh) for o, (dt, sh) in zip(outs, types)]
+            if checked:         # branch k's checks are numbered after the other branch's
+                code, ms = _fold_checks(em, start, em.const(0, I64, ()))
+                nz = em.compare("NE", code, em.const(0, I64, ()))
+                rets.append(em.select(nz, em.binary("stablehlo.add", code, em.const(len(messages), I64, ())),
+                                      code))
+                messages += ms
+            em.ret(rets)
         regions.append(lines)
-    return em.op("stablehlo.if", [p], types, regions=regions)
+    res = em.op("stablehlo.if", [p], types + [(I64, ())] * checked, regions=regions)
+    if checked:
+        _relay_checks(em, res[-1], messages)
+        return res[:-1]
+    return res
 
 
 def _selectable(graph) -> bool:
@@ -117,19 +168,30 @@ def _for_range(em, node, start, stop, step, *ops):
     state = [em.const(0, I64, ())] + [em.value(c, dt, sh) for c, (dt, sh) in zip(ops[:nc], carry_t)]
     state += [em.const(0, dt, sh) for dt, sh in ys_t]
     types = [(I64, ())] + carry_t + ys_t
+    checked = _may_check(p["body"])
+    if checked:                      # the first failing check of the body, carried out
+        state, types = state + [em.const(0, I64, ())], types + [(I64, ())]
     with em.region(types) as (args, cond_lines):
         em.ret([em.compare("LT", args[0], n)])
     with em.region(types) as (args, body_lines):
-        k, carry, bufs = args[0], args[1:1 + nc], args[1 + nc:]
+        k, carry, bufs = args[0], args[1:1 + nc], args[1 + nc:1 + nc + len(ys_t)]
         one = em.const(1, I64, ())
         kk = em.binary("stablehlo.subtract", em.binary("stablehlo.subtract", n, one), k) if p["reverse"] else k
         i = em.binary("stablehlo.add", first, em.binary("stablehlo.multiply", kk, stride))
         rows = [_take_row(em, x, kk) for x in xs]
+        start = len(em.checks)
         outs = em.lower_graph(p["body"], [i] + list(carry) + consts + rows)
         new_carry = [em.value(o, dt, sh) for o, (dt, sh) in zip(outs[:nc], carry_t)]
         new_bufs = [_put_row(em, b, y, kk) for b, y in zip(bufs, outs[nc:])]
-        em.ret([em.binary("stablehlo.add", k, one)] + new_carry + new_bufs)
+        rets = [em.binary("stablehlo.add", k, one)] + new_carry + new_bufs
+        if checked:
+            code, messages = _fold_checks(em, start, args[-1])
+            rets.append(code)
+        em.ret(rets)
     res = em.op("stablehlo.while", state, types, regions=[cond_lines, body_lines])
+    if checked:
+        _relay_checks(em, res[-1], messages)
+        return res[1:-1]
     return res[1:]
 
 
@@ -142,6 +204,9 @@ def _while_loop(em, node, *ops):
     state = [em.value(c, dt, sh) for c, (dt, sh) in zip(ops[:nc], carry_t)] + [em.const(0, I64, ())]
     state += [em.const(0, dt, sh) for dt, sh in ys_t]
     types = carry_t + [(I64, ())] + ys_t
+    checked = _may_check(p["body"])
+    if checked:                      # the first failing check of the body, carried out
+        state, types = state + [em.const(0, I64, ())], types + [(I64, ())]
 
     def holds(carry):
         return em.value(em.lower_graph(p["cond"], list(carry) + consts)[0], BOOL, ())
@@ -152,16 +217,28 @@ def _while_loop(em, node, *ops):
             go = em.binary("stablehlo.and", go, em.compare("LT", args[nc], em.const(bound, I64, ())))
         em.ret([go])
     with em.region(types) as (args, body_lines):
-        carry, trips, bufs = args[:nc], args[nc], args[nc + 1:]
+        carry, trips, bufs = args[:nc], args[nc], args[nc + 1:nc + 1 + len(ys_t)]
+        start = len(em.checks)
         outs = em.lower_graph(p["body"], list(carry) + consts)
         new_carry = [em.value(o, dt, sh) for o, (dt, sh) in zip(outs[:nc], carry_t)]
         new_bufs = [_put_row(em, b, y, trips) for b, y in zip(bufs, outs[nc:])]
-        em.ret(new_carry + [em.binary("stablehlo.add", trips, em.const(1, I64, ()))] + new_bufs)
+        rets = new_carry + [em.binary("stablehlo.add", trips, em.const(1, I64, ()))] + new_bufs
+        if checked:
+            code, messages = _fold_checks(em, start, args[-1])
+            rets.append(code)
+        em.ret(rets)
     res = em.op("stablehlo.while", state, types, regions=[cond_lines, body_lines])
+    if checked:
+        _relay_checks(em, res[-1], messages)
+        res = res[:-1]
     if bound is not None:
         at_bound = em.compare("EQ", res[nc], em.const(bound, I64, ()))
-        em.check(em.binary("stablehlo.and", at_bound, holds(res[:nc])),
-                 f"while loop ran past its declared bound max_trips={bound}; raise the bound")
+        if isinstance(bound, GrowingBound):      # tl.jit's own capacity: it grows and reruns
+            message = (f"{RESIDUALS_FULL} of {int(bound)} trips (a call of tl.jit(f) grows it and runs again; "
+                       f"a program compiled ahead of time cannot: declare tl.while_loop(..., max_trips=N))")
+        else:
+            message = f"while loop ran past its declared bound max_trips={bound}; raise the bound"
+        em.check(em.binary("stablehlo.and", at_bound, holds(res[:nc])), message)
     return res
 
 
