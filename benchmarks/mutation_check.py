@@ -43,7 +43,7 @@ class Mutation(NamedTuple):
 
 
 M = Mutation
-JIT_TABLES = ("tests/jit/test_jit_vs_interpreter.py", "tests/jit/test_ad_table.py")
+JIT_TABLES = ("tests/jit/test_conventions_jit.py", "tests/jit/test_jit_vs_interpreter.py", "tests/jit/test_ad_table.py")
 MUTATIONS = [
     # -- the five named in issue 20 ------------------------------------------------------------------
     M("kernel RMSNorm eps dropped (PTX)", "kernels/library/rmsnorm.py",
@@ -51,8 +51,8 @@ MUTATIONS = [
     M("second order: matmul_t_lhs VJP args swapped", "_prims/linalg.py",
       "(broadcast_like(matmul(c, y), g), matmul_t_rhs(g, c, y), None)",
       "(broadcast_like(matmul(c, y), g), matmul_t_rhs(c, g, y), None)",
-      ("tests/ad/test_reverse_vs_jax.py", "tests/forward/test_hessians.py", "tests/jit/test_ad_table.py",
-       "tests/custom/test_check_grads.py")),
+      ("tests/nesting/test_second_order_table.py", "tests/ad/test_reverse_vs_jax.py",
+       "tests/forward/test_hessians.py", "tests/custom/test_check_grads.py")),
     M("jit: sin VJP flipped", "_prims/elementwise.py",
       '"stablehlo.sine", lambda x, y: cos(x))', '"stablehlo.sine", lambda x, y: negative(cos(x)))', JIT_TABLES),
     M("jit: safe_mul keeps 0*inf = NaN", "_core/specialize_rules.py",
