@@ -20,10 +20,7 @@ RTOL, ATOL = 1e-9, 1e-10
 
 #: rows whose Hessian compiled code refuses by name (never a wrong value); eagerly they pass above
 _PROD = "the second derivative of prod is not compiled (docs/rule_table.md)"
-_WHILE = "compiled reverse mode of a while loop needs a bound (tl.while_loop(..., max_trips=N))"
-_JIT_REFUSED = {"reductions": _PROD, "subscript_read": _PROD, "while_value": _WHILE, "while_counter_index": _WHILE,
-                "while_nonlinear_carry": _WHILE, "while_break": _WHILE, "return_in_while": _WHILE,
-                "while_in_for": _WHILE, "while_array_carry": _WHILE}
+_JIT_REFUSED = {"reductions": _PROD, "subscript_read": _PROD}
 
 
 def _jargs(args):

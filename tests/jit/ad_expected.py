@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-_WHILE_ROWS = ("while_value", "while_counter_index", "while_nonlinear_carry", "while_break",
-               "return_in_while", "while_in_for", "while_array_carry")
 _PYTREE_ROWS = ("dict_params", "dict_params_and_x", "tuple_params", "dict_of_tuple", "list_params",
                 "value_and_grad_dict")
 
@@ -29,6 +27,9 @@ NOT_APPLICABLE = {
 NOT_APPLICABLE_FROM_POINT = {
     # the third point is an empty array, whose perturbed batch eager and compiled code refuse alike
     ("for_shape0_overwrite", "vmap"): (2, "refused alike"),
+    # jacfwd (and so hessian) batch the jvp over a basis with vmap: the same empty-batch refusal
+    ("for_shape0_overwrite", "forward"): (2, "refused alike"),
+    ("for_shape0_overwrite", "hessian"): (2, "refused alike"),
 }
 
 _ALL = ("reverse", "forward", "vmap", "hessian")
@@ -42,21 +43,25 @@ FLOAT32_REFUSED_ALIKE = {
     **{("global_array", m): "float64 global array" for m in _ALL},
     **{(c, m): "float64 scatter target" for c in ("addat_repeated", "setitem_fancy_repeated",
                                                   "addat_fancy_repeated") for m in _ALL},
-    **{("softmax_xent", m): "float64 one-hot constant" for m in ("reverse", "hessian")},
+    ("softmax_xent", "reverse"): "float64 one-hot constant",
     **{("arange_weights", m): "float64 arange weights" for m in ("reverse", "hessian")},
     # engine limitation found here (open): under tl.vmap a loop accumulator started as a Python
     # float (`s = 0.0`) is batched as float64 and then meets the float32 data
     **{(c, "vmap"): "vmap makes a Python-float loop accumulator float64"
        for c in ("for_range_forms", "nested_loops", "while_value", "call_helpers", "call_in_loop_branch",
                  "closure_in_loop", "loop_var_closure", "early_return_helper_in_loop", "grad_of_grad", "rnn")},
+    # jacfwd and hessian are DXIR transforms that batch jvp/vjp graphs over a basis (vmap), so
+    # the same limitation (a Python int loop index batched as int64 meets float32 data) reaches them
+    **{(c, m): "jacfwd batches over a basis with vmap: the vmap limitation above"
+       for c in ("call_helpers", "early_return_helper_in_loop", "for_range_forms") for m in ("forward", "hessian")},
+    ("rnn", "hessian"): "jacfwd batches over a basis with vmap: the vmap limitation above",
 }
 
 #: (case, mode) -> the refusal, every backend and dtype
 REFUSED = {
-    # tl.hessian / tl.jacfwd under tl.jit specialise the program before batching it over the
-    # basis (tlaloc._jit.transformed), outside the growing residual stacks of tlaloc._jit.residuals,
-    # so a while without max_trips is refused there by name; tl.grad/vjp/value_and_grad grow
-    **{(c, "hessian"): "reverse-mode while loop needs a bound" for c in _WHILE_ROWS},
+    # the second derivative of prod (prod_others_grad) has no StableHLO lowering: a dense O(n^3)
+    # reference computation, refused by name under tl.jit (docs/rule_table.md)
+    **{(c, "hessian"): "no StableHLO lowering rule for `prod_others_grad`" for c in ("reductions", "subscript_read")},
 }
 
 #: case names whose reverse-mode program uses a function IREE's llvm-cpu cannot link in
@@ -69,6 +74,13 @@ IREE_F64_NO_LINK = frozenset((
     "tuple_params", "argnums_1", "argnums_2_0", "argnums_tuple1", "list_params", "rnn", "has_aux",
     "value_and_grad_aux", "value_and_grad_dict", "value_and_grad_loop", "vjp_vector", "vjp_aux"))
 IREE_F64_NO_LINK_PRIMAL = IREE_F64_NO_LINK | {"argnums_neg1"}
+#: measured: the hessian programs of these rows (jacfwd of the gradient, batched over a basis) do link
+IREE_F64_LINKS_UNDER_HESSIAN = frozenset(("call_helpers", "argnums_1", "argnums_2_0", "argnums_neg1",
+                                          "argnums_tuple1"))
+#: (case, mode) -> reason: refused by IREE's compiler itself (measured, iree-base-compiler 3.13)
+IREE_REFUSED = {
+    ("while_in_for", "hessian"): "IREE could not compile the program",   # "circular dependency" in stream partitioning
+}
 
 
 def expected(name: str, mode: str, backend: str, dtype, limit=None) -> str:
@@ -80,7 +92,11 @@ def expected(name: str, mode: str, backend: str, dtype, limit=None) -> str:
         return "n/a: "
     if (name, mode) in REFUSED:
         return "refused: " + REFUSED[name, mode]
+    if backend == "iree" and (name, mode) in IREE_REFUSED:
+        return "refused: " + IREE_REFUSED[name, mode]
     no_link = IREE_F64_NO_LINK if mode == "reverse" else IREE_F64_NO_LINK_PRIMAL
+    if mode == "hessian":
+        no_link = no_link - IREE_F64_LINKS_UNDER_HESSIAN
     if backend == "iree" and np.dtype(dtype) == np.float64 and name in no_link:
         return "refused: IREE (llvm-cpu) cannot compile"      # at the first point, before any later n/a
     if (name, mode) in NOT_APPLICABLE_FROM_POINT:

@@ -45,7 +45,6 @@ KNOWN = {
     "return_in_while": "vjp(grad): TypeError int + None in the pullback (return inside a while)",
     "closure_in_loop": "vjp(grad): TypeError int + None in the pullback (closure made in a loop)",
     "early_return_helper_in_loop": "vjp(grad): TypeError int + None in the pullback (helper returning early)",
-    "while_in_for": "vjp(grad): zeros_like of a ragged list of residual stacks (while nested in a for)",
 }
 
 

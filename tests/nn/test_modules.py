@@ -131,12 +131,17 @@ def test_dropout_gradient_is_the_mask():
     assert not np.array_equal(g2.bias, g.bias)
 
 
-def test_dropout_under_grad_needs_known_shapes():
-    """In tl.grad's shape-generic lowering the mask's shape is unknown: refused, not wrong."""
+def test_dropout_under_grad_is_the_scaled_mask():
+    """tl.grad specialises to the argument shapes at the first call (the mask's shape is the
+    input's): d sum(dropout(x)) / dx is the kept mask scaled by 1/(1-p), which is dropout of ones."""
     def loss(x, key):
         return tnp.sum(nn.Dropout(0.5)(x, key=key))
-    with pytest.raises(TlalocError):
-        tl.grad(loss)(np.ones(3, np.float32), tr.key(0))
+    x = np.random.default_rng(0).standard_normal(64).astype(np.float32)
+    g = tl.grad(loss)(x, tr.key(0))
+    want = nn.Dropout(0.5)(np.ones(64, np.float32), key=tr.key(0))
+    np.testing.assert_array_equal(g, want)
+    assert set(np.unique(g)) == {0.0, 2.0}                   # negative control: a real mask, not all ones
+    assert not np.array_equal(tl.grad(loss)(x, tr.key(1)), g)  # another key, another mask
 
 
 # -- both front ends, and the derivative prints ----------------------------------------------------
@@ -165,11 +170,11 @@ def test_maxpool_gradient_goes_to_the_first_maximum():
     np.testing.assert_array_equal(tl.grad(loss)(x)[0, 0], [[1.0, 0.0], [0.0, 0.0]])
 
 
-def test_flatten_needs_concrete_shapes_under_grad():
+def test_flatten_under_grad_specialises_to_the_shape():
     def loss(x):
-        return tnp.sum(nn.Flatten()(x))
-    with pytest.raises(TlalocError, match="reshape"):
-        tl.grad(loss)(np.ones((2, 3, 4)))
+        return tnp.sum(nn.Flatten()(x) * np.arange(12.0))
+    x = np.ones((2, 3, 4))
+    np.testing.assert_array_equal(tl.grad(loss)(x), np.broadcast_to(np.arange(12.0).reshape(3, 4), (2, 3, 4)))
     np.testing.assert_array_equal(nn.Flatten()(np.ones((2, 3, 4))).shape, (2, 12))
 
 
