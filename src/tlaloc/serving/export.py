@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from . import manifest as mf
-from .weights_format import flatten, stored_tensors
+from .weights_format import flatten, fuse_projections, stored_tensors
 
 log = logging.getLogger("tlaloc.serving")
 WEIGHTS_FILE = "weights.safetensors"
@@ -179,7 +179,7 @@ def _model_name(model_path: str) -> str:
 def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), block_size: int = 16,
            dtype: str = "f32", weights: str | None = None, prefill_chunk: int | None = None,
            num_pages: int | None = None, name: str | None = None, overwrite: bool = False,
-           progress: bool | None = None, score: bool = False) -> ExportSummary:
+           progress: bool | None = None, score: bool = False, fuse: bool = True) -> ExportSummary:
     """Export a model to a serving artifact directory.
 
     Args:
@@ -198,6 +198,8 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
       score: also write one ``score_b1_c<C>`` program per context (decoders): per-token
         log-probabilities of a given text, for ``Engine.score`` and ``tlaloc.serving.perplexity``.
         Off by default: each computes full-vocabulary logits for every position.
+      fuse: store each decoder layer's q/k/v and gate/up matrices concatenated, one dot each
+        (``weights_format.fuse_projections``; the manifest's ``weights.fused`` maps them back).
 
     Returns:
       An ExportSummary. Raises ArgumentError for a bad option, naming it.
@@ -214,9 +216,12 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     cfg = model.config
     _check_options(cfg, batch, context, block_size, dtype, weights, prefill_chunk)
     fmt = "int8" if weights == "int8" else dtype
-    stored = stored_tensors(flatten(model.weights), fmt)
-    kv_dtype = np.dtype(np.float32) if dtype == "f32" else np.dtype("bfloat16")
     is_encoder = isinstance(cfg, EncoderConfig)
+    flat, fused = flatten(model.weights), {}
+    if fuse and not is_encoder:
+        flat, fused = fuse_projections(flat)                     # one dot for q/k/v, one for gate/up
+    stored = stored_tensors(flat, fmt)
+    kv_dtype = np.dtype(np.float32) if dtype == "f32" else np.dtype("bfloat16")
     if score and is_encoder:
         raise ArgumentError("export: score=True writes next-token log-probability programs, which need a decoder; "
                             f"{model_path} is an encoder")
@@ -255,7 +260,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
                   "model_type": cfg.model_type, "config": _jsonable(cfg)},
         "buckets": {"batch": batch, "context": context, "prefill_chunk": None if is_encoder else chunk},
         "kv": kv,
-        "weights": {"file": WEIGHTS_FILE, "format": fmt,
+        "weights": {"file": WEIGHTS_FILE, "format": fmt, "fused": fused,
                     "slots": [{"name": n, "role": "weight_scale" if n.endswith(".scale") else "weight",
                                "dtype": a.dtype.name, "shape": list(a.shape)} for n, a in stored.items()]},
         "programs": programs,

@@ -67,6 +67,47 @@ def _tuples(node):
     return {k: _tuples(v) for k, v in node.items()}
 
 
+#: fused matrix -> its parts, concatenated along the output axis (then the bias, fused alike)
+FUSED = {"wqkv": ("wq", "wk", "wv"), "w_gate_up": ("w_gate", "w_up")}
+_FUSED_BIAS = {"wqkv": ("bqkv", ("bq", "bk", "bv")), "w_gate_up": ("b_gate_up", ("b_gate", "b_up"))}
+
+
+def fuse_projections(flat: dict) -> tuple[dict, dict]:
+    """Each decoder layer's q/k/v and gate/up matrices concatenated along their output axis.
+
+    ``layers.<i>.wq`` (D, H*E), ``.wk``, ``.wv`` (D, K*E) become ``layers.<i>.wqkv``
+    (D, (H+2K)*E); ``.w_gate``, ``.w_up`` (D, F) become ``.w_gate_up`` (D, 2F); their
+    biases, if any, become ``bqkv`` / ``b_gate_up`` (a missing part's bias is zeros).
+    Per-output-channel quantization gives every column the scale it had alone.
+
+    Returns (the new flat dict, in natural order; the mapping written to the manifest
+    as ``weights.fused``): ``{fused name: {"axis": -1, "parts": [[part name, start, stop], ...]}}``,
+    the column range [start, stop) of the fused tensor that each original tensor fills.
+    """
+    out, fused = dict(flat), {}
+    layers = sorted({k.rsplit(".", 1)[0] for k in flat if k.startswith("layers.")}, key=_natural)
+    for prefix in layers:
+        for target, parts in FUSED.items():
+            names = [f"{prefix}.{n}" for n in parts]
+            if not all(n in out and out[n].ndim == 2 for n in names):
+                continue
+            mats = [out.pop(n) for n in names]
+            out[f"{prefix}.{target}"] = np.concatenate(mats, axis=1)
+            fused[f"{prefix}.{target}"] = {"axis": -1, "parts": _ranges(names, [m.shape[1] for m in mats])}
+            bias, bias_parts = _FUSED_BIAS[target]
+            bias_names = [f"{prefix}.{n}" for n in bias_parts]
+            if any(n in out for n in bias_names):
+                vecs = [out.pop(n) if n in out else np.zeros(m.shape[1], m.dtype) for n, m in zip(bias_names, mats)]
+                out[f"{prefix}.{bias}"] = np.concatenate(vecs)
+                fused[f"{prefix}.{bias}"] = {"axis": -1, "parts": _ranges(bias_names, [v.shape[0] for v in vecs])}
+    return {k: out[k] for k in sorted(out, key=_natural)}, fused
+
+
+def _ranges(names: list, sizes: list) -> list:
+    starts = np.cumsum([0] + sizes)
+    return [[n, int(a), int(b)] for n, a, b in zip(names, starts[:-1], starts[1:])]
+
+
 def is_table(name: str) -> bool:
     return name.split(".")[-1] in _TABLES
 
@@ -133,5 +174,5 @@ def dequantize_channels(stored: dict, name: str, start: int, stop: int):
     return _float32(name, part, None if scale is None else scale[start:stop])
 
 
-__all__ = ["FORMATS", "flatten", "unflatten", "quantize_int8", "stored_tensors", "dequantize", "dequantize_channels",
+__all__ = ["FORMATS", "FUSED", "fuse_projections", "flatten", "unflatten", "quantize_int8", "stored_tensors", "dequantize", "dequantize_channels",
            "channel_axis", "is_table"]
