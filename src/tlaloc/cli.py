@@ -1,7 +1,7 @@
 """The ``tlaloc`` command.
 
     tlaloc export MODEL OUT_DIR [--batch 1,2,4,8] [--context 64,256,1024] [--block-size 16]
-                                [--dtype f32|bf16] [--weights int8] [--score]
+                                [--dtype f32|bf16] [--weights int8|q8_0] [--score]
     tlaloc generate ARTIFACT --prompt "..." [--max-new-tokens 64] [--chat] [--temperature 0] [--seed S]
     tlaloc embed ARTIFACT --text "..." [--text "..."]
     tlaloc serve ARTIFACT [--host 127.0.0.1] [--port 8000] [--api-key KEY]
@@ -93,7 +93,7 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
            context: str = typer.Option("64,256,1024", help="context-length ladder (multiples of --block-size)"),
            block_size: int = typer.Option(16, help="token slots per KV page"),
            dtype: str = typer.Option("f32", help="f32 or bf16: weights and KV pools as stored"),
-           weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights"),
+           weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights; q8_0: GGUF Q8_0 blocks"),
            name: Optional[str] = typer.Option(None, help="the model name the artifact reports"),
            overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT_DIR if it exists"),
            score: bool = typer.Option(False, "--score", help="also write score programs (per-token "

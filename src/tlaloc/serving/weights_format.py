@@ -11,6 +11,17 @@ Slot names flatten the model's weights pytree with dots: ``embed``, ``norm``,
           (rows are tokens or positions, also the tied output head's channels) get one
           scale per row. ``q = round(w / s)``, ``s = max|w| / 127`` over the channel;
           programs compute ``q * s`` in float32. Vectors (norms, biases) stay float32.
+``q8_0``  GGUF's Q8_0: every matrix int8 in blocks of 32 along its input features (the
+          contraction axis: rows of an (in, out) matrix, columns of a table) with one
+          float16 scale per block and output channel, ``<name>.scale`` of shape
+          (in / 32, out), or (rows, D / 32) for tables (``models.quantized.block_quantize``;
+          blocks read from a Q8_0 GGUF come back exactly). A matrix whose input axis is not
+          a multiple of 32 is stored as ``int8``.
+
+Quantized (in, out) matrices reach the model as :class:`~tlaloc.models.quantized.QuantizedMatrix`
+(multiplied a chunk of input rows at a time, never converted to float32 whole); tables,
+which are gathered by row, are dequantized, and the output head is converted a slice of
+the vocabulary at a time (``programs.head_parts``).
 """
 from __future__ import annotations
 
@@ -20,8 +31,9 @@ import ml_dtypes
 import numpy as np
 
 from .. import numpy as tnp
+from ..models.quantized import BLOCK, QuantizedMatrix, block_quantize
 
-FORMATS = ("f32", "bf16", "int8")
+FORMATS = ("f32", "bf16", "int8", "q8_0")
 #: tables indexed by row (token, position or type ids): quantized per row
 _TABLES = {"embed", "word", "position", "token_type"}
 
@@ -128,7 +140,9 @@ def stored_tensors(flat: dict, fmt: str) -> dict[str, np.ndarray]:
     out = {}
     for name, w in flat.items():
         w = np.asarray(w, np.float32)
-        if fmt == "int8" and w.ndim == 2:
+        if fmt == "q8_0" and w.ndim == 2 and w.shape[1 - channel_axis(name)] % BLOCK == 0:
+            out[name], out[name + ".scale"] = block_quantize(w, axis=1 - channel_axis(name))
+        elif fmt in ("int8", "q8_0") and w.ndim == 2:
             out[name], out[name + ".scale"] = quantize_int8(name, w)
         elif fmt == "bf16":
             out[name] = w.astype(ml_dtypes.bfloat16)
@@ -138,14 +152,32 @@ def stored_tensors(flat: dict, fmt: str) -> dict[str, np.ndarray]:
 
 
 def dequantize(stored: dict) -> dict:
-    """The float32 weights a program computes with, from its weight inputs (traced or eager)."""
-    flat = {name: _float32(name, v, stored.get(name + ".scale"))
+    """The weights pytree a program computes with, from its weight inputs (traced or eager).
+
+    Quantized (in, out) matrices become :class:`QuantizedMatrix`; everything else float32.
+    """
+    flat = {name: _weight(name, v, stored.get(name + ".scale"))
             for name, v in stored.items() if not name.endswith(".scale")}
     return unflatten(flat)
 
 
+def _weight(name: str, v, scale):
+    if scale is not None and not is_table(name):
+        return QuantizedMatrix(v, scale)
+    return _float32(name, v, scale)
+
+
 def _float32(name: str, v, scale):
     """One stored tensor as float32: ``q * s`` (int8 with its scale), a conversion, or ``v`` itself."""
+    if scale is not None and scale.ndim == 2:                             # blocks along the input axis
+        s = tnp.astype(scale, tnp.float32)
+        if is_table(name):                                                # v (n, D), s (n, D / BLOCK)
+            n, d = v.shape
+            w = tnp.reshape(tnp.astype(v, tnp.float32), (n, d // BLOCK, BLOCK)) * s[:, :, None]
+        else:                                                             # v (D, n), s (D / BLOCK, n)
+            d, n = v.shape
+            w = tnp.reshape(tnp.astype(v, tnp.float32), (d // BLOCK, BLOCK, n)) * s[:, None, :]
+        return tnp.reshape(w, (n, d) if is_table(name) else (d, n))
     if scale is not None:
         s = scale[:, None] if is_table(name) else scale[None, :]
         return tnp.astype(v, tnp.float32) * s
@@ -169,9 +201,11 @@ def dequantize_channels(stored: dict, name: str, start: int, stop: int):
     v, scale = stored[name], stored.get(name + ".scale")
     if channel_axis(name) == 0:
         part = v[start:stop]                                              # (n, in)
+        part_scale = None if scale is None else scale[start:stop]         # (n,) or (n, in / BLOCK)
     else:
         part = v[:, start:stop]                                           # (in, n)
-    return _float32(name, part, None if scale is None else scale[start:stop])
+        part_scale = None if scale is None else scale[..., start:stop]    # (n,) or (in / BLOCK, n)
+    return _float32(name, part, part_scale)
 
 
 __all__ = ["FORMATS", "FUSED", "fuse_projections", "flatten", "unflatten", "quantize_int8", "stored_tensors", "dequantize", "dequantize_channels",
