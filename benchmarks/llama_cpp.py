@@ -100,6 +100,7 @@ class Tlaloc:
         self.export_s = time.perf_counter() - t0
         self.engine = Engine(os.path.join(folder, fmt))
         self.format = {"f32": "float32 (blocks dequantised at export)",
+                       "q8_0": "Q8_0 blocks (the file's Q8_0 kept, its Q4_1 re-quantised)",
                        "int8": "int8 per channel (re-quantised from the blocks)",
                        "bf16": "bfloat16 (blocks dequantised at export)"}.get(fmt, f"the file's {fmt} blocks")
 
@@ -156,9 +157,9 @@ def run(quick: bool = False, repeats=None, formats=("f32", "int8"), model=None, 
                     dt, ids[name, n] = impl.run(n, new_tokens)
                     rates[name, n].append(n * new_tokens / dt)
             loads.append(_load())
+            _print(impls, rates, ids, new_tokens, len(loads) - 1, threads, loads, why)   # after every round
     finally:
         tmp.cleanup()
-    _print(impls, rates, ids, new_tokens, repeats, threads, loads, why)
     return rates
 
 
