@@ -101,6 +101,7 @@ class Tlaloc:
         self.engine = Engine(os.path.join(folder, fmt))
         self.format = {"f32": "float32 (blocks dequantised at export)",
                        "q8_0": "Q8_0 blocks (the file's Q8_0 kept, its Q4_1 re-quantised)",
+                       "q4_1": "the file's Q4_1 and Q8_0 blocks, as stored",
                        "int8": "int8 per channel (re-quantised from the blocks)",
                        "bf16": "bfloat16 (blocks dequantised at export)"}.get(fmt, f"the file's {fmt} blocks")
 

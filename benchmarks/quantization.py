@@ -10,6 +10,8 @@ checkpoint served exactly) three times, each with score programs (batch 1):
   bf16   weights and KV pools bfloat16
   int8   int8 weights with one float32 scale per output channel, KV pools float32
   q8_0   GGUF Q8_0: int8 blocks of 32 input features with a float16 scale each, KV pools float32
+  q4_1   GGUF Q4_1 (4-bit, float16 scale and offset per block of 32), embedding in Q8_0: for the
+         default model these are the file's own blocks, so q4_1 is the checkpoint as llama.cpp runs it
 
 and prints, per format: the weights file's bytes and their ratio to f32, the KV pools'
 bytes, the perplexity of ``data/quality_text.txt`` (a fixed public-domain English text)
@@ -35,7 +37,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TEXT_FILE = os.path.join(HERE, "data", "quality_text.txt")
 PROMPT = "Once upon a time, in a small village by the sea,"
 SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-FORMATS = {"f32": {}, "bf16": {"dtype": "bf16"}, "int8": {"weights": "int8"}, "q8_0": {"weights": "q8_0"}}
+FORMATS = {"f32": {}, "bf16": {"dtype": "bf16"}, "int8": {"weights": "int8"}, "q8_0": {"weights": "q8_0"},
+           "q4_1": {"weights": "q4_1"}}
 _BYTES = {"float32": 4, "bfloat16": 2, "int8": 1}
 
 

@@ -8,6 +8,10 @@ would be; :func:`tlaloc.models.layers.linear` multiplies by it. Two layouts:
 ``block``    q (in, out) int8, scale (in / BLOCK, out): ``w[i, o] = q[i, o] * scale[i // BLOCK, o]``
              (GGUF's Q8_0: blocks of 32 consecutive input features share one scale; the
              scale may be float16, as GGUF stores it).
+``q4_1``     GGUF's Q4_1: q (in / 2, out) uint8 holds two 4-bit values per byte, as GGUF packs
+             a block: byte ``j`` of block ``b`` (row ``16 b + j``) holds input feature
+             ``32 b + j`` in its low nibble and ``32 b + j + 16`` in its high nibble; with
+             scale and offset (in / BLOCK, out), ``w = nibble * scale + offset``.
 
 :meth:`QuantizedMatrix.rmatmul` computes ``x @ w`` by ``chunk`` input rows at a time: each
 chunk of q is converted and scaled to float32 just before its own dot, and the partial
@@ -35,11 +39,17 @@ class QuantizedMatrix:
     traced; 0: one dot over the whole converted matrix).
     """
 
-    def __init__(self, q, scale, *, chunk: int | None = None):
-        self.q, self.scale = q, scale
+    def __init__(self, q, scale, offset=None, *, chunk: int | None = None):
+        self.q, self.scale, self.offset = q, scale, offset
         self.chunk = CHUNK if chunk is None else int(chunk)
         n_in, n_out = q.shape
-        if tuple(scale.shape) == (n_out,):
+        if offset is not None:
+            n_in *= 2
+            if tuple(scale.shape) != (n_in // BLOCK, n_out) or tuple(offset.shape) != tuple(scale.shape):
+                raise ValueError(f"QuantizedMatrix: q4_1 scale {tuple(scale.shape)} and offset "
+                                 f"{tuple(offset.shape)} must both be ({n_in // BLOCK}, {n_out}) for q {tuple(q.shape)}")
+            self.layout = "q4_1"
+        elif tuple(scale.shape) == (n_out,):
             self.layout = "channel"
         elif tuple(scale.shape) == (n_in // BLOCK, n_out) and n_in % BLOCK == 0:
             self.layout = "block"
@@ -49,10 +59,13 @@ class QuantizedMatrix:
 
     @property
     def shape(self) -> tuple:
-        return tuple(self.q.shape)
+        n_in, n_out = self.q.shape
+        return (2 * n_in if self.layout == "q4_1" else n_in, n_out)
 
     def rows(self, start: int, stop: int):
         """Input rows [start, stop) as float32 (stop - start, out); block layouts need BLOCK-aligned bounds."""
+        if self.layout == "q4_1":
+            return self._q4_1_rows(start, stop)
         q = tnp.astype(self.q[start:stop], tnp.float32)                      # (n, out)
         s = tnp.astype(self.scale, tnp.float32)
         if self.layout == "channel":
@@ -62,15 +75,27 @@ class QuantizedMatrix:
         w = tnp.reshape(q, (n // BLOCK, BLOCK, n_out)) * sb[:, None, :]     # (n / BLOCK, BLOCK, out)
         return tnp.reshape(w, (n, n_out))                                   # (n, out)
 
+    def _q4_1_rows(self, start: int, stop: int):
+        n_out = self.q.shape[1]
+        nb, b0 = (stop - start) // BLOCK, start // BLOCK
+        packed = tnp.astype(self.q[start // 2:stop // 2], tnp.float32)        # (n / 2, out) bytes 0..255
+        packed = tnp.reshape(packed, (nb, BLOCK // 2, n_out))                # (nb, 16, out)
+        high = tnp.floor(packed * np.float32(1 / 16))                        # exact: 16 is a power of two
+        low = packed - high * np.float32(16)
+        nibbles = tnp.concatenate([low, high], axis=1)                       # (nb, 32, out)
+        s = tnp.astype(self.scale[b0:b0 + nb], tnp.float32)[:, None, :]      # (nb, 1, out)
+        m = tnp.astype(self.offset[b0:b0 + nb], tnp.float32)[:, None, :]
+        return tnp.reshape(nibbles * s + m, (stop - start, n_out))           # (n, out)
+
     def dequantize(self):
         """The whole matrix as float32 (in, out)."""
-        return self.rows(0, self.q.shape[0])
+        return self.rows(0, self.shape[0])
 
     def rmatmul(self, x):
         """x (..., in) @ w -> (..., out) float32, ``chunk`` input rows per partial dot (0: one dot)."""
-        n_in = self.q.shape[0]
+        n_in = self.shape[0]
         step = self.chunk if 0 < self.chunk < n_in else n_in
-        if self.layout == "block" and step % BLOCK:
+        if self.layout != "channel" and step % BLOCK:
             raise ValueError(f"QuantizedMatrix: chunk={self.chunk} must be a multiple of the block size {BLOCK}")
         out = None
         for a in range(0, n_in, step):
@@ -99,4 +124,25 @@ def block_quantize(w: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray
     return np.ascontiguousarray(np.moveaxis(q, 0, axis)), np.ascontiguousarray(np.moveaxis(d, 0, axis))
 
 
-__all__ = ["QuantizedMatrix", "block_quantize", "BLOCK", "CHUNK"]
+def block_quantize_q4_1(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GGUF Q4_1 of a float (in, out) matrix, blocks of BLOCK along ``in``: (packed uint8 (in/2, out),
+    scale float16 (in/BLOCK, out), offset float16 (in/BLOCK, out)).
+
+    Per block, as llama.cpp's ``quantize_row_q4_1_ref``: ``m = min w``, ``d = (max w - m) / 15``,
+    ``nibble = min(15, floor((w - m) / d + 0.5))``; d and m kept in float16. Quantizing the
+    values of Q4_1 blocks (each has a 0 and a 15 nibble) gives those blocks back.
+    """
+    w = np.asarray(w, np.float32)
+    n_in, n_out = w.shape
+    if n_in % BLOCK:
+        raise ValueError(f"block_quantize_q4_1: {n_in} input rows are not a multiple of {BLOCK}")
+    blocks = w.reshape(n_in // BLOCK, BLOCK, n_out)                          # (nb, 32, out)
+    lo, hi = blocks.min(axis=1), blocks.max(axis=1)                          # (nb, out)
+    d = ((hi - lo) / np.float32(15)).astype(np.float32)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), np.float32(0))
+    nib = np.minimum(15, np.floor((blocks - lo[:, None]) * inv[:, None] + np.float32(0.5))).astype(np.uint8)
+    packed = nib[:, :BLOCK // 2] | (nib[:, BLOCK // 2:] << 4)                # (nb, 16, out)
+    return (np.ascontiguousarray(packed.reshape(n_in // 2, n_out)), d.astype(np.float16), lo.astype(np.float16))
+
+
+__all__ = ["QuantizedMatrix", "block_quantize", "block_quantize_q4_1", "BLOCK", "CHUNK"]

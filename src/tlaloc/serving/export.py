@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from . import manifest as mf
-from .weights_format import flatten, fuse_projections, stored_tensors
+from .weights_format import SIDE, flatten, fuse_projections, stored_tensors
 
 log = logging.getLogger("tlaloc.serving")
 WEIGHTS_FILE = "weights.safetensors"
@@ -59,8 +59,8 @@ def _check_options(cfg, batch, context, block_size, dtype, weights, prefill_chun
     from ..models import EncoderConfig
     if dtype not in ("f32", "bf16"):
         raise ArgumentError(f"export: dtype={dtype!r}; use 'f32' or 'bf16'")
-    if weights not in (None, "int8", "q8_0", "f32", "bf16"):
-        raise ArgumentError(f"export: weights={weights!r}; use None (same as dtype), 'int8' or 'q8_0'")
+    if weights not in (None, "int8", "q8_0", "q4_1", "f32", "bf16"):
+        raise ArgumentError(f"export: weights={weights!r}; use None (same as dtype), 'int8', 'q8_0' or 'q4_1'")
     limit = cfg.max_position_embeddings
     if context[-1] > limit:
         raise ArgumentError(f"export: context {context[-1]} is longer than the model's max_position_embeddings="
@@ -190,7 +190,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
       block_size: token slots per KV page.
       dtype: "f32" or "bf16": how weights and KV pools are stored (programs compute in f32).
       weights: None (as ``dtype``), "int8" (per-output-channel scales) or "q8_0" (GGUF's
-        Q8_0 blocks of 32 with float16 scales; see ``weights_format``).
+        Q8_0 blocks of 32 with float16 scales) or "q4_1" (GGUF's Q4_1; see ``weights_format``).
       prefill_chunk: tokens per prefill step, at most (default min(256, max context)).
       num_pages: KV pages per layer, the scratch page included (default 1 + max batch *
         max context / block_size: every row at full context at once).
@@ -216,7 +216,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     model = load(model_path)
     cfg = model.config
     _check_options(cfg, batch, context, block_size, dtype, weights, prefill_chunk)
-    fmt = weights if weights in ("int8", "q8_0") else dtype
+    fmt = weights if weights in ("int8", "q8_0", "q4_1") else dtype
     is_encoder = isinstance(cfg, EncoderConfig)
     flat, fused = flatten(model.weights), {}
     if fuse and not is_encoder:
@@ -262,7 +262,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
         "buckets": {"batch": batch, "context": context, "prefill_chunk": None if is_encoder else chunk},
         "kv": kv,
         "weights": {"file": WEIGHTS_FILE, "format": fmt, "fused": fused,
-                    "slots": [{"name": n, "role": "weight_scale" if n.endswith(".scale") else "weight",
+                    "slots": [{"name": n, "role": "weight_scale" if n.endswith(SIDE) else "weight",
                                "dtype": a.dtype.name, "shape": list(a.shape)} for n, a in stored.items()]},
         "programs": programs,
         "tokenizer": tok,

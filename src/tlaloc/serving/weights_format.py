@@ -17,6 +17,10 @@ Slot names flatten the model's weights pytree with dots: ``embed``, ``norm``,
           (in / 32, out), or (rows, D / 32) for tables (``models.quantized.block_quantize``;
           blocks read from a Q8_0 GGUF come back exactly). A matrix whose input axis is not
           a multiple of 32 is stored as ``int8``.
+``q4_1``  GGUF's Q4_1 for the (in, out) matrices: two 4-bit values a byte, ``<name>`` uint8
+          (in / 2, out), with ``<name>.scale`` and ``<name>.offset`` float16 (in / 32, out)
+          (``models.quantized.block_quantize_q4_1``; a Q4_1 GGUF's blocks come back exactly);
+          the tables and an untied output head as ``q8_0``, as llama.cpp's Q4_1 files keep them.
 
 Quantized (in, out) matrices reach the model as :class:`~tlaloc.models.quantized.QuantizedMatrix`
 (multiplied a chunk of input rows at a time, never converted to float32 whole); tables,
@@ -31,9 +35,11 @@ import ml_dtypes
 import numpy as np
 
 from .. import numpy as tnp
-from ..models.quantized import BLOCK, QuantizedMatrix, block_quantize
+from ..models.quantized import BLOCK, QuantizedMatrix, block_quantize, block_quantize_q4_1
 
-FORMATS = ("f32", "bf16", "int8", "q8_0")
+FORMATS = ("f32", "bf16", "int8", "q8_0", "q4_1")
+#: per-tensor companions of a quantized matrix (role weight_scale in the manifest)
+SIDE = (".scale", ".offset")
 #: tables indexed by row (token, position or type ids): quantized per row
 _TABLES = {"embed", "word", "position", "token_type"}
 
@@ -140,9 +146,12 @@ def stored_tensors(flat: dict, fmt: str) -> dict[str, np.ndarray]:
     out = {}
     for name, w in flat.items():
         w = np.asarray(w, np.float32)
-        if fmt == "q8_0" and w.ndim == 2 and w.shape[1 - channel_axis(name)] % BLOCK == 0:
+        blockable = w.ndim == 2 and w.shape[1 - channel_axis(name)] % BLOCK == 0
+        if fmt == "q4_1" and blockable and not is_table(name) and name != "lm_head":
+            out[name], out[name + ".scale"], out[name + ".offset"] = block_quantize_q4_1(w)
+        elif fmt in ("q8_0", "q4_1") and blockable:
             out[name], out[name + ".scale"] = block_quantize(w, axis=1 - channel_axis(name))
-        elif fmt in ("int8", "q8_0") and w.ndim == 2:
+        elif fmt in ("int8", "q8_0", "q4_1") and w.ndim == 2:
             out[name], out[name + ".scale"] = quantize_int8(name, w)
         elif fmt == "bf16":
             out[name] = w.astype(ml_dtypes.bfloat16)
@@ -156,14 +165,14 @@ def dequantize(stored: dict) -> dict:
 
     Quantized (in, out) matrices become :class:`QuantizedMatrix`; everything else float32.
     """
-    flat = {name: _weight(name, v, stored.get(name + ".scale"))
-            for name, v in stored.items() if not name.endswith(".scale")}
+    flat = {name: _weight(name, v, stored.get(name + ".scale"), stored.get(name + ".offset"))
+            for name, v in stored.items() if not name.endswith(SIDE)}
     return unflatten(flat)
 
 
-def _weight(name: str, v, scale):
+def _weight(name: str, v, scale, offset=None):
     if scale is not None and not is_table(name):
-        return QuantizedMatrix(v, scale)
+        return QuantizedMatrix(v, scale, offset)
     return _float32(name, v, scale)
 
 
@@ -208,5 +217,5 @@ def dequantize_channels(stored: dict, name: str, start: int, stop: int):
     return _float32(name, part, part_scale)
 
 
-__all__ = ["FORMATS", "FUSED", "fuse_projections", "flatten", "unflatten", "quantize_int8", "stored_tensors", "dequantize", "dequantize_channels",
+__all__ = ["FORMATS", "SIDE", "FUSED", "fuse_projections", "flatten", "unflatten", "quantize_int8", "stored_tensors", "dequantize", "dequantize_channels",
            "channel_axis", "is_table"]
