@@ -8,6 +8,7 @@ Each variant is an artifact exported from the same GGUF (default: the Q4_1 SmolL
 
   f32, bf16, int8        ``export(..., dtype=/weights=)``: the weight formats
   <fmt>-unfused          the same without ``fuse=True``: q/k/v and gate/up as separate dots
+  <fmt>-whole            quantized matrices converted whole before one dot (``quantized.CHUNK = 0``)
 
 Every repeat runs every variant at every batch size in turn (interleaved, one process):
 ``Engine.generate`` on B copies of a 16-token prompt, greedy, EOS ignored, ``--new-tokens``
@@ -38,8 +39,10 @@ def _options(variant: str) -> dict:
     opts = {"f32": {}, "bf16": {"dtype": "bf16"}}.get(fmt, {"weights": fmt})
     if rest == "unfused":
         opts["fuse"] = False
+    elif rest == "whole":
+        opts["chunk"] = 0
     elif rest:
-        raise SystemExit(f"decode_step: unknown variant {variant!r}; use <format>[-unfused]")
+        raise SystemExit(f"decode_step: unknown variant {variant!r}; use <format>[-unfused|-whole]")
     return opts
 
 
@@ -74,8 +77,10 @@ def main(argv=None) -> int:
     if args.threads is None:
         common.limit_threads(2)
     from quantization import default_model
+    from tlaloc.models import quantized
     from tlaloc.serving import Engine
     from tlaloc.serving.export import export
+    default_chunk = quantized.CHUNK
     gguf = args.model or default_model()
     variants = [v for v in args.variants.split(",") if v]
     batches = [int(b) for b in args.batch.split(",")]
@@ -85,7 +90,10 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="tlaloc-bench-decode-") as tmp:
         for v in variants:
             out = os.path.join(tmp, v)
-            export(gguf, out, batch=tuple(batches), context=(CONTEXT,), progress=False, **_options(v))
+            opts = _options(v)
+            quantized.CHUNK = opts.pop("chunk", default_chunk)        # read when the programs are traced
+            export(gguf, out, batch=tuple(batches), context=(CONTEXT,), progress=False, **opts)
+            quantized.CHUNK = default_chunk
             engines[v] = Engine(out)
             for b in batches:
                 decode_rate(engines[v], b, 3)                 # compiles the buckets
