@@ -9,6 +9,9 @@ checkpoint served exactly) three times, each with score programs (batch 1):
   f32    weights and KV pools float32 (the reference)
   bf16   weights and KV pools bfloat16
   int8   int8 weights with one float32 scale per output channel, KV pools float32
+  q8_0   GGUF Q8_0: int8 blocks of 32 input features with a float16 scale each, KV pools float32
+  q4_1   GGUF Q4_1 (4-bit, float16 scale and offset per block of 32), embedding in Q8_0: for the
+         default model these are the file's own blocks, so q4_1 is the checkpoint as llama.cpp runs it
 
 and prints, per format: the weights file's bytes and their ratio to f32, the KV pools'
 bytes, the perplexity of ``data/quality_text.txt`` (a fixed public-domain English text)
@@ -34,7 +37,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TEXT_FILE = os.path.join(HERE, "data", "quality_text.txt")
 PROMPT = "Once upon a time, in a small village by the sea,"
 SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-FORMATS = {"f32": {}, "bf16": {"dtype": "bf16"}, "int8": {"weights": "int8"}}
+FORMATS = {"f32": {}, "bf16": {"dtype": "bf16"}, "int8": {"weights": "int8"}, "q8_0": {"weights": "q8_0"},
+           "q4_1": {"weights": "q4_1"}}
 _BYTES = {"float32": 4, "bfloat16": 2, "int8": 1}
 
 
@@ -60,15 +64,17 @@ def _margin(f32_engine, prompt_ids, ref_ids, ids, d) -> float:
 
 
 def measure(model: str, workdir: str, *, context=(64, 512), new_tokens: int = 32, prompt: str = PROMPT,
-            text: str | None = None) -> dict:
-    """Export ``model`` in every format under ``workdir`` and measure it against f32: a dict of figures per format."""
+            text: str | None = None, formats=tuple(FORMATS)) -> dict:
+    """Export ``model`` in each of ``formats`` (f32 first) under ``workdir`` and measure it against f32:
+    a dict of figures per format."""
     from tlaloc.serving import Engine, greedy_agreement
     from tlaloc.serving.export import export
     from tlaloc.serving.manifest import read_manifest
     from tlaloc.serving.scoring import token_logprobs
     text = open(TEXT_FILE, encoding="utf-8").read() if text is None else text
     out, ref = {}, None
-    for fmt, options in FORMATS.items():
+    for fmt in ["f32"] + [f for f in formats if f != "f32"]:
+        options = FORMATS[fmt]
         t0 = time.perf_counter()
         summary = export(model, os.path.join(workdir, fmt), batch=(1,), context=context, score=True,
                          progress=False, **options)
@@ -121,6 +127,7 @@ def main(argv=None) -> int:
     ap.add_argument("--context", default="64,512", help="context ladder of the exports")
     ap.add_argument("--new-tokens", type=int, default=32, help="greedy tokens compared with f32 (>= 16)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--formats", default=",".join(FORMATS), help="formats to measure (f32 always)")
     args = ap.parse_args(argv)
     model = args.model or default_model()
     if model is None:
@@ -128,7 +135,8 @@ def main(argv=None) -> int:
         return 2
     context = [int(c) for c in args.context.split(",")]
     with tempfile.TemporaryDirectory(prefix="tlaloc-quant-") as work:
-        results = measure(model, work, context=context, new_tokens=args.new_tokens)
+        results = measure(model, work, context=context, new_tokens=args.new_tokens,
+                          formats=tuple(f for f in args.formats.split(",") if f))
     print(table(os.path.basename(model), results))
     if args.json:
         with open(args.json, "w") as f:

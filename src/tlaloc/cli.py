@@ -1,12 +1,12 @@
 """The ``tlaloc`` command.
 
     tlaloc export MODEL OUT_DIR [--batch 1,2,4,8] [--context 64,256,1024] [--block-size 16]
-                                [--dtype f32|bf16] [--weights int8] [--score]
+                                [--dtype f32|bf16] [--weights int8|q8_0] [--score]
     tlaloc generate ARTIFACT --prompt "..." [--max-new-tokens 64] [--chat] [--temperature 0] [--seed S]
     tlaloc embed ARTIFACT --text "..." [--text "..."]
     tlaloc serve ARTIFACT [--host 127.0.0.1] [--port 8000] [--api-key KEY]
     tlaloc export-triton ARTIFACT REPO_DIR [--model-name NAME] [--streaming] [--copy|--link]
-    tlaloc bench [--quick] [--clock cpu] [--threads 1] [--only eager jit ...]
+    tlaloc bench [--quick] [--clock cpu] [--threads 1] [--only eager jit ...] [--llamacpp]
 
 The serving commands import their modules only when run, so ``tlaloc --help`` stays
 fast. ``bench`` runs ``benchmarks/run_all.py`` of the tlaloc checkout this package
@@ -49,7 +49,9 @@ def bench(quick: bool = typer.Option(False, "--quick", help="small sizes, few re
           clock: str = typer.Option("wall", help="wall, or cpu (process CPU time; steadier on a loaded machine)"),
           threads: Optional[int] = typer.Option(None, help="limit BLAS, XLA and torch to N threads"),
           only: Optional[List[str]] = typer.Option(None, help="run only this section (repeatable): "
-                                                   "eager, jit, definition, training, llm, serving")) -> None:
+                                                   "eager, jit, definition, training, llm, serving, llamacpp"),
+          llamacpp: bool = typer.Option(False, "--llamacpp", help="also run tlaloc against llama.cpp on the SmolLM2 "
+                                        "GGUF (needs the `bench` extra: xllamacpp)")) -> None:
     """Benchmarks side by side with autograd, NumPy, JAX, PyTorch and transformers (issue 9)."""
     where = _benchmarks_dir()
     if where is None:
@@ -65,6 +67,8 @@ def bench(quick: bool = typer.Option(False, "--quick", help="small sizes, few re
         cmd += ["--threads", str(threads)]
     if only:
         cmd += ["--only", *only]
+    if llamacpp:
+        cmd.append("--llamacpp")
     raise typer.Exit(subprocess.call(cmd, env=dict(os.environ)))
 
 
@@ -89,7 +93,7 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
            context: str = typer.Option("64,256,1024", help="context-length ladder (multiples of --block-size)"),
            block_size: int = typer.Option(16, help="token slots per KV page"),
            dtype: str = typer.Option("f32", help="f32 or bf16: weights and KV pools as stored"),
-           weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights"),
+           weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights; q8_0: GGUF Q8_0 blocks"),
            name: Optional[str] = typer.Option(None, help="the model name the artifact reports"),
            overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT_DIR if it exists"),
            score: bool = typer.Option(False, "--score", help="also write score programs (per-token "

@@ -31,7 +31,13 @@ def test_manifest_schema(artifact):
     assert {p["name"] for p in m["programs"]} == {f"{mode}_b{b}_c{c}" for mode in ("prefill", "decode")
                                                   for b in (1, 4) for c in (16, 64)}
     weights = {s["name"] for s in m["weights"]["slots"]}
-    assert {"embed", "norm", "lm_head", "layers.0.wq", "layers.1.w_down"} <= weights
+    assert {"embed", "norm", "lm_head", "layers.0.wqkv", "layers.1.w_gate_up", "layers.1.w_down"} <= weights
+    assert not {"layers.0.wq", "layers.0.wk", "layers.0.wv", "layers.0.w_gate", "layers.0.w_up"} & weights
+    # the manifest says which columns of each fused tensor hold which checkpoint tensor (D 64, H 4, K 2, E 16, F 128)
+    assert m["weights"]["fused"]["layers.1.wqkv"] == {
+        "axis": -1, "parts": [["layers.1.wq", 0, 64], ["layers.1.wk", 64, 96], ["layers.1.wv", 96, 128]]}
+    assert m["weights"]["fused"]["layers.0.w_gate_up"] == {
+        "axis": -1, "parts": [["layers.0.w_gate", 0, 128], ["layers.0.w_up", 128, 256]]}
     for p in m["programs"]:
         roles = [s["role"] for s in p["request_slots"]]
         assert roles == ["token_ids", "positions", "block_tables", "seq_lens", "slot_mapping", "temperature",
@@ -122,10 +128,10 @@ def test_int8_and_bf16_weights(artifact, engine, oracle, record_property):
         assert size < (0.35 if fmt == "int8" else 0.55) * f32
         slots = {s["name"]: s for s in m["weights"]["slots"]}
         if fmt == "int8":
-            assert slots["layers.0.wq"]["dtype"] == "int8" and slots["layers.0.wq.scale"]["shape"] == [64]
+            assert slots["layers.0.wqkv"]["dtype"] == "int8" and slots["layers.0.wqkv.scale"]["shape"] == [128]
             assert slots["embed.scale"]["shape"] == [256] and slots["norm"]["dtype"] == "float32"
         else:
-            assert m["kv"]["dtype"] == "bfloat16" and slots["layers.0.wq"]["dtype"] == "bfloat16"
+            assert m["kv"]["dtype"] == "bfloat16" and slots["layers.0.wqkv"]["dtype"] == "bfloat16"
         got = [r.token_ids for r in engine("llama", **options).generate(PROMPTS, max_new_tokens=NEW_TOKENS,
                                                                          stop=[])]
         want = oracle("llama")

@@ -79,8 +79,9 @@ def test_bf16_weights_are_converted_one_at_a_time(xla_flags, one_at_a_time):
     assert (temp < all_f32 / 2) == one_at_a_time, (temp, all_f32)
 
 
-@pytest.mark.parametrize("name, options", [("qwen3_tied", dict(dtype="bf16")),
-                                           ("qwen3_untied", dict(weights="int8"))])
+# fuse=False: the fused gate/up matrix (D, 2F) = (64, 256) would have the head's shape
+@pytest.mark.parametrize("name, options", [("qwen3_tied", dict(dtype="bf16", fuse=False)),
+                                           ("qwen3_untied", dict(weights="int8", fuse=False))])
 def test_bf16_and_int8_heads_are_converted_a_slice_at_a_time(name, options, tiny, engine, tmp_path, monkeypatch):
     """No float32 copy of the whole output head: with HEAD_CHUNK below the vocabulary, the
     optimised decode step holds (chunk, D) slices only, and its greedy ids are bit-identical to
@@ -105,3 +106,25 @@ def test_bf16_and_int8_heads_are_converted_a_slice_at_a_time(name, options, tiny
     assert re.search(rf"\bf32\[({chunk},{D}|{D},{chunk})\]", hlo), "no (chunk, D) slice of the head"
     greedy = [r.token_ids for r in sliced.generate(PROMPTS, max_new_tokens=8, stop=[])]
     assert greedy == [r.token_ids for r in whole.generate(PROMPTS, max_new_tokens=8, stop=[])]
+
+
+@pytest.mark.parametrize("options", [dict(weights="q8_0"), dict(weights="int8")])
+def test_quantized_matrices_are_converted_a_chunk_of_rows_at_a_time(options, tiny, tmp_path, monkeypatch):
+    """No float32 copy of a whole quantized (in, out) matrix in the optimised decode step: with
+    quantized.CHUNK = 32, only (32, out) slices are converted (the one-dot program, CHUNK = 0,
+    holds the whole matrices in float32: the negative control). Tiny llama: D 64, F 128,
+    q/k/v (64, 128) fused, down (128, 64); the output head is sliced by HEAD_CHUNK instead."""
+    from tlaloc.models import quantized
+    from tlaloc.serving import Engine
+    from tlaloc.serving.export import export
+    from .fixtures import LADDER
+    whole = re.compile(r"\bf32\[(64,128|128,64)\]")                    # wqkv, w_down
+    hlo = {}
+    for chunk in (0, 32):
+        monkeypatch.setattr(quantized, "CHUNK", chunk)
+        export(tiny("llama")[1], tmp_path / f"art{chunk}", **LADDER, **options, progress=False)
+        eng = Engine(tmp_path / f"art{chunk}", fast_compile=True)
+        hlo[chunk] = _entry(_compiled(eng, "decode", 1, 16).get_hlo_text())
+    assert whole.search(hlo[0]), "control: the one-dot program converts whole matrices"
+    assert not whole.search(hlo[32]), f"{options}: a float32 copy of a whole quantized matrix"
+    assert re.search(r"\bf32\[32,(128|64)\]", hlo[32]), "no (32, out) converted slice"

@@ -10,6 +10,11 @@ Weights (matrices stored as (in, out), so every projection is ``x @ w``)::
      "layers": ({"attn_norm": (D,), "wq": (D, H*E), "wk": (D, K*E), "wv": (D, K*E),
                  "wo": (H*E, D), ["bq", "bk", "bv", "bo"], ["q_norm": (E,), "k_norm": (E,)],
                  "mlp_norm": (D,), "w_gate": (D, F), "w_up": (D, F), "w_down": (F, D)}, ...)}
+
+A layer may instead hold its projections fused along the output axis, as the serving
+export stores them (one dot each instead of three and two; the same values per column):
+``"wqkv": (D, (H+2K)*E)`` = [wq | wk | wv] (with ``"bqkv"`` = [bq | bk | bv]) and
+``"w_gate_up": (D, 2F)`` = [w_gate | w_up] (with ``"b_gate_up"``).
 """
 from __future__ import annotations
 
@@ -27,9 +32,14 @@ def attention_block(cfg: DecoderConfig, layer_idx: int, p: dict, x, cos, sin, po
     """
     B, T, _ = x.shape
     H, K, E = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    q = tnp.reshape(linear(x, p["wq"], p.get("bq")), (B, T, H, E))        # (B, T, H, E)
-    k = tnp.reshape(linear(x, p["wk"], p.get("bk")), (B, T, K, E))        # (B, T, K, E)
-    v = tnp.reshape(linear(x, p["wv"], p.get("bv")), (B, T, K, E))        # (B, T, K, E)
+    if "wqkv" in p:
+        qkv = linear(x, p["wqkv"], p.get("bqkv"))                         # (B, T, (H+2K)*E)
+        q, k, v = qkv[..., :H * E], qkv[..., H * E:(H + K) * E], qkv[..., (H + K) * E:]
+    else:
+        q, k, v = (linear(x, p[w], p.get(b)) for w, b in (("wq", "bq"), ("wk", "bk"), ("wv", "bv")))
+    q = tnp.reshape(q, (B, T, H, E))                                      # (B, T, H, E)
+    k = tnp.reshape(k, (B, T, K, E))                                      # (B, T, K, E)
+    v = tnp.reshape(v, (B, T, K, E))                                      # (B, T, K, E)
     if cfg.qk_norm:
         q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)                    # (B, T, H, E)
         k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)                    # (B, T, K, E)
@@ -42,8 +52,14 @@ def attention_block(cfg: DecoderConfig, layer_idx: int, p: dict, x, cos, sin, po
 
 def mlp_block(cfg: DecoderConfig, p: dict, x):
     """SwiGLU feed-forward: x (B, T, D) -> (B, T, D)."""
-    gate = silu(linear(x, p["w_gate"], p.get("b_gate")))                 # (B, T, F)
-    up = linear(x, p["w_up"], p.get("b_up"))                              # (B, T, F)
+    if "w_gate_up" in p:
+        gate_up = linear(x, p["w_gate_up"], p.get("b_gate_up"))           # (B, T, 2F)
+        F = gate_up.shape[-1] // 2
+        gate, up = gate_up[..., :F], gate_up[..., F:]                     # (B, T, F) each
+    else:
+        gate = linear(x, p["w_gate"], p.get("b_gate"))                    # (B, T, F)
+        up = linear(x, p["w_up"], p.get("b_up"))                          # (B, T, F)
+    gate = silu(gate)                                                     # (B, T, F)
     return linear(gate * up, p["w_down"], p.get("b_down"))               # (B, T, D)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import numpy as tnp
 from .config import RopeConfig
+from .quantized import QuantizedMatrix
 
 
 # -- rotary position embedding -------------------------------------------------------------
@@ -74,8 +75,8 @@ def layer_norm(x, weight, bias, eps: float):
 
 
 def linear(x, w, b=None):
-    """x (..., in) @ w (in, out) [+ b (out,)] -> (..., out)."""
-    y = tnp.matmul(x, w)                                                    # (..., out)
+    """x (..., in) @ w (in, out) [+ b (out,)] -> (..., out); w may be a :class:`QuantizedMatrix`."""
+    y = w.rmatmul(x) if isinstance(w, QuantizedMatrix) else tnp.matmul(x, w)   # (..., out)
     return y if b is None else y + b
 
 

