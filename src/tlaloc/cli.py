@@ -1,7 +1,7 @@
 """The ``tlaloc`` command.
 
     tlaloc export MODEL OUT_DIR [--batch 1,2,4,8] [--context 64,256,1024] [--block-size 16]
-                                [--dtype f32|bf16] [--weights int8|q8_0] [--score]
+                                [--dtype f32|bf16] [--weights int8|q8_0|q4_1] [--score] [--top-logprobs 20]
     tlaloc generate ARTIFACT --prompt "..." [--max-new-tokens 64] [--chat] [--temperature 0] [--seed S]
     tlaloc embed ARTIFACT --text "..." [--text "..."]
     tlaloc serve ARTIFACT [--host 127.0.0.1] [--port 8000] [--api-key KEY]
@@ -97,7 +97,9 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
            name: Optional[str] = typer.Option(None, help="the model name the artifact reports"),
            overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT_DIR if it exists"),
            score: bool = typer.Option(False, "--score", help="also write score programs (per-token "
-                                      "log-probabilities: Engine.score, tlaloc.serving.perplexity)")) -> None:
+                                      "log-probabilities: Engine.score, tlaloc.serving.perplexity)"),
+           top_logprobs: int = typer.Option(20, help="most top log-probabilities a request may ask for "
+                                            "(OpenAI logprobs); 0 leaves them out of the programs")) -> None:
     """Export a model to a serving artifact (StableHLO programs, weights, tokenizer, manifest)."""
     try:
         from tlaloc.serving.export import export as export_artifact
@@ -106,7 +108,8 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
     from tlaloc.errors import TlalocError
     try:
         summary = export_artifact(model, out_dir, batch=batch, context=context, block_size=block_size,
-                                  dtype=dtype, weights=weights, name=name, overwrite=overwrite, score=score)
+                                  dtype=dtype, weights=weights, name=name, overwrite=overwrite, score=score,
+                                  top_logprobs=top_logprobs)
     except (TlalocError, OSError, ValueError) as exc:
         _fail(str(exc))
     typer.echo(f"wrote {summary.path}: {summary.kind}, {summary.num_programs} programs, "

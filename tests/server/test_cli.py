@@ -107,9 +107,10 @@ def test_export_passes_the_issue_flags(monkeypatch, tmp_path):
 
     monkeypatch.setattr(export, "export", lambda model, out, **kw: calls.append((model, out, kw)) or Summary())
     result = RUNNER.invoke(cli.app, ["export", "model.gguf", "out", "--batch", "1,2", "--context", "64",
-                                     "--block-size", "32", "--dtype", "bf16", "--weights", "int8", "--score"])
+                                     "--block-size", "32", "--dtype", "bf16", "--weights", "int8", "--score",
+                                     "--top-logprobs", "5"])
     assert result.exit_code == 0, result.output
     assert calls == [("model.gguf", "out", {"batch": "1,2", "context": "64", "block_size": 32, "dtype": "bf16",
                                             "weights": "int8", "name": None, "overwrite": False,
-                                            "score": True})]
+                                            "score": True, "top_logprobs": 5})]
     assert "4 programs" in result.output

@@ -53,6 +53,7 @@ def test_unsupported_messages_name_their_field():
     with _app_client() as client:
         r = client.post("/v1/completions", json={"prompt": "x", "logprobs": 2})
     assert r.status_code == 400 and "'logprobs'" in r.json()["error"]["message"]
+    assert "re-export" in r.json()["error"]["message"]              # the fake engine has no logprob outputs
 
 
 class _LoopWatchingTokenizer:

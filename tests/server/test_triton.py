@@ -20,6 +20,7 @@ import time
 import numpy as np
 import pytest
 
+import tlaloc
 from tlaloc.serving.triton_repo import config_pbtxt, write_repository
 
 from . import triton_stub
@@ -347,7 +348,8 @@ def test_real_triton_round_trip(pytriton, artifacts, tiny_llama, tmp_path, recor
     for model_dir in (fake_dir, string_dir):
         shutil.copy(os.path.join(os.path.dirname(__file__), "fake_engine.py"), os.path.join(model_dir, "1"))
     real_dir = write_repository(str(artifact), repo, model_name="tiny-llama", engine_factory="fast_engine:load",
-                                text_tensors="utf8")
+                                text_tensors="utf8", python_site_dirs=[os.path.dirname(os.path.dirname(
+                                    tlaloc.__file__)), sysconfig.get_paths()["purelib"]])   # the tlaloc under test
     with open(os.path.join(real_dir, "1", "fast_engine.py"), "w") as f:   # fast_compile, the test's cache
         f.write("from tlaloc.serving import Engine\n\n\ndef load(artifact):\n"
                 "    return Engine(artifact, fast_compile=True)\n")

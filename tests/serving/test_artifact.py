@@ -41,10 +41,12 @@ def test_manifest_schema(artifact):
     for p in m["programs"]:
         roles = [s["role"] for s in p["request_slots"]]
         assert roles == ["token_ids", "positions", "block_tables", "seq_lens", "slot_mapping", "temperature",
-                         "top_k", "top_p", "uniforms"]
+                         "top_k", "top_p", "uniforms", "want_logprobs"]
         assert set(roles) <= set(ROLES)
-        assert p["inputs"][:9] == roles and set(p["inputs"][13:]) == weights
-        assert p["donate"] == [[9 + k, 1 + k] for k in range(4)]              # every pool, in place
+        assert p["inputs"][:10] == roles and set(p["inputs"][14:]) == weights
+        assert p["donate"] == [[10 + k, 1 + k] for k in range(4)]             # every pool, in place
+        assert [(s["role"], s["shape"]) for s in p["outputs"][5:]] == [
+            ("token_logprob", [p["batch"]]), ("top_logprobs", [p["batch"], 20]), ("top_ids", [p["batch"], 20])]
         assert p["tokens"] == (1 if p["mode"] == "decode" else 16)
         assert p["request_slots"][2]["shape"] == [p["batch"], p["context"] // 8]
         assert len(p["cache_key"]) == 64 and p["file"] in m["files"]
@@ -96,7 +98,9 @@ def test_tampered_weight_is_refused_by_hash(artifact, tmp_path):
         Engine(art)
 
 
-def test_tampered_program_is_refused_by_hash(artifact, tmp_path):
+def test_tampered_program_is_refused_by_hash(artifact, tmp_path, monkeypatch):
+    import tlaloc.serving.engine as engine_module
+    monkeypatch.setattr(engine_module, "_COMPILED", {})    # not compiled by an earlier test in this process
     art = _copy(artifact("llama"), tmp_path)
     path = art / "programs" / "decode_b1_c16.mlir"
     path.write_text(path.read_text().replace("stablehlo.add", "stablehlo.subtract", 1))

@@ -42,10 +42,19 @@ class Choice:
     tokens: int = 0
     finish_reason: str | None = None
     submitted: bool = False
+    logprobs: list = dataclasses.field(default_factory=list)   # TokenLogprobs of every token, when asked
+    logprobs_taken: int = 0                                     # how many a stream has sent
+    text_offset: int = 0                                        # where the next token's text starts
 
     @property
     def done(self) -> bool:
         return self.finish_reason is not None
+
+    def take_logprobs(self) -> list:
+        """The TokenLogprobs received since the last call (a stream sends each token's once)."""
+        new = self.logprobs[self.logprobs_taken:]
+        self.logprobs_taken = len(self.logprobs)
+        return new
 
 
 class Generation:
@@ -57,7 +66,8 @@ class Generation:
         request_id: the response id; engine requests are ``{request_id}-{choice}``.
         prompts: token ids per prompt.
         n: choices per prompt.
-        sampling: ``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``, ``seed``, ``stop_ids``.
+        sampling: ``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``, ``seed``, ``stop_ids``,
+            and ``logprobs`` (top entries per token) when the client asked for log-probabilities.
         stop: stop strings (the text ends before the first one).
     """
 
@@ -115,6 +125,7 @@ class Generation:
                 raise OpenAIError(500, f"generation failed: {event.error}", type="server_error",
                                   code="engine_error")
             choice.tokens += len(event.token_ids)
+            choice.logprobs.extend(getattr(event, "logprobs", None) or ())
             delta = choice.text.push(event.token_ids)
             if choice.text.stopped:
                 choice.finish_reason = "stop"

@@ -97,6 +97,8 @@ class Engine:
         self.vocab_size: int = int(self.config["vocab_size"])
         self.eos_token_ids: tuple = tuple(self.config.get("eos_token_ids") or ())
         self.max_context: int = int(m["buckets"]["context"][-1])
+        #: the most top log-probabilities a request may ask for (0: the programs do not output them)
+        self.max_logprobs: int = int((m.get("logprobs") or {}).get("top", 0))
         self.platform = platform
         self._lock = threading.RLock()
         self._programs = {(p["mode"], p["batch"], p["context"]): p for p in m["programs"]}
@@ -119,7 +121,8 @@ class Engine:
                 batch=m["buckets"]["batch"], context=m["buckets"]["context"], block_size=self.block_size,
                 program_tokens=lambda mode, C: self._programs[(mode, m["buckets"]["batch"][0], C)]["tokens"],
                 num_pages=self.num_pages, prefill_chunk=int(prefill_chunk or chunk), vocab_size=self.vocab_size,
-                runner=self._run, max_waiting=max_waiting, on_failure=self._after_failure)
+                runner=self._run, max_waiting=max_waiting, on_failure=self._after_failure,
+                max_logprobs=self.max_logprobs)
         elif self.kind != "encoder":
             raise ArtifactError(f"{self.path}: kind={self.kind!r}; this runtime serves 'decoder' and 'encoder'")
         if precompile:
@@ -218,13 +221,20 @@ class Engine:
                 ("r" if n in request else "k" if n in self._pools else "w", n) for n in program["inputs"]]
         return [request[n] if k == "r" else self._pools[n] if k == "k" else self._weights[n] for k, n in plan]
 
-    def _run(self, mode: str, B: int, C: int, request: dict) -> np.ndarray:
+    def _run(self, mode: str, B: int, C: int, request: dict) -> dict:
+        """Run one program; the pools it returns replace the donated ones. Returns its other
+        outputs by role (``next_token_ids``, and ``token_logprob``, ``top_logprobs``, ``top_ids``
+        where the artifact has them) as host arrays."""
         program, exe = self._executable(mode, B, C)
         self.programs_used.add((mode, B, C))
         outs = exe(*self._args(program, request))
-        for slot, out in zip(program["outputs"][1:], outs[1:]):
-            self._pools[slot["name"]] = out
-        return np.asarray(outs[0])
+        results = {}
+        for slot, out in zip(program["outputs"], outs):
+            if slot["role"] == "kv_pool":
+                self._pools[slot["name"]] = out
+            else:
+                results[slot["role"]] = np.asarray(out)
+        return results
 
     def _after_failure(self) -> list:
         """After a failed call: if the pools were consumed, make new ones and fail every running request."""
@@ -244,12 +254,16 @@ class Engine:
         return self.scheduler
 
     def submit(self, prompt_ids, *, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
-               top_p: float | None = None, seed=None, stop_ids=(), request_id: str | None = None) -> str:
+               top_p: float | None = None, seed=None, stop_ids=(), request_id: str | None = None,
+               logprobs: int | None = None) -> str:
         """Queue a request; returns its id. It joins the running batch at the next step.
 
         prompt_ids: token ids (list of int). seed: an int (or tuple of ints) seeds the request's
         own generator (so its samples do not depend on its batch); None draws fresh entropy.
-        stop_ids: token ids that end the request (included in its output).
+        stop_ids: token ids that end the request (included in its output). logprobs: None, or
+        0..``max_logprobs``: each event then carries ``logprobs``, one
+        :class:`~tlaloc.serving.scheduler.TokenLogprobs` per token (that many top entries);
+        an artifact exported with ``top_logprobs=0`` refuses it (ArgumentError, ``param`` logprobs).
 
         Raises CapacityError (prompt + max_new_tokens over the largest context, or more pages
         than the artifact has), QueueFullError (the queue is full), ArgumentError (bad ids or
@@ -258,7 +272,7 @@ class Engine:
         with self._lock:
             return self._decoder("submit").submit(prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature,
                                                   top_k=top_k, top_p=top_p, seed=seed, stop_ids=stop_ids,
-                                                  request_id=request_id)
+                                                  request_id=request_id, logprobs=logprobs)
 
     def step(self) -> list[Event]:
         """Run one scheduler iteration; returns the events of this step (see ``Event``)."""

@@ -4,7 +4,7 @@
     export("SmolLM2.gguf", "smol-art", batch=(1, 2, 4, 8), context=(64, 256, 1024))
 
 What ``tlaloc export MODEL OUT_DIR [--batch 1,2,4,8] [--context 64,256,1024]
-[--block-size 16] [--dtype f32|bf16] [--weights int8] [--score]`` runs. The artifact (see
+[--block-size 16] [--dtype f32|bf16] [--weights int8] [--score] [--top-logprobs 20]`` runs. The artifact (see
 :mod:`tlaloc.serving.manifest`) holds one StableHLO program per bucket, built by the
 tracing front end from the model code with the paged primitives, the weights as
 safetensors, the tokenizer, and a manifest with every file's sha256. The same model
@@ -97,23 +97,26 @@ def _program_entry(name, mode, B, C, T, inputs, outputs, donate, text) -> dict:
             "donate": [[int(i), int(o)] for i, o in sorted(donate.items())]}
 
 
-def _decoder_programs(cfg, stored, batch, context, block_size, chunk, num_pages, kv_dtype, bar):
-    from .programs import Slot, decoder_step, kv_slots, lower, request_slots, weight_slots
+def _decoder_programs(cfg, stored, batch, context, block_size, chunk, num_pages, kv_dtype, bar, top_logprobs=0):
+    from .programs import Slot, decoder_step, kv_slots, logprob_slots, lower, request_slots, weight_slots
     kv = kv_slots(cfg, num_pages, block_size, kv_dtype)
     ws = weight_slots(stored)
-    step = decoder_step(cfg, [s.name for s in ws], cfg.num_layers)
+    step = decoder_step(cfg, [s.name for s in ws], cfg.num_layers, top_logprobs)
     programs, texts = [], {}
     for mode in ("prefill", "decode"):
         for B in batch:
             for C in context:
                 T = 1 if mode == "decode" else min(C, chunk)
                 name = f"{mode}_b{B}_c{C}"
-                inputs = request_slots(B, T, C // block_size) + kv + ws
-                outputs = [Slot("next_token_ids", "next_token_ids", np.dtype(np.int32), (B,))] + kv
+                request = request_slots(B, T, C // block_size, top_logprobs)
+                inputs = request + kv + ws
+                outputs = ([Slot("next_token_ids", "next_token_ids", np.dtype(np.int32), (B,))] + kv
+                           + logprob_slots(B, top_logprobs))
                 t0 = time.perf_counter()
-                program = lower(step, inputs, name, donate=range(9, 9 + len(kv)))
+                n_req = len(request)
+                program = lower(step, inputs, name, donate=range(n_req, n_req + len(kv)))
                 log.info("export: %s traced and emitted in %.2f s", name, time.perf_counter() - t0)
-                if sorted(program.aliases.items()) != [(9 + k, 1 + k) for k in range(len(kv))]:
+                if sorted(program.aliases.items()) != [(n_req + k, 1 + k) for k in range(len(kv))]:
                     raise AssertionError(f"{name}: KV pools not aliased one to one: {program.aliases}")
                 programs.append(_program_entry(name, mode, B, C, T, inputs, outputs, program.aliases, program.text))
                 texts[name] = program.text
@@ -179,7 +182,8 @@ def _model_name(model_path: str) -> str:
 def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), block_size: int = 16,
            dtype: str = "f32", weights: str | None = None, prefill_chunk: int | None = None,
            num_pages: int | None = None, name: str | None = None, overwrite: bool = False,
-           progress: bool | None = None, score: bool = False, fuse: bool = True) -> ExportSummary:
+           progress: bool | None = None, score: bool = False, fuse: bool = True,
+           top_logprobs: int = 20) -> ExportSummary:
     """Export a model to a serving artifact directory.
 
     Args:
@@ -201,6 +205,11 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
         Off by default: each computes full-vocabulary logits for every position.
       fuse: store each decoder layer's q/k/v and gate/up matrices concatenated, one dot each
         (``weights_format.fuse_projections``; the manifest's ``weights.fused`` maps them back).
+      top_logprobs: K, the most top log-probabilities a request may ask for (OpenAI's
+        ``logprobs`` / ``top_logprobs``; at most the vocabulary size): the decoder programs
+        also output the chosen token's log-probability and the K largest, from the
+        full-vocabulary log-softmax in float32 (recorded as ``manifest["logprobs"]``).
+        0 leaves them out (the server then refuses ``logprobs`` requests).
 
     Returns:
       An ExportSummary. Raises ArgumentError for a bad option, naming it.
@@ -216,6 +225,10 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     model = load(model_path)
     cfg = model.config
     _check_options(cfg, batch, context, block_size, dtype, weights, prefill_chunk)
+    if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, (int, np.integer)) or top_logprobs < 0:
+        raise ArgumentError(f"export: top_logprobs must be a non-negative integer (0: no log-probabilities), "
+                            f"got {top_logprobs!r}")
+    top_logprobs = 0 if isinstance(cfg, EncoderConfig) else min(int(top_logprobs), int(cfg.vocab_size))
     fmt = weights if weights in ("int8", "q8_0", "q4_1") else dtype
     is_encoder = isinstance(cfg, EncoderConfig)
     flat, fused = flatten(model.weights), {}
@@ -238,7 +251,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
             if pages < 2:
                 raise ArgumentError(f"export: num_pages={pages}; at least 2 (page 0 is scratch)")
             programs, texts, kv_list = _decoder_programs(cfg, stored, batch, context, block_size, chunk, pages,
-                                                         kv_dtype, bar)
+                                                         kv_dtype, bar, top_logprobs)
             if score:
                 more, more_texts = _score_programs(cfg, stored, context, kv_dtype, bar)
                 programs, texts = programs + more, {**texts, **more_texts}
@@ -261,6 +274,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
                   "model_type": cfg.model_type, "config": _jsonable(cfg)},
         "buckets": {"batch": batch, "context": context, "prefill_chunk": None if is_encoder else chunk},
         "kv": kv,
+        "logprobs": {"top": top_logprobs, "dtype": "float32"} if top_logprobs else None,
         "weights": {"file": WEIGHTS_FILE, "format": fmt, "fused": fused,
                     "slots": [{"name": n, "role": "weight_scale" if n.endswith(SIDE) else "weight",
                                "dtype": a.dtype.name, "shape": list(a.shape)} for n, a in stored.items()]},

@@ -25,9 +25,9 @@ MANIFEST = "manifest.json"
 
 #: Roles of program inputs and outputs.
 REQUEST_ROLES = ("token_ids", "positions", "block_tables", "seq_lens", "slot_mapping",
-                 "temperature", "top_k", "top_p", "uniforms", "attention_mask")
+                 "temperature", "top_k", "top_p", "uniforms", "attention_mask", "want_logprobs")
 ROLES = REQUEST_ROLES + ("kv_pool", "weight", "weight_scale", "next_token_ids", "embeddings", "token_logprobs",
-                         "greedy_ids")
+                         "greedy_ids", "token_logprob", "top_logprobs", "top_ids")
 
 
 def dumps(manifest: dict) -> bytes:

@@ -79,7 +79,7 @@ class _Sampling(BaseModel):
 class CompletionRequest(_Sampling):
     prompt: Prompt
     max_tokens: Optional[int] = Field(None, ge=1, le=INT32_MAX)     # None (or null): 16, as OpenAI
-    logprobs: Optional[int] = None
+    logprobs: Optional[int] = Field(None, ge=0, le=5)               # OpenAI's legacy range
     echo: bool = False
     best_of: Optional[int] = None
     suffix: Optional[str] = None
@@ -109,7 +109,7 @@ class ChatCompletionRequest(_Sampling):
     max_tokens: Optional[int] = Field(None, ge=1, le=INT32_MAX)
     max_completion_tokens: Optional[int] = Field(None, ge=1, le=INT32_MAX)
     logprobs: Optional[bool] = None
-    top_logprobs: Optional[int] = None
+    top_logprobs: Optional[int] = Field(None, ge=0, le=20)           # OpenAI's range
     response_format: Optional[dict] = None
     tools: Optional[list[dict]] = None
     tool_choice: Union[str, dict, None] = None
@@ -125,15 +125,9 @@ class EmbeddingRequest(BaseModel):
     user: Optional[str] = None
 
 
-_WHY_NO_LOGPROBS = ("logprobs are not supported: the tlaloc runtime samples inside the compiled "
-                    "program and returns token ids, not logits; omit '%s'")
-
-
 def refuse_unsupported(request: BaseModel) -> None:
     """Raise a 400 naming the first field set to something tlaloc does not implement."""
     checks = [
-        ("logprobs", lambda v: v not in (None, False, 0), _WHY_NO_LOGPROBS),
-        ("top_logprobs", lambda v: v not in (None, 0), _WHY_NO_LOGPROBS),
         ("echo", lambda v: v, "echo is not supported; prepend the prompt yourself"),
         ("best_of", lambda v: v not in (None, 1), "best_of is not supported (it needs logprobs); use n"),
         ("suffix", lambda v: v, "suffix (insertion) is not supported"),

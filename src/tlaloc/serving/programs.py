@@ -10,7 +10,10 @@ traced function (:func:`decoder_step`) at different shapes. Inputs, in order::
     kv.<l>.k, kv.<l>.v (P, BS, K, E) per layer        (donated)
     weights, by slot name (see weights_format)
 
-Outputs: ``next_token_ids`` (B,) i32, then every pool (aliased to its input). A row's
+Outputs: ``next_token_ids`` (B,) i32, then every pool (aliased to its input), then, when
+exported with ``top_logprobs`` = K > 0 (an extra input ``want_logprobs`` (B,) i32 after
+``uniforms``), ``token_logprob`` (B,) f32, ``top_logprobs`` (B, K) f32 and ``top_ids``
+(B, K) i32 (see :func:`logprob_slots`). A row's
 sampled token comes from its last real token (the last one with ``slot_mapping >= 0``).
 Padding: token 0, position 0, slot -1; a padding row has seq_len 1 and a block table of
 zeros (page 0, the scratch page).
@@ -38,7 +41,7 @@ from .._render.stablehlo import emit_module
 from ..models import DecoderConfig, decoder_hidden, encode, lm_head
 from ..models.kv_cache import NoCache
 from .paged import PagedBackend
-from .sampling import sample_tokens
+from .sampling import sample_tokens, token_logprobs
 from .weights_format import SIDE, channel_axis, dequantize, dequantize_channels
 
 I32, F32 = np.dtype(np.int32), np.dtype(np.float32)
@@ -70,13 +73,25 @@ class _Proto:
         self.aval = aval
 
 
-def request_slots(B: int, T: int, M: int) -> list[Slot]:
-    """The per-step inputs of a decoder program (see the module docstring)."""
+def request_slots(B: int, T: int, M: int, top_logprobs: int = 0) -> list[Slot]:
+    """The per-step inputs of a decoder program (see the module docstring); with ``top_logprobs``,
+    a tenth, ``want_logprobs`` (B,) i32 (nonzero: the row asks for log-probabilities)."""
     return [Slot("token_ids", "token_ids", I32, (B, T)), Slot("positions", "positions", I32, (B, T)),
             Slot("block_tables", "block_tables", I32, (B, M)), Slot("seq_lens", "seq_lens", I32, (B,)),
             Slot("slot_mapping", "slot_mapping", I32, (B, T)), Slot("temperature", "temperature", F32, (B,)),
             Slot("top_k", "top_k", I32, (B,)), Slot("top_p", "top_p", F32, (B,)),
-            Slot("uniforms", "uniforms", F32, (B,))]
+            Slot("uniforms", "uniforms", F32, (B,))] + \
+        ([Slot("want_logprobs", "want_logprobs", I32, (B,))] if top_logprobs else [])
+
+
+def logprob_slots(B: int, top_logprobs: int) -> list[Slot]:
+    """The log-probability outputs of a decoder program exported with ``top_logprobs`` = K > 0
+    (after the pools; see :func:`tlaloc.serving.sampling.token_logprobs`)."""
+    if not top_logprobs:
+        return []
+    K = top_logprobs
+    return [Slot("token_logprob", "token_logprob", F32, (B,)), Slot("top_logprobs", "top_logprobs", F32, (B, K)),
+            Slot("top_ids", "top_ids", I32, (B, K))]
 
 
 def kv_slots(cfg: DecoderConfig, num_pages: int, block_size: int, kv_dtype) -> list[Slot]:
@@ -108,12 +123,13 @@ def head_parts(cfg: DecoderConfig, stored: dict, chunk: int | None = None):
     return [dequantize_channels(stored, name, a, min(a + chunk, V)) for a in range(0, V, chunk)]
 
 
-def decoder_step(cfg: DecoderConfig, weight_names: list, n_layers: int):
-    """The function traced into every decoder program: flat inputs -> [next ids, pools...]."""
-    n_req = 9
+def decoder_step(cfg: DecoderConfig, weight_names: list, n_layers: int, top_logprobs: int = 0):
+    """The function traced into every decoder program: flat inputs -> [next ids, pools..., log-probs...]
+    (the log-probability outputs of :func:`logprob_slots` only when ``top_logprobs`` > 0)."""
+    n_req = 10 if top_logprobs else 9
 
     def step(*flat):
-        token_ids, positions, block_tables, seq_lens, slot_mapping, temperature, top_k, top_p, uniforms = flat[:n_req]
+        token_ids, positions, block_tables, seq_lens, slot_mapping, temperature, top_k, top_p, uniforms = flat[:9]
         pools = flat[n_req:n_req + 2 * n_layers]
         stored = dict(zip(weight_names, flat[n_req + 2 * n_layers:]))
         weights = dequantize(stored)
@@ -129,6 +145,8 @@ def decoder_step(cfg: DecoderConfig, weight_names: list, n_layers: int):
         outs = [ids]
         for layer in range(n_layers):
             outs += [backend.k_pools[layer], backend.v_pools[layer]]
+        if top_logprobs:
+            outs += token_logprobs(logits, ids, flat[9], top_logprobs)
         return outs
     return step
 
@@ -202,5 +220,5 @@ def lower(fn, inputs: list[Slot], name: str, donate=()):
     return emit_module(graph, name=name, donate=list(donate))
 
 
-__all__ = ["Slot", "HEAD_CHUNK", "head_parts", "request_slots", "kv_slots", "weight_slots", "decoder_step",
+__all__ = ["Slot", "HEAD_CHUNK", "head_parts", "request_slots", "logprob_slots", "kv_slots", "weight_slots", "decoder_step",
            "score_slots", "decoder_score", "encoder_embed", "lower"]

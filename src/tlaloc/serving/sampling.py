@@ -74,6 +74,37 @@ def _keep(logits, temperature, top_k, top_p, uniforms, greedy):
     return greedy
 
 
+def _top_logprobs(logits, ids, k: int):
+    B, V = logits.shape
+    logp = logits - tnp.logsumexp(logits, axis=-1, keepdims=True)                # (B, V) float32, nats
+    hit = tnp.equal(prefix_sum(tnp.ones_like(logp)) - np.float32(1.0),
+                    tnp.astype(ids, tnp.float32)[:, None])                        # (B, V) the sampled id
+    chosen = tnp.sum(tnp.where(hit, logp, np.float32(0.0)), axis=-1)              # (B,)
+    vals, order = sort_descending(logp)                                           # (B, V) best first
+    return [chosen, vals[:, :k], order[:, :k]]
+
+
+def _no_logprobs(logits, ids, k: int):
+    B = logits.shape[0]
+    return [tnp.zeros((B,), tnp.float32), tnp.zeros((B, k), tnp.float32), tnp.zeros((B, k), tnp.int32)]
+
+
+def token_logprobs(logits, ids, want, k: int):
+    """Log-probabilities for the OpenAI ``logprobs`` fields, computed in the program.
+
+    logits (B, V) float32 (the model's, before temperature or truncation); ids (B,) int32
+    the tokens chosen; want (B,) int32, nonzero where a row asked for log-probabilities;
+    k the export-time maximum of top entries. Returns ``[chosen (B,) f32, top_values (B, k)
+    f32, top_ids (B, k) i32]``: ``log_softmax(logits)[b, ids[b]]`` and the k largest
+    entries of ``log_softmax(logits)[b]``, largest first (ties: lower id first), all in
+    nats. The log-softmax is over the full vocabulary in float32 (OpenAI's and vLLM's
+    convention: the model's distribution, not the sampling one). All zeros when no row
+    wants them (a ``tl.cond``: a batch without logprobs pays for no sort).
+    """
+    return cond(tnp.any(want > 0), lambda lg, i: _top_logprobs(lg, i, k), lambda lg, i: _no_logprobs(lg, i, k),
+                logits, ids)
+
+
 def sample_tokens(logits, temperature, top_k, top_p, uniforms):
     """Token ids (B,) int32 from logits (B, V) float32.
 

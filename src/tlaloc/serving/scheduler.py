@@ -43,17 +43,30 @@ log = logging.getLogger("tlaloc.serving")
 
 
 @dataclasses.dataclass(frozen=True)
+class TokenLogprobs:
+    """One generated token's log-probabilities (nats, float32, from the model's full-vocabulary
+    log-softmax before temperature or truncation): its own, and the ``top`` most likely
+    ``(token id, logprob)`` pairs, most likely first."""
+    token_id: int
+    logprob: float
+    top: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Event:
     """What one step did for one request: new token ids, and whether (and why) it finished.
 
     finish_reason: "stop" (a stop id was produced; it is included in token_ids), "length"
     (max_new_tokens reached), "cancelled", or "error" (then ``error`` holds the message).
+    logprobs: for a request submitted with ``logprobs``, one :class:`TokenLogprobs` per token
+    of ``token_ids``; otherwise None.
     """
     request_id: str
     token_ids: list
     finished: bool = False
     finish_reason: str | None = None
     error: str | None = None
+    logprobs: list | None = None
 
 
 @dataclasses.dataclass(eq=False)
@@ -73,6 +86,7 @@ class Request:
     registered: int = 0          # prompt pages registered in the prefix cache
     reserved: int = 0            # pages this request may still allocate
     cached_tokens: int = 0       # prompt tokens found in the prefix cache
+    logprobs: int | None = None  # top entries wanted per token (None: no log-probabilities)
 
     @property
     def tokens(self) -> list:
@@ -90,20 +104,23 @@ def pages_for(tokens: int, block_size: int) -> int:
 class Scheduler:
     """The request queue, the running batch, the page allocator; programs run through ``runner``.
 
-    runner(mode, B, C, arrays) -> next token ids (B,) runs the (mode, B, C) program on the
-    request arrays (token_ids, positions, block_tables, seq_lens, slot_mapping, temperature,
-    top_k, top_p, uniforms).
+    runner(mode, B, C, arrays) runs the (mode, B, C) program on the request arrays (token_ids,
+    positions, block_tables, seq_lens, slot_mapping, temperature, top_k, top_p, uniforms,
+    want_logprobs) and returns the next token ids (B,), or its outputs by role: a dict with
+    ``next_token_ids`` and, when ``max_logprobs`` > 0, ``token_logprob`` (B,), ``top_logprobs``
+    and ``top_ids`` (B, max_logprobs).
     """
 
     def __init__(self, *, batch: list, context: list, program_tokens: Callable, block_size: int, num_pages: int,
                  prefill_chunk: int, vocab_size: int, runner: Callable, max_waiting: int = 1024,
-                 on_failure: Callable | None = None):
+                 on_failure: Callable | None = None, max_logprobs: int = 0):
         self.batch, self.context = list(batch), list(context)
         self.program_tokens = program_tokens
         self.block_size, self.prefill_chunk = block_size, prefill_chunk
         self.vocab_size = vocab_size
         self.runner, self.on_failure = runner, on_failure
         self.max_waiting = max_waiting
+        self.max_logprobs = int(max_logprobs)
         self.pages = PageAllocator(num_pages)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -123,8 +140,9 @@ class Scheduler:
         return self.context[-1]
 
     def submit(self, prompt_ids, *, max_new_tokens: int, temperature=0.0, top_k=None, top_p=None, seed=None,
-               stop_ids=(), request_id=None) -> str:
+               stop_ids=(), request_id=None, logprobs=None) -> str:
         prompt = self._check_prompt(prompt_ids)
+        logprobs = self._check_logprobs(logprobs)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise _arg_error("max_new_tokens", f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         max_new_tokens = int(max_new_tokens)
@@ -148,8 +166,24 @@ class Scheduler:
         rng = np.random.default_rng(seed)
         stops = frozenset(int(s) for s in stop_ids)
         self.waiting.append(Request(rid, prompt, max_new_tokens, temperature, top_k, top_p, rng, stops,
-                                    page_hashes(prompt, self.block_size)))
+                                    page_hashes(prompt, self.block_size), logprobs=logprobs))
         return rid
+
+    def _check_logprobs(self, logprobs):
+        if logprobs is None:
+            return None
+        if isinstance(logprobs, bool) or not isinstance(logprobs, (int, np.integer)) or logprobs < 0:
+            raise _arg_error("logprobs", f"logprobs must be None or a non-negative integer (top entries per "
+                                         f"token), got {logprobs!r}")
+        if not self.max_logprobs:
+            raise _arg_error("logprobs", "logprobs: this artifact's programs do not output log-probabilities (it "
+                                         "was exported with top_logprobs=0 or by an older tlaloc); re-export it "
+                                         "with `tlaloc export --top-logprobs 20`")
+        if logprobs > self.max_logprobs:
+            raise _arg_error("logprobs", f"logprobs={logprobs}: this artifact returns at most {self.max_logprobs} "
+                                         f"top log-probabilities per token; ask for fewer or re-export with a "
+                                         f"larger --top-logprobs")
+        return int(logprobs)
 
     def _check_prompt(self, prompt_ids) -> list:
         if isinstance(prompt_ids, (str, bytes)):
@@ -268,6 +302,8 @@ class Scheduler:
         if start + n >= len(req.tokens) and req.temperature > 0:      # this row samples the next token
             a["temperature"][0], a["top_k"][0], a["top_p"][0] = req.temperature, req.top_k, req.top_p
             a["uniforms"][0] = req.rng.random()
+        if start + n >= len(req.tokens) and req.logprobs is not None:
+            a["want_logprobs"][0] = 1
         return a
 
     def _call(self, mode: str, prepared: list, C: int) -> list[Event]:
@@ -280,7 +316,9 @@ class Scheduler:
                                    .astype(first[name].dtype)]) for name in first}
         self.counters_by_bucket[(mode, B, C)] = self.counters_by_bucket.get((mode, B, C), 0) + 1
         try:
-            ids = np.asarray(self.runner(mode, B, C, a))
+            out = self.runner(mode, B, C, a)
+            out = out if isinstance(out, dict) else {"next_token_ids": out}
+            ids = np.asarray(out["next_token_ids"])
         except Exception as e:                                   # the program failed: keep serving
             log.warning("serving: %s program (batch %d, context %d, %d rows) failed: %s: %s", mode, B, C,
                         len(prepared), type(e).__name__, e)
@@ -299,12 +337,13 @@ class Scheduler:
             token = int(ids[r])
             req.generated.append(token)
             self.counters["tokens_out"] += 1
+            lp = None if req.logprobs is None else [_token_logprobs(out, r, token, req.logprobs)]
             if token in req.stop_ids:
-                events.append(self._end(req, "stop", [token], report=False))
+                events.append(self._end(req, "stop", [token], report=False, logprobs=lp))
             elif len(req.generated) >= req.max_new_tokens:
-                events.append(self._end(req, "length", [token], report=False))
+                events.append(self._end(req, "length", [token], report=False, logprobs=lp))
             else:
-                events.append(Event(req.id, [token]))
+                events.append(Event(req.id, [token], logprobs=lp))
         return events
 
     def _register(self, req: Request) -> None:
@@ -313,7 +352,7 @@ class Scheduler:
             self.pages.register(req.pages[i], req.hashes[i])
         req.registered = max(req.registered, full)
 
-    def _end(self, req: Request, reason: str, tokens=(), error=None, report=True) -> Event:
+    def _end(self, req: Request, reason: str, tokens=(), error=None, report=True, logprobs=None) -> Event:
         if req in self.running:
             self.running.remove(req)
         for page in req.pages:
@@ -321,7 +360,7 @@ class Scheduler:
         req.pages, req.reserved = [], 0
         key = {"cancelled": "requests_cancelled", "error": "requests_failed"}.get(reason, "requests_finished")
         self.counters[key] += 1
-        event = Event(req.id, list(tokens), True, reason, error)
+        event = Event(req.id, list(tokens), True, reason, error, logprobs)
         if report:
             self._pending.append(event)
         return event
@@ -338,14 +377,22 @@ class Scheduler:
 
 
 _FILL = {"token_ids": 0, "positions": 0, "block_tables": 0, "seq_lens": 1, "slot_mapping": -1, "temperature": 0.0,
-         "top_k": 0, "top_p": 1.0, "uniforms": 0.0}
+         "top_k": 0, "top_p": 1.0, "uniforms": 0.0, "want_logprobs": 0}
 _DTYPES = {"temperature": np.float32, "top_p": np.float32, "uniforms": np.float32}
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
+def _token_logprobs(out: dict, row: int, token: int, top: int) -> TokenLogprobs:
+    """Row ``row`` of a program's log-probability outputs (see :class:`Scheduler`)."""
+    ids, values = out["top_ids"][row, :top], out["top_logprobs"][row, :top]
+    return TokenLogprobs(token, float(out["token_logprob"][row]),
+                         tuple((int(i), float(v)) for i, v in zip(ids, values)))
+
+
 def _empty_inputs(B: int, T: int, pages: int) -> dict:
     """Program inputs for B padding rows: (B, T) token_ids/positions/slot_mapping, (B, pages)
-    block_tables, (B,) seq_lens/temperature/top_k/top_p/uniforms."""
+    block_tables, (B,) seq_lens/temperature/top_k/top_p/uniforms/want_logprobs (an engine
+    passes a program only the inputs it has)."""
     shapes = {"token_ids": (B, T), "positions": (B, T), "slot_mapping": (B, T), "block_tables": (B, pages)}
     return {name: np.full(shapes.get(name, (B,)), fill, _DTYPES.get(name, np.int32)) for name, fill in _FILL.items()}
 
@@ -394,4 +441,4 @@ def _seed(seed):
     return [int(p) for p in parts]
 
 
-__all__ = ["Scheduler", "Event", "Request"]
+__all__ = ["Scheduler", "Event", "Request", "TokenLogprobs"]

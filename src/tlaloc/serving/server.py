@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from . import _prompts
+from ._logprobs import TokenText, chat_logprobs, completion_logprobs
 from ._engine_loop import EngineRunner
 from ._generation import ClientGone, Generation
 from ._http import Gate, protocol_with_header_timeout
@@ -164,6 +165,7 @@ class _Api:
     def __init__(self, engine, runner: EngineRunner, limits: ServerLimits, created: int):
         self.engine, self.runner, self.limits, self.created = engine, runner, limits, created
         self.tokenizer = engine.tokenizer
+        self.token_text = TokenText(engine.tokenizer)
         self.stop_ids = tuple(int(i) for i in (getattr(engine, "eos_token_ids", None) or ()))
 
     def model_card(self) -> dict:
@@ -180,29 +182,52 @@ class _Api:
             raise OpenAIError(400, f"{endpoint} needs {_article(kind)} artifact; '{self.engine.model_name}' "
                                    f"is {_article(self.engine.kind)}", param="model", code="wrong_model_kind")
 
+    def check_logprobs(self, top: int | None, param: str) -> None:
+        """Refuse (400, ``param``) log-probabilities this engine's programs cannot give."""
+        if top is None:
+            return
+        most = int(getattr(self.engine, "max_logprobs", 0) or 0)
+        if not most:
+            raise OpenAIError(400, f"{param}: the artifact '{self.engine.model_name}' was exported without "
+                                   f"log-probability outputs (top_logprobs=0, or an older tlaloc); re-export it "
+                                   f"with `tlaloc export --top-logprobs 20` to use '{param}'",
+                              param=param, code="unsupported_parameter")
+        if top > most:
+            raise OpenAIError(400, f"'{param}' is {top}; this artifact returns at most {most} top log-probabilities "
+                                   f"per token (re-export with a larger --top-logprobs)", param=param,
+                              code="invalid_value")
+
     # -- completions and chat ------------------------------------------------------------------
     async def completions(self, request: Request):
         body = parse(CompletionRequest, await request.body())
         self.check_model(body.model)
         refuse_unsupported(body)
         self.check_kind("decoder", "/v1/completions")
+        self.check_logprobs(body.logprobs, "logprobs")
         self.limits.check_choices(_prompts.prompt_count(body.prompt), body.n)
         prompts = await _off_loop(_prompts.prompt_token_lists, self.tokenizer, body.prompt)
         max_tokens = _prompts.completion_budget(prompts, body.max_tokens, _prompts.max_sequence_tokens(self.engine),
                                                 default=_DEFAULT_MAX_TOKENS)
-        gen = await self._start(body, prompts, max_tokens, "cmpl", request)
+        gen = await self._start(body, prompts, max_tokens, "cmpl", request, logprobs=body.logprobs)
 
-        def chunk(index, text, reason):
+        def logprobs(choice, entries):
+            if body.logprobs is None:
+                return None
+            out, choice.text_offset = completion_logprobs(entries, self.token_text, choice.text_offset)
+            return out
+
+        def chunk(choice, text, reason, entries=()):
             return {"id": gen.request_id, "object": "text_completion", "created": int(time.time()),
                     "model": self.engine.model_name,
-                    "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": reason}]}
+                    "choices": [{"index": choice.index, "text": text, "logprobs": logprobs(choice, entries),
+                                 "finish_reason": reason}]}
 
         if body.stream:
             return self._stream(gen, body, chunk, first=None)
         choices = await self._collect(gen, request)
         return {"id": gen.request_id, "object": "text_completion", "created": int(time.time()),
                 "model": self.engine.model_name, "usage": gen.usage(),
-                "choices": [{"index": c.index, "text": c.text.text, "logprobs": None,
+                "choices": [{"index": c.index, "text": c.text.text, "logprobs": logprobs(c, c.logprobs),
                              "finish_reason": c.finish_reason} for c in choices]}
 
     async def chat(self, request: Request):
@@ -210,6 +235,11 @@ class _Api:
         self.check_model(body.model)
         refuse_unsupported(body)
         self.check_kind("decoder", "/v1/chat/completions")
+        if body.top_logprobs is not None and not body.logprobs:
+            raise OpenAIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs",
+                              code="invalid_value")
+        top = (body.top_logprobs or 0) if body.logprobs else None
+        self.check_logprobs(top, "top_logprobs" if body.top_logprobs else "logprobs")
         self.limits.check_choices(1, body.n)
         messages = [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})}
                     for m in body.messages]
@@ -218,16 +248,20 @@ class _Api:
         max_tokens = _prompts.completion_budget(
             [ids], explicit, _prompts.max_sequence_tokens(self.engine), default=None, param="messages",
             tokens_param="max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens")
-        gen = await self._start(body, [ids], max_tokens, "chatcmpl", request)
+        gen = await self._start(body, [ids], max_tokens, "chatcmpl", request, logprobs=top)
 
-        def chunk(index, text, reason):
+        def logprobs(entries):
+            return None if top is None else chat_logprobs(entries, self.token_text)
+
+        def chunk(choice, text, reason, entries=()):
             delta = {} if text is None else {"content": text}
             return {"id": gen.request_id, "object": "chat.completion.chunk", "created": int(time.time()),
                     "model": self.engine.model_name,
-                    "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}]}
+                    "choices": [{"index": choice.index, "delta": delta, "logprobs": logprobs(entries) if entries
+                                 else None, "finish_reason": reason}]}
 
-        def first(index):
-            out = chunk(index, "", None)
+        def first(choice):
+            out = chunk(choice, "", None)
             out["choices"][0]["delta"] = {"role": "assistant", "content": ""}
             return out
 
@@ -237,15 +271,18 @@ class _Api:
         return {"id": gen.request_id, "object": "chat.completion", "created": int(time.time()),
                 "model": self.engine.model_name, "usage": gen.usage(),
                 "choices": [{"index": c.index, "message": {"role": "assistant", "content": c.text.text},
-                             "logprobs": None, "finish_reason": c.finish_reason} for c in choices]}
+                             "logprobs": logprobs(c.logprobs), "finish_reason": c.finish_reason} for c in choices]}
 
-    async def _start(self, body, prompts, max_tokens: int, prefix: str, request: Request) -> Generation:
+    async def _start(self, body, prompts, max_tokens: int, prefix: str, request: Request,
+                     logprobs: int | None = None) -> Generation:
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         self.limits.check_stop(stop)
         vocab = _prompts.vocab_size(self.tokenizer)
         top_k = None if body.top_k is None else min(body.top_k, vocab)      # >= vocabulary: all tokens
         sampling = dict(max_new_tokens=max_tokens, temperature=body.temperature, top_k=top_k,
                         top_p=body.top_p if body.top_p < 1.0 else None, seed=body.seed, stop_ids=self.stop_ids)
+        if logprobs is not None:
+            sampling["logprobs"] = logprobs
         gen = Generation(self.runner, self.tokenizer, request_id=f"{prefix}-{uuid.uuid4().hex}",
                          prompts=prompts, n=body.n, sampling=sampling, stop=stop)
         await gen.start(is_disconnected=request.is_disconnected)
@@ -268,14 +305,16 @@ class _Api:
             try:
                 if first is not None:
                     for choice in gen.choices:
-                        yield _sse(first(choice.index))
+                        yield _sse(first(choice))
                 async for choice, delta, reason in gen.deltas():
+                    entries = choice.take_logprobs()          # the logprobs of this chunk's tokens
                     if delta:
-                        yield _sse(chunk(choice.index, delta, None))
+                        yield _sse(chunk(choice, delta, None, entries))
+                        entries = []
                     if reason is not None:
-                        yield _sse(chunk(choice.index, None if first else "", reason))
+                        yield _sse(chunk(choice, None if first else "", reason, entries))
                 if include_usage:
-                    final = chunk(0, "", None)
+                    final = chunk(gen.choices[0], "", None)
                     final["choices"], final["usage"] = [], gen.usage()
                     yield _sse(final)
             except OpenAIError as exc:
