@@ -21,6 +21,7 @@ _EXPORTS = {
     "grad": "._ad.api", "value_and_grad": "._ad.api", "vjp": "._ad.api", "source": "._ad.api",
     "jvp": "._ad.forward_api", "jacfwd": "._ad.forward_api", "jacrev": "._ad.forward_api",
     "hessian": "._ad.forward_api",
+    "elementwise_grad": "._ad.autograd_names", "hessian_vector_product": "._ad.autograd_names",
     "vmap": "._ad.vmap",
     "custom_vjp": "._ad.custom", "custom_jvp": "._ad.custom", "custom_vjp_jvp": "._ad.custom",
     "check_grads": "._ad.check", "check_custom_vjp": "._ad.check", "check_custom_jvp": "._ad.check",

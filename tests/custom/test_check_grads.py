@@ -51,6 +51,13 @@ def test_checks_transformed_functions_too():
     tl.check_grads(tl.grad(smooth_total, argnums=(0, 1)), (X, Y), order=2, modes=("fwd",))
 
 
+def test_curried_form_as_autograd_spells_it():
+    # autograd.test_util.check_grads(f, modes=...)(*args) ports by import; a wrong rule still fails
+    tl.check_grads(smooth, modes=["rev"])(X, Y)
+    with pytest.raises(AssertionError, match="check_grads of `clipped_square`"):
+        tl.check_grads(R.clipped_square, modes=["rev"], order=1)(X)
+
+
 # -- wrong derivatives fail ----------------------------------------------------------------------------
 
 def test_fails_on_a_wrong_custom_rule_in_reverse_mode():

@@ -162,13 +162,25 @@ class _ReverseTransform(Transformed):
         return g
 
 
-def grad(fun=None, argnums=0, has_aux=False):
+def _argnums_alias(name, argnums, argnum):
+    """``argnum=`` is autograd's spelling of ``argnums=`` (same meaning: int or tuple of ints)."""
+    if argnum is None:
+        return argnums
+    if argnums != 0:
+        raise ArgumentError(f"{name}: pass either argnums= or autograd's argnum=, not both "
+                            f"(got argnums={argnums!r}, argnum={argnum!r})")
+    return argnum
+
+
+def grad(fun=None, argnums=0, has_aux=False, *, argnum=None):
     """The gradient of a scalar-valued function, built now by source transformation.
 
     Args:
       fun: a Python function using ``tlaloc.numpy`` or plain NumPy.
       argnums: which positional argument(s) to differentiate (int or tuple).
       has_aux: ``fun`` returns ``(value, aux)``; the result is ``(grad, aux)``.
+      argnum: autograd's name for ``argnums`` (accepted so autograd programs port by
+        changing imports only); giving both raises ``ArgumentError``.
 
     Returns:
       A function with ``fun``'s signature returning the gradient with the
@@ -180,13 +192,15 @@ def grad(fun=None, argnums=0, has_aux=False):
 
     Usable as ``@tl.grad`` or ``@tl.grad(argnums=1)``.
     """
+    argnums = _argnums_alias("grad", argnums, argnum)
     if fun is None:
         return functools.partial(grad, argnums=argnums, has_aux=has_aux)
     return _ReverseTransform(fun, argnums, has_aux, with_value=False)
 
 
-def value_and_grad(fun=None, argnums=0, has_aux=False):
+def value_and_grad(fun=None, argnums=0, has_aux=False, *, argnum=None):
     """Like ``grad`` but returns ``(value, grad)`` (``((value, aux), grad)`` with ``has_aux``)."""
+    argnums = _argnums_alias("value_and_grad", argnums, argnum)
     if fun is None:
         return functools.partial(value_and_grad, argnums=argnums, has_aux=has_aux)
     return _ReverseTransform(fun, argnums, has_aux, with_value=True)

@@ -161,12 +161,14 @@ def _check_rev(fn, args, vjp, order, eps, atol, rtol, rng, what):
             f"atol {atol:g}, rtol {rtol:g})")
 
 
-def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None, eps=None, seed=0):
+def check_grads(f, args=None, order=2, modes=("fwd", "rev"), atol=None, rtol=None, eps=None, seed=0):
     """Check ``f``'s derivatives up to ``order`` against central differences.
 
     Args:
       f: a function tlaloc can transform (plain, ``custom_vjp``, or a transform such as ``tl.grad(g)``).
-      args: tuple of array arguments (floats are perturbed; ints are held fixed).
+      args: tuple of array arguments (floats are perturbed; ints are held fixed). Left out,
+        ``check_grads(f, **options)`` returns the checker to call as ``checker(*args)``:
+        autograd's curried spelling, so ``autograd.test_util.check_grads`` ports by import.
       order: 1 checks ``tl.jvp``/``tl.vjp``; 2 also checks the derivatives of
         those derivative functions (forward and reverse over each), and so on.
       modes: any of ``"fwd"`` and ``"rev"``.
@@ -178,6 +180,10 @@ def check_grads(f, args, order=2, modes=("fwd", "rev"), atol=None, rtol=None, ep
       AssertionError: naming the mode, the order and the disagreement.
       NoRuleError: a mode ``f`` cannot be differentiated in (e.g. ``"fwd"`` over a vjp-only rule).
     """
+    if args is None:
+        def checker(*call_args):
+            check_grads(f, call_args, order=order, modes=modes, atol=atol, rtol=rtol, eps=eps, seed=seed)
+        return checker
     from .api import vjp as _vjp
     from .forward_api import jvp as _jvp
     args = _as_args(args)

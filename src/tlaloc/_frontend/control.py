@@ -150,13 +150,22 @@ class ControlLowerer:
         it = self.expr(node.iter)
         if isinstance(it, SymbolicRange) or is_symbolic(it):
             from .structure import ShapeNeeded, StaticMutation
+            saved = (self.b, dict(self.env), self.in_loop)
+            n = None
             try:
                 if is_symbolic(it):
                     from .calls import symbolic_len
-                    self.lower_for_range(node, 0, symbolic_len(it), 1, it)
+                    n = symbolic_len(it)
+                    self.lower_for_range(node, 0, n, 1, it)
                 else:
                     self.lower_for_range(node, it.start, it.stop, it.step, None)
             except StaticMutation as e:
+                if type(n) is int:
+                    # specialised: the array's length is known, so the body that appends to a
+                    # Python list runs once per row, unrolled, as it does in plain Python
+                    self.b, self.env, self.in_loop = saved[0], saved[1], saved[2]
+                    self.lower_static_for(node, [tnp._getitem(it, k) for k in range(n)])
+                    return
                 if not self.ctx.specialisable:
                     raise
                 # the body appends to a list (or draws at call time): unrolled once the length is known

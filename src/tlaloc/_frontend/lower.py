@@ -28,7 +28,7 @@ from .control import ControlLowerer
 from .effects import EffectsLowerer
 from .expr import ExprLowerer, binop
 from .analysis import assigned_names
-from .source import FunctionSource, read_source
+from .source import FunctionSource, installed_package, read_source
 from . import host
 from .specialise import FinalAvals, StaticValue
 from .._core.aval import UNKNOWN as _UNKNOWN
@@ -421,8 +421,26 @@ class Lowerer(ExprLowerer, ControlLowerer, EffectsLowerer):
         try:
             callee = Lowerer(src, scope, self.ctx, self.b, env)
             return callee.run_body(fnode)
+        except Exception as e:
+            raise self._library_refusal(e, fn, src, node) from e
         finally:
             self.ctx.stack.pop()
+
+    def _library_refusal(self, e, fn, src, node):
+        """A failure while reading an installed package's code (autograd's own utilities, say)
+        is refused at the user's call into that package, naming the package and the reason."""
+        from .structure import StaticMutation, StructureNeeded
+        from ..errors import TlalocError
+        package = installed_package(src.filename)
+        if (package is None or installed_package(self.src.filename) is not None
+                or isinstance(e, (StructureNeeded, StaticMutation))
+                or (isinstance(e, TlalocError) and type(e) is not FenceError)):
+            return e
+        name = getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
+        return self.src.error(node, f"`{name}` from the installed package `{package}` cannot be "
+                                    f"differentiated by reading its source ({type(e).__name__}: {e}); "
+                                    f"compute it with numpy/scipy in your own code, or wrap the call "
+                                    f"with tl.custom_vjp")
 
     def _defaults(self, args_node, fn):
         return {a.arg: self.expr(d) for a, d in zip(args_node.args[len(args_node.args) - len(args_node.defaults):],
@@ -664,7 +682,10 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
                                    f"return arrays: collect the items in a list and return it")
         low = Lowerer(src, scope, ctx, root, env)
         low.annotate_arguments(fnode, env)
-        result = low.run_body(fnode)
+        try:
+            result = low.run_body(fnode)
+        except Exception as e:
+            raise _library_function_refusal(e, fn, src) from e
         out_leaves, out_tree = _pytree.flatten(result)
         for leaf in out_leaves:
             if not (is_symbolic(leaf) or isinstance(leaf, (int, float, bool, np.ndarray, np.generic))):
@@ -673,6 +694,23 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
     graph = root.finish(out_leaves, name or fn.__name__)
     return LoweredFunction(graph, fn, params, list(arg_trees), [g for g, _, _ in ctx.closure_inputs],
                            out_tree, src, tuple(ctx.guards))
+
+
+def _library_function_refusal(e, fn, src):
+    """A transform applied to an installed package's own function (autograd's flatten_func
+    wrapper, say) that fails while its source is read: refused where the user applied it."""
+    from .structure import StaticMutation, StructureNeeded
+    from ..errors import TlalocError
+    package = installed_package(src.filename)
+    if (package is None or isinstance(e, (StructureNeeded, StaticMutation))
+            or (isinstance(e, TlalocError) and type(e) is not FenceError)):
+        return e
+    from .source import user_call_site
+    name = getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
+    return FenceError(f"`{name}` comes from the installed package `{package}` and cannot be differentiated "
+                      f"by reading its source ({type(e).__name__}: {e}); differentiate a function of your "
+                      f"own that computes it with numpy/scipy, or wrap it with tl.custom_vjp",
+                      *user_call_site())
 
 
 def make_graph(fun) -> Graph:

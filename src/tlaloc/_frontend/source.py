@@ -31,6 +31,36 @@ class FunctionSource:
         return cls(message, loc.filename, loc.lineno, loc.col)
 
 
+def installed_package(filename: str):
+    """The top-level package name when ``filename`` lies in an installed third-party package
+    (``site-packages`` / ``dist-packages``, tlaloc itself excepted), else None."""
+    parts = str(filename).replace("\\", "/").split("/")
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            rest = parts[parts.index(marker) + 1:]
+            if rest and rest[0] != "tlaloc":
+                return rest[0][:-3] if rest[0].endswith(".py") else rest[0]
+    return None
+
+
+def user_call_site():
+    """``(filename, lineno, col)`` of the innermost frame outside tlaloc and installed packages:
+    where the user applied the transform; ``(None, None, None)`` if there is none."""
+    import os
+    import sys
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))      # the tlaloc package
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not os.path.abspath(name).startswith(here + os.sep) and installed_package(name) is None \
+                and not name.startswith("<"):
+            positions = inspect.getframeinfo(frame).positions
+            col = positions.col_offset + 1 if positions and positions.col_offset is not None else None
+            return name, frame.f_lineno, col
+        frame = frame.f_back
+    return None, None, None
+
+
 def read_source(fn) -> FunctionSource:
     """Parse ``fn``'s source. Raises FenceError when no source is available."""
     code = getattr(fn, "__code__", None)
