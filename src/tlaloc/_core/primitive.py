@@ -57,7 +57,7 @@ def _load_value_type():
 class Primitive:
     def __init__(self, name: str, *, impl: Callable, shape_rule: Callable,
                  dtype_rule: Callable, hlo: Optional[str] = None,
-                 multiple_results: bool = False, render: Optional[str] = None,
+                 multiple_results: bool = False,
                  nondiff_argnums: tuple = (), inference_only: bool = False):
         if name in REGISTRY:
             raise ValueError(f"primitive {name!r} is declared twice")
@@ -67,8 +67,6 @@ class Primitive:
         self.dtype_rule = dtype_rule
         self.hlo = hlo
         self.multiple_results = multiple_results
-        # ``render`` is ignored: the renderer spells every call from its own table. The
-        # keyword stays accepted while branches declared before its removal are merged.
         self.nondiff_argnums = nondiff_argnums
         self.inference_only = inference_only
         self.vjp: Optional[Callable] = None
