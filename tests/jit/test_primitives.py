@@ -5,6 +5,7 @@ import pytest
 from tlaloc._core.aval import of
 from tlaloc._core.builder import Builder
 from tlaloc._core.interpreter import eval_graph
+from tlaloc._core.rules import ensure_rules
 from tlaloc._core.primitive import REGISTRY
 from tlaloc._core.specialize import specialize
 from tlaloc._render.stablehlo import emit_module
@@ -15,6 +16,8 @@ X = R.normal(size=(3, 4))
 Y = R.normal(size=(3, 4))
 Z = X.copy()
 Z[1, 2] = 0.0
+
+ensure_rules()     # every primitive and rule, whatever this file is run with (it once depended on import order)
 
 
 def _graph(name, n_args, **params):
