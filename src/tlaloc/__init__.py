@@ -44,10 +44,10 @@ _EXPORTS = {
     # errors
     "TlalocError": ".errors", "ShapeError": ".errors", "DTypeError": ".errors", "GraphError": ".errors",
     "FenceError": ".errors", "TypeAnnotationError": ".errors", "BoundedAxisError": ".errors", "NoRuleError": ".errors",
-    "GradientError": ".errors", "ArgumentError": ".errors",
+    "GradientError": ".errors", "ArgumentError": ".errors", "DistributedError": ".errors",
 }
 _SUBMODULES = ("numpy", "scipy", "random", "nn", "optim", "kernels", "models", "serving", "typing", "errors",
-               "dtypes")
+               "dtypes", "sharding", "distributed")
 
 __all__ = ["__version__", *_SUBMODULES, *_EXPORTS]
 

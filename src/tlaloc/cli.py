@@ -7,6 +7,7 @@
     tlaloc serve ARTIFACT [--host 127.0.0.1] [--port 8000] [--api-key KEY]
     tlaloc export-triton ARTIFACT REPO_DIR [--model-name NAME] [--streaming] [--copy|--link]
     tlaloc bench [--quick] [--clock cpu] [--threads 1] [--only eager jit ...] [--llamacpp]
+    tlaloc launch -n N script.py [ARGS...]      (N processes of a multi-process run; tlaloc.launch)
 
 The serving commands import their modules only when run, so ``tlaloc --help`` stays
 fast. ``bench`` runs ``benchmarks/run_all.py`` of the tlaloc checkout this package
@@ -249,6 +250,20 @@ def export_triton(artifact: str = typer.Argument(..., help="an artifact director
     except (OSError, ValueError) as exc:
         _fail(str(exc))
     typer.echo(f"wrote Triton model {path}; serve with: tritonserver --model-repository {repo_dir}")
+
+
+@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+def launch(script: str = typer.Argument(..., help="a Python script (or -m MODULE) run by every process"),
+           args: Optional[List[str]] = typer.Argument(None, help="the script's arguments"),
+           nprocs: int = typer.Option(..., "-n", "--nprocs", help="how many processes"),
+           port: Optional[int] = typer.Option(None, help="the coordinator's port on 127.0.0.1 (default: a free one)"),
+           grace: float = typer.Option(5.0, help="seconds between SIGTERM and SIGKILL when stopping the others"),
+           timeout: Optional[float] = typer.Option(None, help="stop every process after this many seconds")) -> None:
+    """Start N processes of a script on this machine (tlaloc.distributed; see tlaloc.launch)."""
+    from .launch import launch as run
+    head = [sys.executable, "-m", *(args or [])[:1]] if script == "-m" else [sys.executable, script]
+    rest = (args or [])[1:] if script == "-m" else list(args or [])
+    raise typer.Exit(run(head + rest, nprocs, port=port, grace=grace, timeout=timeout))
 
 
 def command_names() -> list:

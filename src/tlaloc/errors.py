@@ -92,7 +92,19 @@ class ArgumentError(TlalocError, ValueError):
     """A public function got an argument it cannot use; the message names it."""
 
 
+class DistributedError(TlalocError, RuntimeError):
+    """A multi-process run (``tlaloc.distributed``) cannot go on.
+
+    Examples: another process stopped while this one waited for it in a collective
+    (``process 0 of 2: running `train_step`: a collective failed because another
+    process of the run stopped``), or the processes compiled different programs or
+    shapes (both signatures are named). The message names this process, and the
+    other one where it is known.
+    """
+
+
 __all__ = [
     "TlalocError", "ShapeError", "DTypeError", "GraphError", "FenceError",
     "TypeAnnotationError", "BoundedAxisError", "NoRuleError", "GradientError", "ArgumentError",
+    "DistributedError",
 ]

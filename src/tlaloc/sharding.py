@@ -148,13 +148,27 @@ def expand(spec, tree, where: str) -> list:
     elif isinstance(spec, (tuple, list)):
         children = list(spec)
     else:
-        raise ArgumentError(f"{where}: cannot read {spec!r} as shardings")
+        node = _pytree._node(spec)       # a dataclass (model) of specs, as tlaloc.distributed.fsdp_shardings builds
+        if node is None or node[0] != tree.kind or type(spec) is not _node_class(tree):
+            raise ArgumentError(f"{where}: cannot read {spec!r} as shardings for a value of structure {tree!r}")
+        children = node[2]
     if len(children) != len(tree.children):
         raise ArgumentError(f"{where}: {len(children)} shardings for a value with {len(tree.children)} parts")
     out = []
     for k, (s, t) in enumerate(zip(children, tree.children)):
         out.extend(expand(s, t, f"{where}[{k}]"))
     return out
+
+
+def _node_class(tree):
+    """The class of a dataclass / namedtuple / custom node of ``tree`` (None for other kinds)."""
+    if tree.kind == "dataclass":
+        return tree.aux[0]
+    if tree.kind == "namedtuple":
+        return tree.aux
+    if tree.kind == "custom":
+        return tree.aux[0]
+    return None
 
 
 def resolve(mesh: Mesh, spec, shape, names, where: str):

@@ -28,10 +28,10 @@ LAYERS = {
     6: ["_render", "_runtime", "_recognize", "kernels", "_core.specialize", "_core.specialize_control",
         "_core.specialize_linalg", "_core.specialize_rules", "_jit.bounded", "_jit.bounded_rules",
         "_jit.bounded_export", "_jit.stages"],
-    7: ["_ad", "_jit", "checkpoint_io"],
+    7: ["_ad", "_jit", "checkpoint_io", "distributed"],
     8: ["nn", "optim", "models", "serving.export", "serving.programs", "serving.manifest", "serving.errors",
         "serving.weights_format", "serving.sampling", "serving.paged", "serving.triton_repo", "serving.scoring"],
-    9: ["serving", "cli"],
+    9: ["serving", "cli", "launch"],
 }
 
 #: ``(importer, imported) -> why``: upward imports still in the code. Shrink it; never grow it.
