@@ -114,11 +114,16 @@ def test_global_array_gather_and_local_bytes_in_one_process():
 # -- the launcher ---------------------------------------------------------------------------------
 
 SCRIPT = """
-import os, sys, time
+import os, pathlib, sys, time
 i = int(os.environ["TLALOC_PROCESS_ID"])
 print(f"hello from {i} of {os.environ['TLALOC_NUM_PROCESSES']} at {os.environ['TLALOC_COORDINATOR_ADDRESS']}",
       sys.argv[1:], flush=True)
+ready = pathlib.Path(__file__).with_name("ready")
+if i == 0:
+    ready.touch()
 if i == 1 and "--fail" in sys.argv:
+    while not ready.exists():          # fail once process 0 has printed
+        time.sleep(0.01)
     sys.exit(3)
 time.sleep(float(os.environ.get("SLEEP", "0")))
 """

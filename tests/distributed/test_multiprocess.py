@@ -10,7 +10,12 @@ Four groups of processes, each bounded in time (``tests/distributed/worker.py``)
   training until the test kills one of them.
 * ``idle``: 2 processes run one program, then idle; the test kills one.
 * this process: the single-process, single-device runs (the oracle).
+
+The groups run once per test session, even when pytest-xdist spreads these tests over
+workers (``_once``: the first worker runs a group, the others wait for its files).
+Marked slow: the groups take tens of seconds of wall time on a loaded 2-core machine.
 """
+import fcntl
 import io
 import json
 import os
@@ -36,6 +41,7 @@ from . import digits_mlp as dm  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORKER = str(ROOT / "tests" / "distributed" / "worker.py")
 LIMIT_S = 300            # every group of processes is killed past this (a hang fails, never blocks the suite)
+pytestmark = pytest.mark.slow
 
 
 def _env(**extra) -> dict:
@@ -108,9 +114,29 @@ def _results(out: pathlib.Path, n: int = 2) -> list:
     return [json.loads((out / f"result-{i}.json").read_text()) for i in range(n)]
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    out, ref = tmp_path_factory.mktemp("train"), tmp_path_factory.mktemp("reference")
+def _once(tmp_path_factory, name: str, make) -> dict:
+    """``make(directory)`` (a JSON-able dict) run once per session: under pytest-xdist the first
+    worker runs it and the others read what it wrote (a lock file orders them)."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    directory, done = root / f"distributed-{name}", root / f"distributed-{name}.json"
+    with open(root / f"distributed-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            directory.mkdir(exist_ok=True)
+            try:
+                result = {"ok": make(directory)}
+            except AssertionError as e:
+                result = {"failed": str(e)}
+            done.write_text(json.dumps(result))
+    result = json.loads(done.read_text())
+    assert "ok" in result, result.get("failed")
+    return result["ok"]
+
+
+def _train(out: pathlib.Path) -> dict:
+    ref = out / "reference"
+    ref.mkdir()
     reference = subprocess.Popen([sys.executable, WORKER, "reference", str(ref)], text=True,
                                  env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -126,8 +152,14 @@ def trained(tmp_path_factory):
             reference.wait()
     assert status == 0, stdout.getvalue()[-3000:] + stderr.getvalue()[-5000:]
     assert reference.returncode == 0, ref_err[-5000:]
-    return {"results": _results(out), "reference": _results(ref, 1)[0], "out": out, "ref": ref,
+    return {"results": _results(out), "reference": _results(ref, 1)[0], "out": str(out), "ref": str(ref),
             "stdout": stdout.getvalue(), "seconds": time.monotonic() - t0}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    r = _once(tmp_path_factory, "train", _train)
+    return dict(r, out=pathlib.Path(r["out"]), ref=pathlib.Path(r["ref"]))
 
 
 @pytest.fixture(scope="module")
@@ -205,10 +237,11 @@ def test_the_launcher_prefixes_each_process_lines(trained):
 
 @pytest.fixture(scope="module")
 def restored(trained, tmp_path_factory):
-    out = tmp_path_factory.mktemp("restore")
-    procs = _start_pair("restore", out, trained["out"] / "ckpt")
-    killed = _kill_one_and_watch(procs, "step 3 ", victim=1)
-    return {"results": _results(out), "killed": killed}
+    def make(out):
+        procs = _start_pair("restore", out, trained["out"] / "ckpt")
+        killed = _kill_one_and_watch(procs, "step 3 ", victim=1)
+        return {"results": _results(out), "killed": killed}
+    return _once(tmp_path_factory, "restore", make)
 
 
 def test_checkpoint_of_two_processes_restores_into_two(trained, restored):

@@ -17,9 +17,10 @@ What this module adds on top:
   instead of hanging in a collective.
 * ``lost_peer(error, name)``: a collective that failed because another process is
   gone becomes a ``DistributedError`` that says so.
-* A clean exit: the shutdown barrier runs only when this process ends without an
-  uncaught exception and no peer has failed (a failed run exits at once,
-  never waiting for processes that will not come).
+* A clean exit: at exit every process waits for the others (process 0 hosts the
+  coordination service, which must outlive every client's last request) when it
+  ends without an uncaught exception and no peer has failed; a failed run exits
+  at once with status 1, never waiting for processes that will not come.
 
 Outside a collective, a process that stops sending heartbeats for
 ``heartbeat_timeout`` seconds makes the coordination service stop the others
@@ -188,8 +189,7 @@ def agree(what: str, name: str, fingerprint: str, items: list, fix: str) -> None
         try:
             theirs, their_items = json.loads(g.client.blocking_key_value_get(f"{key}/{q}", int(g.timeout_s * 1000)))
         except Exception as e:
-            raise fail(f"{what} `{name}` (agreement #{g.seq}): process {q} did not reach it within "
-                       f"{g.timeout_s:g} s ({_first_line(e)}); {fix}") from None
+            raise fail(f"{what} `{name}` (agreement #{g.seq}): {_absent(g, q, e)}; {fix}") from None
         if theirs == fingerprint:
             continue
         diff = [f"    {a}  (process {q}: {b.split(': ', 1)[-1]})" for a, b in zip(items, their_items) if a != b]
@@ -211,8 +211,7 @@ def barrier(name: str) -> None:
     try:
         g.client.wait_at_barrier(key, int(g.timeout_s * 1000))
     except Exception as e:
-        raise fail(f"barrier `{name}`: not every process arrived within {g.timeout_s:g} s "
-                   f"({_first_line(e)})") from None
+        raise fail(f"barrier `{name}`: {_absent(g, None, e)}") from None
 
 
 def exchange(name: str, value: str) -> list:
@@ -230,16 +229,24 @@ def exchange(name: str, value: str) -> list:
         try:
             out.append(g.client.blocking_key_value_get(f"{key}/{q}", int(g.timeout_s * 1000)))
         except Exception as e:
-            raise fail(f"`{name}`: process {q} did not send its part within {g.timeout_s:g} s "
-                       f"({_first_line(e)})") from None
+            raise fail(f"`{name}`: {_absent(g, q, e)}") from None
     return out
 
 
 # -- failures --------------------------------------------------------------------------------------
 
+def _absent(g: Group, q, error) -> str:
+    """Why process ``q`` (``None``: some process) did not answer, from the runtime's ``error``."""
+    who = "not every process" if q is None else f"process {q}"
+    if "DEADLINE_EXCEEDED" in str(error):
+        return f"{who} did not get there within {g.timeout_s:g} s ({_first_line(error)})"
+    return (f"the coordination service did not answer ({_first_line(error)}): process 0, which hosts it, or "
+            f"the process waited for has stopped")
+
+
 def fail(message: str, fatal: bool = True) -> DistributedError:
     """A ``DistributedError`` for this process. ``fatal``: the run cannot go on (a process is
-    gone or out of step), so it is marked failed and exits without the shutdown barrier."""
+    gone or out of step), so it is marked failed and exits without waiting for the others."""
     g = _GROUP
     where = "" if g is None else f"process {g.process_id} of {g.num_processes}: "
     if fatal and g is not None and g.failed is None:
@@ -283,8 +290,9 @@ def _install_exit_hooks() -> None:
 
 
 def shutdown() -> None:
-    """Leave the run. After a clean run, wait for every process (the runtime's shutdown barrier);
-    after a failure, leave at once."""
+    """Leave the run. After a clean run, wait until every process gets here (the coordination
+    service in process 0 must outlive every client's last request), then disconnect; after a
+    failure, exit at once with status 1."""
     global _GROUP
     g = _GROUP
     if g is None:
@@ -292,18 +300,26 @@ def shutdown() -> None:
     _GROUP = None
     if g.failed is None:
         try:
+            g.client.wait_at_barrier("tlaloc_exit", int(g.timeout_s * 1000))
+        except Exception as e:                             # a peer failed, or never came
+            _exit_now(f"tlaloc.distributed: process {g.process_id} of {g.num_processes}: not every process reached "
+                      f"the end of the run within {g.timeout_s:g} s ({_first_line(e)}); exiting without them")
+        try:
             g.client.shutdown()
-        except Exception as e:                             # a peer failed while we waited
-            sys.stderr.write(f"tlaloc.distributed: process {g.process_id} of {g.num_processes}: the shutdown "
-                             f"barrier failed ({_first_line(e)})\n")
-            sys.stderr.flush()
-            os._exit(1)
+        except Exception:                                  # pragma: no cover  (the service left first: all done)
+            pass
         if g.service is not None:
             g.service.shutdown()
     else:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)        # never wait for peers that will not come; the runtime's objects are not torn down
+        _exit_now(None)    # never wait for peers that will not come; the runtime's objects are not torn down
+
+
+def _exit_now(message: str | None) -> None:
+    if message:
+        sys.stderr.write(message + "\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 __all__ = ["Group", "group", "initialize", "agree", "barrier", "exchange", "fail", "lost_peer", "shutdown"]

@@ -50,7 +50,8 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
         declares a process dead and stops the others.
       init_timeout: seconds to wait for every process to join.
       timeout: seconds to wait for the others at an agreement (before each
-        compile), a barrier, or the shutdown barrier.
+        compile), a barrier, or the end of the run (every process waits for the
+        others at exit).
 
     Raises:
       ArgumentError: a value missing or malformed, a second ``initialize`` with
@@ -84,8 +85,8 @@ def process_count() -> int:
 
 
 def shutdown() -> None:
-    """Leave the run now (it happens at exit otherwise): after a clean run wait for every
-    process at the runtime's shutdown barrier; after a failure, exit at once."""
+    """Leave the run now (it happens at exit otherwise): after a clean run wait until every
+    process gets here, then disconnect; after a failure, exit the process at once (status 1)."""
     from .._runtime.distributed import shutdown as _shutdown
     _shutdown()
 
