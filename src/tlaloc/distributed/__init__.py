@@ -19,8 +19,9 @@ XLA's SPMD partitioner); every process runs it on its own devices and feeds its
 own shard (``global_array``). Gradients are all-reduced inside the program by
 the partitioner: a data-parallel step is the single-process step with its batch
 sharded. ``fsdp_shardings`` shards parameters and optimizer state over a mesh
-axis (FSDP); ``save_sharded``/``load_sharded`` write and read checkpoints whose
-shards each process writes itself.
+axis (FSDP) and ``put`` places them (the same value in every process, each
+keeping its shards); ``save_sharded``/``load_sharded`` write and read
+checkpoints whose shards each process writes itself.
 
 Failures: a collective whose peer process is gone raises ``DistributedError``
 at once; a mismatch of program or shapes across processes is refused by name
@@ -31,7 +32,7 @@ failed exits without waiting for the others.
 from __future__ import annotations
 
 from .._runtime.distributed import ENV
-from ._arrays import fsdp_shardings, gather, global_array, local_nbytes
+from ._arrays import fsdp_shardings, gather, global_array, local_nbytes, put
 from .checkpoint import load_sharded, save_sharded
 
 
@@ -91,5 +92,5 @@ def shutdown() -> None:
     _shutdown()
 
 
-__all__ = ["initialize", "is_initialized", "process_index", "process_count", "shutdown", "global_array", "gather",
+__all__ = ["initialize", "is_initialized", "process_index", "process_count", "shutdown", "global_array", "put", "gather",
            "local_nbytes", "fsdp_shardings", "save_sharded", "load_sharded", "ENV"]

@@ -72,6 +72,39 @@ def global_array(local, mesh: Mesh, spec=None):
     return _pytree.unflatten(tree, out)
 
 
+def put(value, mesh: Mesh, spec=None):
+    """``value`` (a pytree of arrays, the same in every process) as global arrays placed with
+    ``spec``: each process keeps only its shards (the model and optimizer state at the start
+    of an FSDP run). Every process must pass the same value; that is checked (a hash of the
+    values, compared across processes).
+
+    Args:
+      value: an array or a pytree of arrays, whole, the same in every process.
+      mesh: the ``tl.sharding.Mesh`` of the run.
+      spec: a ``PartitionSpec`` or ``None`` (replicated) for every leaf, or a pytree
+        prefix of ``value`` holding them (``fsdp_shardings(value, mesh)``).
+
+    Raises:
+      ArgumentError: a spec that does not fit (see ``global_array``).
+      DistributedError: the processes passed different values.
+    """
+    import hashlib
+    import jax
+    from .._runtime.distributed import agree
+    leaves, tree = _pytree.flatten(value)
+    specs = expand(spec, tree, "put: spec")
+    arrays = [np.asarray(leaf) for leaf in leaves]
+    digests = [hashlib.sha256(f"{a.dtype.str}{a.shape}".encode() + a.tobytes()).hexdigest() for a in arrays]
+    agree("put", "put", hashlib.sha256("".join(digests).encode()).hexdigest(),
+          [f"leaf {k}: {a.dtype}{list(a.shape)} sha256 {d[:12]}" for k, (a, d) in enumerate(zip(arrays, digests))],
+          "put places one value the same in every process; give each process's own part to global_array instead")
+    out = []
+    for k, (a, s) in enumerate(zip(arrays, specs)):
+        resolve(mesh, s, a.shape, None, "put" if tree.kind == "leaf" else f"put (leaf {k})")
+        out.append(jax.device_put(a, jax_sharding(mesh, s)))
+    return _pytree.unflatten(tree, out)
+
+
 def gather(tree):
     """Every leaf of ``tree`` as a whole NumPy array in every process (global arrays are
     all-gathered across processes by an XLA program; other leaves pass through ``np.asarray``)."""
@@ -128,4 +161,4 @@ def fsdp_shardings(tree, mesh: Mesh, axis: str = "data"):
     return _pytree.unflatten(td, specs)
 
 
-__all__ = ["global_array", "gather", "local_nbytes", "fsdp_shardings", "jax_sharding"]
+__all__ = ["global_array", "put", "gather", "local_nbytes", "fsdp_shardings", "jax_sharding"]
