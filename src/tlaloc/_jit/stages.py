@@ -61,7 +61,7 @@ class Lowered:
             from .._runtime.iree import Executable as IreeExecutable
             return Compiled(IreeExecutable(self.program, graph=self.graph, arg_names=names), self)
         if self.program.shardings is not None:
-            from .._runtime.pjrt import SpmdExecutable
+            from .._runtime.spmd import SpmdExecutable
             return Compiled(SpmdExecutable(self.program, self.platform, arg_names=names), self)
         from .._runtime.pjrt import Executable
         return Compiled(Executable(self.program, self.platform, arg_names=names), self)

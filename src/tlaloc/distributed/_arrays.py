@@ -16,7 +16,8 @@ from ..sharding import Mesh, PartitionSpec, expand, resolve
 def jax_sharding(mesh: Mesh, spec):
     """The ``jax.sharding.NamedSharding`` of ``spec`` on ``mesh`` (the run's devices in mesh order)."""
     import jax
-    from .._runtime.pjrt import _mesh_devices, client, has_platform
+    from .._runtime.pjrt import client, has_platform
+    from .._runtime.spmd import mesh_devices
     if not isinstance(mesh, Mesh):
         raise ArgumentError(f"mesh must be a tl.sharding.Mesh, got {type(mesh).__name__}")
     spec = PartitionSpec() if spec is None else spec
@@ -27,7 +28,7 @@ def jax_sharding(mesh: Mesh, spec):
             if a not in mesh.axes:
                 raise ArgumentError(f"spec {spec!r}: mesh axis {a!r} is not in {mesh!r}")
     platform = "cuda" if has_platform("cuda") else "cpu"        # tl.jit's default platform
-    devices = _mesh_devices(client(platform), mesh, platform)
+    devices = mesh_devices(client(platform), mesh, platform)
     grid = np.array([devices[i] for i in mesh.device_ids], dtype=object).reshape(mesh.shape)
     return jax.sharding.NamedSharding(jax.sharding.Mesh(grid, mesh.axis_names), jax.sharding.PartitionSpec(*spec))
 
