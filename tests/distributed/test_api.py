@@ -22,6 +22,11 @@ ENV_NAMES = ("TLALOC_COORDINATOR_ADDRESS", "TLALOC_NUM_PROCESSES", "TLALOC_PROCE
              "WORLD_SIZE", "RANK")
 
 
+def _env() -> dict:
+    src = pathlib.Path(__file__).resolve().parents[2] / "src"
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]))
+
+
 @pytest.fixture
 def clean_env(monkeypatch):
     for k in ENV_NAMES:
@@ -55,6 +60,17 @@ def test_initialize_after_the_pjrt_client_exists_is_refused(clean_env):
     with pytest.raises(tl.ArgumentError, match="call it before the first tl.jit call"):
         dist.initialize("127.0.0.1:1", 2, 0)
     assert not dist.is_initialized() and dist.process_count() == 1 and dist.process_index() == 0
+
+
+def test_a_process_whose_run_never_forms_fails_by_name(tmp_path):
+    """No process 0 at the coordinator: joining fails after ``init_timeout``, naming the run."""
+    from tlaloc.launch import free_port
+    port = free_port()
+    code = f"from tlaloc import distributed as d; d.initialize('127.0.0.1:{port}', 2, 1, init_timeout=1)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=_env())
+    assert proc.returncode == 1
+    assert (f"DistributedError: tlaloc.distributed.initialize: process 1 of 2 found no coordinator at "
+            f"127.0.0.1:{port} within 1 s") in proc.stderr, proc.stderr[-2000:]
 
 
 def test_the_environment_gives_the_values_ours_before_torchruns(clean_env):
@@ -103,6 +119,8 @@ def test_global_array_gather_and_local_bytes_in_one_process():
     g = dist.global_array({"x": x, "n": np.int32(3)}, mesh, {"x": P("data"), "n": None})
     assert g["x"].shape == (3, 2) and dist.local_nbytes(g) == 48 + 4 == dist.local_nbytes({"x": x, "n": np.int32(3)})
     assert np.array_equal(dist.gather(g)["x"], x)
+    placed = dist.put({"x": x, "n": np.int32(3)}, mesh, {"x": P("data"), "n": None})
+    assert np.array_equal(dist.gather(placed)["x"], x) and int(dist.gather(placed)["n"]) == 3
     with pytest.raises(tl.ArgumentError, match="global_array: mesh axis 'model' is not in Mesh"):
         dist.global_array(x, mesh, P("model"))
     with pytest.raises(tl.ShapeError, match=r"global_array \(leaf 0\): PartitionSpec.* 1 entries for a value of rank 0"):
@@ -152,10 +170,8 @@ def test_the_launcher_stops_every_process_at_its_timeout(tmp_path, monkeypatch):
 def test_tlaloc_launch_passes_the_script_its_arguments(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
-    src = pathlib.Path(__file__).resolve().parents[2] / "src"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-m", "tlaloc.cli", "launch", "-n", "2", str(script), "--flag", "x", "-n",
-                           "5"], capture_output=True, text=True, timeout=120, env=env)
+                           "5"], capture_output=True, text=True, timeout=120, env=_env())
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     for i in range(2):

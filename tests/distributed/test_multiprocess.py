@@ -220,13 +220,17 @@ def test_fsdp_holds_half_the_parameters_per_process(trained, single):
     assert _params_rel(trained["out"] / "params-fsdp.npz", params) < 1e-5
 
 
-def test_a_program_mismatch_is_refused_by_name(trained):
+def test_a_program_or_input_mismatch_is_refused_by_name(trained):
     for r in trained["results"]:
         msg = r["mismatch"]
         assert msg.startswith("tlaloc.distributed: process"), msg
         assert "compile `train_step`" in msg and "differ" in msg
         assert "argument 19 `x`: float32[" in msg and "argument 20 `y`: int32[" in msg
         assert "float32[32, 64]" in msg and "float32[64, 64]" in msg
+        host = r["host_mismatch"]                  # NumPy arguments differ: the model's weights
+        assert host.startswith("tlaloc.distributed: process") and "inputs `train_step`" in host, host
+        assert "argument 0 `" in host and "content sha256" in host and "tl.distributed.global_array" in host
+        assert "argument 6 `" not in host          # the optimizer state is the same in both
 
 
 def test_the_launcher_prefixes_each_process_lines(trained):

@@ -52,6 +52,7 @@ def data_parallel(out, mesh, dtype, result):
     model, opt, state = dm.init(dtype)
     step = dm.make_step(opt, mesh=mesh, in_shardings=(P(), P(), P("data"), P("data")), out_shardings=(P(), P(), P()))
     model, state, losses = dm.train(step, model, state, dm.schedule(), x, y, shard_feed(mesh))
+    result.setdefault("steps", {})[np.dtype(dtype).name] = step
     name = np.dtype(dtype).name
     result[f"dp_{name}"] = losses
     result[f"dp_{name}_param_bytes"] = dist.local_nbytes(model)
@@ -84,7 +85,8 @@ def fsdp(out, mesh, result):
 
 
 def mismatch(mesh, result):
-    """Process 1 compiles the step for another batch size: both processes refuse by name."""
+    """Process 1 compiles the step for another batch size, then passes other host values to the
+    compiled data-parallel step: both processes refuse both by name."""
     x, y = dm.data()
     model, opt, state = dm.init()
     step = dm.make_step(opt, mesh=mesh, in_shardings=(P(), P(), P("data"), P("data")))
@@ -94,6 +96,13 @@ def mismatch(mesh, result):
         result["mismatch"] = "no error"
     except tl.DistributedError as e:
         result["mismatch"] = str(e)
+    if dist.process_index() == 1:
+        model = tl.nn.MLP((64, 256, 128, 10), activation=tl.nn.relu, key=tl.random.key(1))     # other weights
+    try:
+        result["steps"]["float32"](model, state, *shard_feed(mesh)(x[:64], y[:64]))
+        result["host_mismatch"] = "no error"
+    except tl.DistributedError as e:
+        result["host_mismatch"] = str(e)
 
 
 def restore(out, ckpt, mesh, result):
@@ -145,6 +154,7 @@ def main(argv):
         restore(out, argv[2], mesh, result)
     if mode == "idle":
         idle()
+    result.pop("steps", None)
     write(out, result)
     print(f"process {dist.process_index()} of {dist.process_count()} done", flush=True)
 

@@ -4,14 +4,15 @@
 the run: process 0 starts the coordination service (jaxlib's
 ``DistributedRuntimeService``) and every process connects a
 ``DistributedRuntimeClient`` to it. The client is handed to jax's backend
-factory, so the PJRT CPU client that ``tlaloc._runtime.pjrt.client`` returns
-spans every process's devices, with collectives through gloo (on CUDA, the
+factory (``jax._src.distributed.global_state``, what ``jax.distributed.initialize``
+sets; tlaloc makes its own client so that it controls the exit), so the PJRT CPU
+client that ``tlaloc._runtime.pjrt.client`` returns spans every process's devices, with collectives through gloo (on CUDA, the
 same runtime sets up NCCL; that path is untested here). Nothing here moves
 data: XLA's SPMD partitioner puts the collectives inside the compiled programs.
 
 What this module adds on top:
 
-* ``agree(what, name, fingerprint, detail)``: every process publishes what it is
+* ``agree(what, name, fingerprint, items, fix)``: every process publishes what it is
   about to compile in the runtime's key-value store and checks that all agree,
   so a mismatch of program or shapes is refused by name (``DistributedError``)
   instead of hanging in a collective.
@@ -25,7 +26,9 @@ What this module adds on top:
 Outside a collective, a process that stops sending heartbeats for
 ``heartbeat_timeout`` seconds makes the coordination service stop the others
 (jaxlib's "Terminating process because the JAX distributed service detected
-fatal errors").
+fatal errors"). jaxlib 0.10.2 cannot call a Python ``missed_heartbeat_callback``
+instead (its status argument has no Python type: ``std::bad_cast``), so that
+message is jaxlib's.
 
 Imports NumPy and jax/jaxlib only, like the rest of ``tlaloc._runtime``.
 """
@@ -143,21 +146,35 @@ def initialize(coordinator=None, num_processes=None, process_id=None, *, heartbe
         except Exception as e:
             raise DistributedError(f"tlaloc.distributed.initialize: process 0 cannot start the coordination service "
                                    f"on {bind} ({_first_line(e)}); is the port in use? pick another") from None
+    _wait_for_coordinator(host, int(port), float(init_timeout), pid, n)
     g.client = _jax.get_distributed_runtime_client(str(coordinator), pid, init_timeout=int(init_timeout),
                                                    heartbeat_timeout=int(heartbeat_timeout),
                                                    shutdown_on_destruction=False, use_compression=True)
-    try:
-        g.client.connect()
-    except Exception as e:
-        raise DistributedError(f"tlaloc.distributed.initialize: process {pid} of {n} could not join the run at "
-                               f"{coordinator} within {init_timeout} s ({_first_line(e)}); every process must "
-                               f"start with the same coordinator and num_processes") from None
+    g.client.connect()          # every process registers; jaxlib stops the process if one never does
     state = jax_distributed.global_state              # what jax's backend factory reads
     state.service, state.client = g.service, g.client
     state.process_id, state.num_processes, state.coordinator_address = pid, n, str(coordinator)
     _GROUP = g
     _install_exit_hooks()
     return g
+
+
+def _wait_for_coordinator(host: str, port: int, seconds: float, pid: int, n: int) -> None:
+    """Return once the coordinator accepts connections; ``DistributedError`` after ``seconds``.
+    (jaxlib's own connect does not fail with an error: it stops the process.)"""
+    import socket
+    import time
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection((host.strip("[]"), port), timeout=1.0).close()
+            return
+        except OSError as e:
+            if time.monotonic() > deadline:
+                raise DistributedError(f"tlaloc.distributed.initialize: process {pid} of {n} found no coordinator "
+                                       f"at {host}:{port} within {seconds:g} s ({e}); process 0 starts it: start "
+                                       f"every process with the same coordinator address") from None
+            time.sleep(0.1)
 
 
 def _first_line(e) -> str:

@@ -55,11 +55,10 @@ class SpmdExecutable:
         self._jax = jax
 
     def __call__(self, *args):
-        bufs = [self.place(a, k) for k, a in enumerate(args)]
         if self.multiprocess:
-            _agree_on_host_inputs(self.name, args, self.arg_names)
-            return self._run_across_processes(bufs)
-        return self._run(bufs)
+            _agree_on_host_inputs(self.name, args, self.arg_names)       # before any transfer
+            return self._run_across_processes([self.place(a, k) for k, a in enumerate(args)])
+        return self._run([self.place(a, k) for k, a in enumerate(args)])
 
     def _run(self, bufs) -> list:
         res = self._exe.execute_sharded(bufs).disassemble_into_single_device_arrays()

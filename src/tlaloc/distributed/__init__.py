@@ -57,8 +57,10 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     Raises:
       ArgumentError: a value missing or malformed, a second ``initialize`` with
         other values, or a call after the PJRT client was created.
-      DistributedError: the coordination service cannot start (port in use) or
-        not every process joined within ``init_timeout``.
+      DistributedError: the coordination service cannot start (port in use), or
+        this process finds no coordinator within ``init_timeout``. (A run whose
+        other processes never join ends after ``init_timeout`` with jaxlib's
+        message: its connect stops the process rather than raising.)
     """
     from .._runtime import distributed as rt
     rt.initialize(coordinator, num_processes, process_id, heartbeat_timeout=heartbeat_timeout,
