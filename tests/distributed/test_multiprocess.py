@@ -9,7 +9,7 @@ Four groups of processes, each bounded in time (``tests/distributed/worker.py``)
 * ``restored``: 2 processes restore the checkpoint, continue to step 50, then keep
   training until the test kills one of them.
 * ``idle``: 2 processes join a run and idle; the test kills one.
-* this process: the single-process, single-device runs (the oracle).
+* ``single``: in this process, the single-process, single-device runs (the oracle).
 
 The groups run once per test session, even when pytest-xdist spreads these tests over
 workers (``_once``: the first worker runs a group, the others wait for its files).
@@ -163,16 +163,23 @@ def trained(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def single():
+def single(tmp_path_factory):
     """The oracle: the same training on one process and one device (no mesh), f32 and f64."""
-    runs = {}
-    for dtype in (np.float32, np.float64):
-        x, y = dm.data(dtype)
-        model, opt, state = dm.init(dtype)
-        step = dm.make_step(opt)
-        model, state, losses = dm.train(step, model, state, dm.schedule(), x, y)
-        runs[np.dtype(dtype).name] = {"losses": np.array(losses), "params": [np.asarray(a) for a in
-                                                                           _pytree.leaves(model)], "step": step}
+    def make(out):
+        runs = {}
+        for dtype in (np.float32, np.float64):
+            x, y = dm.data(dtype)
+            model, opt, state = dm.init(dtype)
+            model, state, losses = dm.train(dm.make_step(opt), model, state, dm.schedule(), x, y)
+            name = np.dtype(dtype).name
+            np.savez(out / f"params-{name}.npz", *[np.asarray(a) for a in _pytree.leaves(model)])
+            runs[name] = {"losses": losses, "params": str(out / f"params-{name}.npz")}
+        return runs
+    runs = _once(tmp_path_factory, "single", make)
+    for run in runs.values():
+        run["losses"] = np.array(run["losses"])
+        stored = np.load(run["params"])
+        run["params"] = [stored[f"arr_{k}"] for k in range(len(stored.files))]
     return runs
 
 
@@ -266,7 +273,7 @@ def test_checkpoint_of_two_processes_into_one_reshards_only_when_asked(trained, 
     saved = np.load(trained["out"] / "params-fsdp_at_checkpoint.npz")
     assert all(np.array_equal(a, saved[f"arr_{k}"]) for k, a in enumerate(_pytree.leaves(model)))
     x, y = dm.data()
-    _, _, losses = dm.train(single["float32"]["step"], model, state, dm.schedule()[at:], x, y)
+    _, _, losses = dm.train(dm.make_step(opt), model, state, dm.schedule()[at:], x, y)
     assert _rel(losses, restored["results"][0]["continued"]) < 1e-6
 
 
