@@ -111,6 +111,8 @@ def test_another_structure_shape_or_dtype_is_refused_listing_each(tmp_path):
         dist.load_sharded(tmp_path / "c", nn.astype(model, np.float64))
     with pytest.raises(tl.ArgumentError, match="has no manifest.json; it is not a sharded checkpoint"):
         dist.load_sharded(tmp_path, model)
+    with pytest.raises(tl.ArgumentError, match="shardings name mesh axes; pass the mesh too"):
+        dist.load_sharded(tmp_path / "c", model, shardings=P("data"))
 
 
 def _two_shard_checkpoint(tmp_path):

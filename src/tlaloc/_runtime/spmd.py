@@ -19,11 +19,18 @@ class SpmdExecutable:
     """A program partitioned over a device mesh by XLA's SPMD partitioner (Shardy).
 
     The program's ``shardings`` name the mesh; its size is the number of
-    partitions, one per device (the first ``mesh.size`` devices of ``platform``).
-    Calling it takes NumPy arrays, numbers or device arrays; each argument is
-    placed with the sharding XLA compiled for it (a device array already placed
-    that way is used as it is). Results are global device arrays (``np.asarray``
-    gathers them), sharded as compiled.
+    partitions, one per device (the first ``mesh.size`` devices of ``platform``;
+    in a multi-process run, every device of every process). Calling it takes
+    NumPy arrays, numbers or device arrays; each argument is placed with the
+    sharding XLA compiled for it (a device array already placed that way is used
+    as it is). Results are global device arrays, sharded as compiled
+    (``np.asarray`` gathers them in one process; across processes it reads only
+    replicated ones: ``tlaloc.distributed.gather`` gathers the others).
+
+    Across processes, every process must construct and call it alike: before
+    compiling, the processes compare the program and argument types, and before
+    each call their NumPy arguments (``DistributedError`` naming what differs);
+    a call whose collective loses a peer raises ``DistributedError`` too.
     """
 
     def __init__(self, program, platform: str = "cpu", arg_names=None):

@@ -38,12 +38,11 @@ import numpy as np
 from .. import _pytree
 from .. import sharding as _sharding
 from .._runtime import distributed as _rt
-from ..checkpoint_io import _atomic_write, _flatten, _load_tensors
+from ..checkpoint_io import _ROOTS, _atomic_write, _flatten, _load_tensors
 from ..errors import ArgumentError
 
 FORMAT = "tlaloc.sharded-checkpoint/1"
 MANIFEST = "manifest.json"
-_ROOTS = ("model", "opt_state")
 
 
 def _box(index, shape) -> tuple:
@@ -153,6 +152,9 @@ def load_sharded(path, like, *, mesh=None, shardings=None, reshard: bool = False
         manifest; another layout without ``reshard=True`` (naming the stored and the
         requested process counts).
     """
+    if shardings is not None and mesh is None:
+        raise ArgumentError("load_sharded: shardings name mesh axes; pass the mesh too (mesh=tl.sharding.Mesh(...)), "
+                            "or neither for whole NumPy arrays")
     manifest = read_manifest(path)
     want_opt = isinstance(like, tuple) and len(like) == 2
     roots = (like[0], like[1]) if want_opt else (like, None)
