@@ -127,7 +127,7 @@ def main(argv=None) -> int:
         p.add_argument("--only", default=None, help="comma-separated formulations")))
     if args.threads is None:
         common.limit_threads(2)
-    import tlaloc.serving.device  # noqa: F401  (XLA_FLAGS: the CPU scheduler the serving runtime uses)
+    import tlaloc.serving.runtime.device  # noqa: F401  (XLA_FLAGS: the CPU scheduler the serving runtime uses)
     import jax
     import jax.numpy as jnp
     import numpy as np

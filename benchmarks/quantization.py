@@ -70,7 +70,7 @@ def measure(model: str, workdir: str, *, context=(64, 512), new_tokens: int = 32
     from tlaloc.serving import Engine, greedy_agreement
     from tlaloc.serving.export import export
     from tlaloc.serving.manifest import read_manifest
-    from tlaloc.serving.scoring import token_logprobs
+    from tlaloc.serving.runtime.scoring import token_logprobs
     text = open(TEXT_FILE, encoding="utf-8").read() if text is None else text
     out, ref = {}, None
     for fmt in ["f32"] + [f for f in formats if f != "f32"]:

@@ -80,9 +80,9 @@ def _fail(message: str, code: int = 2):
 
 def _load(artifact: str):
     from tlaloc.errors import TlalocError
-    from tlaloc.serving._load import load_engine
+    from tlaloc.serving import Engine
     try:
-        return load_engine(artifact)
+        return Engine(str(artifact))
     except (TlalocError, RuntimeError, OSError, ValueError) as exc:
         _fail(f"cannot load {artifact}: {exc}")
 
@@ -129,9 +129,10 @@ def generate(artifact: str = typer.Argument(..., help="an artifact directory (tl
     """Generate text for a prompt, streamed to the terminal as it is made."""
     import time
 
-    from tlaloc.serving._detok import TextStream
-    from tlaloc.serving._prompts import chat_prompt
-    from tlaloc.serving.openai_schema import OpenAIError
+    from tlaloc.serving.runtime.detok import TextStream
+    from tlaloc.serving.runtime.loop import EngineLoop
+    from tlaloc.serving.server.openai_schema import OpenAIError
+    from tlaloc.serving.server.prompts import chat_prompt
     engine = _load(artifact)
     if engine.kind != "decoder":
         _fail(f"{artifact} is an encoder artifact; use `tlaloc embed`")
@@ -142,23 +143,27 @@ def generate(artifact: str = typer.Argument(..., help="an artifact directory (tl
         except OpenAIError as exc:
             _fail(exc.message)
     ids = list(engine.tokenizer.encode(text, add_special_tokens=not chat).ids)
+    stream, failed = TextStream(engine.tokenizer), []
+
+    def show(event):
+        if event.error:
+            failed.append(event.error)
+            return
+        sys.stdout.write(stream.push(event.token_ids) + (stream.finish() if event.finished else ""))
+        sys.stdout.flush()
+
+    loop = EngineLoop(engine)
     try:
-        rid = engine.submit(ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                            top_p=top_p, seed=seed,
-                            stop_ids=tuple(getattr(engine, "eos_token_ids", None) or ()))
+        loop.submit(ids, show, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                    seed=seed, stop_ids=tuple(getattr(engine, "eos_token_ids", None) or ()))
     except ValueError as exc:
         _fail(str(exc))
-    stream, start, count = TextStream(engine.tokenizer), time.perf_counter(), 0
-    while engine.has_work():
-        for event in engine.step():
-            if event.request_id != rid:
-                continue
-            if event.error:
-                _fail(f"generation failed: {event.error}", 1)
-            count += len(event.token_ids)
-            piece = stream.push(event.token_ids) + (stream.finish() if event.finished else "")
-            sys.stdout.write(piece)
-            sys.stdout.flush()
+    start = time.perf_counter()
+    while loop.live:
+        loop.step()
+    if failed:
+        _fail(f"generation failed: {failed[0]}", 1)
+    count = len(stream.token_ids)
     seconds = time.perf_counter() - start
     typer.echo("")
     typer.echo(f"[{count} tokens in {seconds:.2f} s, {count / max(seconds, 1e-9):.1f} tokens/s]", err=True)
@@ -207,12 +212,11 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
           max_header_bytes: int = typer.Option(16 * 1024, help="largest request header block")) -> None:
     """Serve an artifact over an OpenAI-compatible HTTP API (completions, chat, embeddings, /metrics).
 
-    The limits and their defaults are described in ``tlaloc.serving.limits``.
+    The limits and their defaults are described in ``tlaloc.serving.server.limits``.
     """
     from tlaloc.errors import TlalocError
-    from tlaloc.serving._load import load_engine
-    from tlaloc.serving.limits import ServerLimits
-    from tlaloc.serving.server import run_server
+    from tlaloc.serving import Engine
+    from tlaloc.serving.server import ServerLimits, run_server
     try:
         limits = ServerLimits(max_request_bytes=max_request_bytes, max_prompts=max_prompts,
                               max_embedding_inputs=max_embedding_inputs, max_n=max_n,
@@ -222,7 +226,7 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
     except ValueError as exc:
         _fail(str(exc))
     try:
-        engine = load_engine(artifact, max_waiting=max_waiting)
+        engine = Engine(str(artifact), max_waiting=max_waiting)
     except (TlalocError, RuntimeError, OSError, ValueError) as exc:
         _fail(f"cannot load {artifact}: {exc}")
     run_server(engine, host=host, port=port, api_key=api_key, log_level=log_level, limits=limits)
@@ -241,7 +245,7 @@ def export_triton(artifact: str = typer.Argument(..., help="an artifact director
                                                    "convention); utf8: TYPE_UINT8 UTF-8 bytes, for Python-backend "
                                                    "stubs built for NumPy 1.x (nvidia-pytriton <= 0.7)")) -> None:
     """Write a Triton model repository (Python backend) that serves an artifact."""
-    from tlaloc.serving.triton_repo import write_repository
+    from tlaloc.serving.triton import write_repository
     if text_tensors not in ("string", "utf8"):
         _fail(f"--text-tensors must be 'string' or 'utf8', not {text_tensors!r}")
     try:

@@ -11,7 +11,7 @@ from .helpers import require, torch_threads
 require("torch", "transformers")
 
 import tlaloc.models as tm  # noqa: E402
-from tlaloc.serving.generate import generate  # noqa: E402
+from tlaloc.serving.export.reference import generate  # noqa: E402
 from .tiny import CASES, NEW_TOKENS, PROMPTS, hf_greedy, make_tiny  # noqa: E402
 
 

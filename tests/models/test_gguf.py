@@ -10,7 +10,7 @@ require("gguf")
 
 import tlaloc.models as tm  # noqa: E402
 from tlaloc.models import gguf_file  # noqa: E402
-from tlaloc.serving.generate import generate  # noqa: E402
+from tlaloc.serving.export.reference import generate  # noqa: E402
 
 # ggml block layouts (32 weights a block): Q8_0 = f16 d, int8 q[32]      -> d * q
 #                                          Q4_0 = f16 d, u8 nibbles[16]  -> d * (nibble - 8)

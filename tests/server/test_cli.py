@@ -13,14 +13,14 @@ RUNNER = CliRunner()
 
 @pytest.fixture
 def engines(monkeypatch):
-    """Make ``load_engine`` hand out FakeEngines; returns the ones made."""
+    """Make ``tlaloc.serving.Engine`` hand out FakeEngines; returns the ones made."""
     made = []
 
     def fake_load(artifact, **options):
         made.append(FakeEngine(kind="encoder" if "enc" in str(artifact) else "decoder"))
         return made[-1]
 
-    monkeypatch.setattr("tlaloc.serving._load.load_engine", fake_load)
+    monkeypatch.setattr("tlaloc.serving.Engine", fake_load)
     return made
 
 

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from tlaloc.serving._http import protocol_with_header_timeout
+from tlaloc.serving.server.transport import protocol_with_header_timeout
 from tlaloc.serving.limits import ServerLimits
 
 from .conftest import wait_for

@@ -1,7 +1,7 @@
 """TextStream: incremental text equals whole decoding, cut before the first stop string."""
 import pytest
 
-from tlaloc.serving._detok import TextStream
+from tlaloc.serving.runtime.detok import TextStream
 
 from .fake_engine import EOS_ID, byte_level_tokenizer
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tlaloc.serving._generation import Generation
+from tlaloc.serving.server.choices import Generation
 from tlaloc.serving.limits import ServerLimits
 from tlaloc.serving.server import create_app
 

@@ -98,7 +98,7 @@ def _check_chat(content, ref, ids, top):
 
 
 def test_chat_logprobs_greedy_and_sampled_equal_transformers(setup):
-    from tlaloc.serving import _prompts
+    from tlaloc.serving.server import prompts as _prompts
     hf, engine, client = setup
     prompt = _prompts.chat_token_ids(engine, MESSAGES)
     chat = client.chat.completions.create(model=engine.model_name, messages=MESSAGES, max_tokens=6, temperature=0,

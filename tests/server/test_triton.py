@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import tlaloc
-from tlaloc.serving.triton_repo import config_pbtxt, write_repository
+from tlaloc.serving.triton import config_pbtxt, write_repository
 
 from . import triton_stub
 from .conftest import wait_for
@@ -201,7 +201,7 @@ def test_decoupled_model_streams_and_cancels(artifacts, tmp_path, monkeypatch):
         assert bad.sender.sent[-1].has_error() and "empty" in bad.sender.sent[-1].error().message()
     finally:
         model.finalize()
-    assert not model._thread.is_alive()
+    assert not model.runner.alive
 
 
 def test_encoder_model_embeds_a_batch_in_one_call(artifacts, tmp_path, monkeypatch):
@@ -342,14 +342,15 @@ def test_real_triton_round_trip(pytriton, artifacts, tiny_llama, tmp_path, recor
     """
     artifact, engine, cache = tiny_llama
     repo = tmp_path / "repo"
-    fake_dir = write_repository(artifacts[0], repo, engine_factory="fake_engine:load_fake", text_tensors="utf8")
+    site_dirs = [os.path.dirname(os.path.dirname(tlaloc.__file__)), sysconfig.get_paths()["purelib"]]  # this tlaloc
+    fake_dir = write_repository(artifacts[0], repo, engine_factory="fake_engine:load_fake", text_tensors="utf8",
+                                python_site_dirs=site_dirs)
     string_dir = write_repository(artifacts[0], repo, model_name="fake-string",
-                                  engine_factory="fake_engine:load_fake")
+                                  engine_factory="fake_engine:load_fake", python_site_dirs=site_dirs)
     for model_dir in (fake_dir, string_dir):
         shutil.copy(os.path.join(os.path.dirname(__file__), "fake_engine.py"), os.path.join(model_dir, "1"))
     real_dir = write_repository(str(artifact), repo, model_name="tiny-llama", engine_factory="fast_engine:load",
-                                text_tensors="utf8", python_site_dirs=[os.path.dirname(os.path.dirname(
-                                    tlaloc.__file__)), sysconfig.get_paths()["purelib"]])   # the tlaloc under test
+                                text_tensors="utf8", python_site_dirs=site_dirs)
     with open(os.path.join(real_dir, "1", "fast_engine.py"), "w") as f:   # fast_compile, the test's cache
         f.write("from tlaloc.serving import Engine\n\n\ndef load(artifact):\n"
                 "    return Engine(artifact, fast_compile=True)\n")

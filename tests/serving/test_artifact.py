@@ -99,8 +99,8 @@ def test_tampered_weight_is_refused_by_hash(artifact, tmp_path):
 
 
 def test_tampered_program_is_refused_by_hash(artifact, tmp_path, monkeypatch):
-    import tlaloc.serving.engine as engine_module
-    monkeypatch.setattr(engine_module, "_COMPILED", {})    # not compiled by an earlier test in this process
+    import tlaloc.serving.runtime.executor as executor_module
+    monkeypatch.setattr(executor_module, "_COMPILED", {})    # not compiled by an earlier test in this process
     art = _copy(artifact("llama"), tmp_path)
     path = art / "programs" / "decode_b1_c16.mlir"
     path.write_text(path.read_text().replace("stablehlo.add", "stablehlo.subtract", 1))
@@ -108,7 +108,7 @@ def test_tampered_program_is_refused_by_hash(artifact, tmp_path, monkeypatch):
         Engine(art)
     eng = Engine(art, verify=False, fast_compile=True)                      # lazily compiled: checked again
     with pytest.raises(ArtifactError, match=r"programs/decode_b1_c16.mlir: sha256 mismatch"):
-        eng._executable("decode", 1, 16)
+        eng.executor.executable("decode", 1, 16)
 
 
 def test_unknown_schema_version_is_refused(artifact, tmp_path):

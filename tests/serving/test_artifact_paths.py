@@ -9,7 +9,7 @@ import pytest
 
 from tlaloc.serving import Engine
 from tlaloc.serving.errors import ArtifactError
-from tlaloc.serving.export import _OWNER, _write_atomically
+from tlaloc.serving.export.artifact import _OWNER, _write_atomically
 from tlaloc.serving.manifest import MANIFEST, read_manifest
 
 

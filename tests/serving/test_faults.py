@@ -53,7 +53,7 @@ def test_a_program_fault_in_one_row_fails_only_that_request(engine, monkeypatch,
         bad_prompt = [5, POISON, 6]
     else:                       # the poison is generated: make it the stop-free decode input by forcing it
         bad_prompt = [5, 6, 7]
-    monkeypatch.setattr(eng.scheduler, "runner", _poisoned(eng.scheduler.runner))
+    monkeypatch.setattr(eng.executor, "run", _poisoned(eng.executor.run))
     ids = [eng.submit(p, max_new_tokens=8) for p in good]
     bad = eng.submit(bad_prompt, max_new_tokens=8)
     first = []
@@ -72,15 +72,15 @@ def test_a_program_fault_in_one_row_fails_only_that_request(engine, monkeypatch,
 
 def test_a_device_error_that_loses_the_kv_pools_fails_the_running_requests_and_serving_resumes(engine, monkeypatch):
     eng = engine("llama")
-    real = eng.scheduler.runner
+    real = eng.executor.run
 
     def lose_pools(mode, B, C, arrays):
         if (np.asarray(arrays["token_ids"]) == POISON).any():
-            for pool in eng._pools.values():
+            for pool in eng.executor.pools.values():
                 pool.delete()
             raise RuntimeError("execution failed after donation")
         return real(mode, B, C, arrays)
-    monkeypatch.setattr(eng.scheduler, "runner", lose_pools)
+    monkeypatch.setattr(eng.executor, "run", lose_pools)
     eng.submit(PROMPTS[1], max_new_tokens=4)
     eng.submit([POISON, 3], max_new_tokens=4)
     _, finished, _ = _drain(eng)
@@ -133,17 +133,17 @@ def test_out_of_range_values_are_refused_at_submit_naming_the_argument(engine, k
 
 
 def test_a_step_that_raises_fails_its_streams_as_failures_and_serving_goes_on(engine, monkeypatch):
-    from tlaloc.serving._engine_loop import EngineRunner
+    from tlaloc.serving.runtime.engine_thread import EngineRunner
     eng = engine("llama")
     want = _alone(engine, PROMPTS[2], n=4)
-    real_step, calls = eng.scheduler.step, {"n": 0}
+    real_step, calls = eng.scheduler.begin_step, {"n": 0}
 
     def broken_once():
         calls["n"] += 1
         if calls["n"] == 2:
             raise RuntimeError("scheduler bug")
         return real_step()
-    monkeypatch.setattr(eng.scheduler, "step", broken_once)
+    monkeypatch.setattr(eng.scheduler, "begin_step", broken_once)
     runner = EngineRunner(eng)
 
     async def finish(sink):

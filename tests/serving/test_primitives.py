@@ -5,7 +5,7 @@ import pytest
 import tlaloc as tl
 from tlaloc._core.aval import AbstractValue
 from tlaloc._prims import serving as sp
-from tlaloc.serving.programs import Slot, lower
+from tlaloc.serving.export.programs import Slot, lower
 
 rng = np.random.default_rng(0)
 P, BS, K, E, B, T, H, M = 6, 4, 2, 8, 2, 3, 4, 3
@@ -31,7 +31,7 @@ def _step(k_cache, v_cache, new, slots, q, tables, seq_lens, positions, window=3
 
 
 def _compiled(fn, args, donate=()):
-    from tlaloc.serving.device import Program, device_put
+    from tlaloc.serving.runtime.device import Program, device_put
     slots = [Slot(f"a{k}", "x", a.dtype, a.shape) for k, a in enumerate(args)]
     program = lower(fn, slots, "case", donate=donate)
     exe = Program(program.text, "cpu", [s.name for s in slots], [(s.dtype, s.shape) for s in slots],

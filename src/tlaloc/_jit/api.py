@@ -40,7 +40,6 @@ import numpy as np
 
 from .. import _pytree, _typecheck
 from .. import sharding as _sharding  # noqa: F401  (makes ``tl.sharding`` reachable once ``tl.jit`` is)
-from .._core.aval import AbstractValue
 from .._core.interpreter import eval_graph
 from .._core.specialize import specialize
 from .._core.specialize_control import while_capacity
@@ -48,59 +47,15 @@ from .._frontend.structure import ShapeNeeded
 from ..errors import ArgumentError, FenceError, TlalocError
 from . import bounded, bounded_export, dispatch, residuals
 from .lowering import Source, source_for
+from .shardings import program_shardings
+from .signature import array_types, as_tuple, compile_reason, iree_array_types, leaf_aval, split_args
 from .stages import Compiled, Lowered
 from .transformed import shape_dependent
 
 log = logging.getLogger("tlaloc.jit")
 _LEAF = _pytree.TreeDef("leaf")
-
-
-def _array_types() -> tuple:
-    types = [np.ndarray]
-    try:
-        from jaxlib import _jax
-        types.append(_jax.ArrayImpl)
-    except Exception:                                      # pragma: no cover
-        pass
-    return tuple(types)
-
-
-_ARRAY_TYPES = frozenset(_array_types())
+_ARRAY_TYPES = array_types()
 _BACKENDS = ("xla", "iree", "interpreter")
-
-
-def _iree_array_types() -> frozenset:
-    try:
-        from iree.runtime import DeviceArray
-        return frozenset({np.ndarray, DeviceArray})
-    except ImportError:                                    # pragma: no cover
-        return frozenset({np.ndarray})
-
-
-def _as_tuple(nums, name, n_max=None):
-    if nums is None:
-        return ()
-    if isinstance(nums, (int, np.integer)) and not isinstance(nums, bool):
-        return (int(nums),)
-    try:
-        return tuple(int(a) for a in nums)
-    except TypeError:
-        raise ArgumentError(f"jit: {name} must be an int or a tuple of ints, got {nums!r}") from None
-
-
-def _leaf_aval(x) -> AbstractValue:
-    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
-        # a Python number is weak, as in the interpreter: it adopts the other operand's dtype
-        return AbstractValue(np.asarray(x).dtype, (), weak=True)
-    if hasattr(x, "dtype") and hasattr(x, "shape"):
-        return AbstractValue(np.dtype(x.dtype), tuple(int(d) for d in x.shape))
-    try:
-        arr = np.asarray(x)
-    except Exception:
-        raise ArgumentError(f"jit: expected an array or a number, got {type(x).__name__}") from None
-    if arr.dtype == object:
-        raise ArgumentError(f"jit: expected an array or a number, got {type(x).__name__}")
-    return AbstractValue(arr.dtype, arr.shape)
 
 
 class Jitted:
@@ -118,8 +73,8 @@ class Jitted:
         self.fun = fun
         self.backend = backend
         self.platform = platform            # None: "cuda" where that PJRT backend exists, else "cpu"
-        self.static_argnums = _as_tuple(static_argnums, "static_argnums")
-        self.donate_argnums = _as_tuple(donate_argnums, "donate_argnums")
+        self.static_argnums = as_tuple(static_argnums, "static_argnums")
+        self.donate_argnums = as_tuple(donate_argnums, "donate_argnums")
         if set(self.static_argnums) & set(self.donate_argnums):
             raise ArgumentError("jit: an argument cannot be both static and donated")
         if (in_shardings is not None or out_shardings is not None) and mesh is None:
@@ -129,7 +84,7 @@ class Jitted:
             raise ArgumentError("jit: a mesh needs backend='xla' (the interpreter runs on one device)")
         self.mesh, self.in_shardings, self.out_shardings = mesh, in_shardings, out_shardings
         self.recognize = recognize
-        self._array_types = _iree_array_types() if backend == "iree" else _ARRAY_TYPES
+        self._array_types = iree_array_types() if backend == "iree" else _ARRAY_TYPES
         self._cache: dict = {}
         self._hits: dict = {}           # call signature (tlaloc._jit.dispatch) -> Hit
         self._static = frozenset(self.static_argnums)
@@ -155,28 +110,7 @@ class Jitted:
 
     # -- signature ------------------------------------------------------------------------
     def _split(self, args):
-        n = len(args)
-        static = tuple(sorted(a % n for a in self.static_argnums)) if n else ()
-        for a in self.static_argnums:
-            if not -n <= a < n:
-                raise ArgumentError(f"jit: static_argnums={a} but {self.__name__} got {n} positional arguments")
-        statics = []
-        for a in static:
-            try:
-                hash(args[a])
-            except TypeError:
-                raise ArgumentError(f"jit: static argument {a} ({type(args[a]).__name__}) must be hashable; "
-                                    f"pass arrays as ordinary arguments") from None
-            statics.append((a, args[a]))
-        dyn, trees = [], []
-        for k, a in enumerate(args):
-            if k in static:
-                trees.append(None)
-                continue
-            leaves, tree = _pytree.flatten(a)
-            dyn.extend(leaves)
-            trees.append(tree)
-        return tuple(statics), trees, dyn
+        return split_args(args, self.static_argnums, self.__name__)
 
     def _source(self, statics, trees, flat_avals) -> Source:
         shaped = shape_dependent(self.fun) or getattr(self, "_needs_shapes", False)
@@ -202,11 +136,11 @@ class Jitted:
 
     def _prepare(self, args):
         statics, trees, flat = self._split(args)
-        flat_avals = [_leaf_aval(x) for x in flat]
+        flat_avals = [leaf_aval(x) for x in flat]
         src = self._source(statics, trees, flat_avals)
         closure = [g() for g in src.closure_getters]
         leaves = list(flat) + closure
-        avals = flat_avals + [_leaf_aval(x) for x in closure]
+        avals = flat_avals + [leaf_aval(x) for x in closure]
         key = (statics, tuple(trees), tuple((a.dtype.str, a.shape, a.weak) for a in avals))
         return src, key, trees, flat, leaves, avals
 
@@ -250,51 +184,11 @@ class Jitted:
             if pos in {a % len(trees) for a in self.donate_argnums}:
                 donate.extend(range(k, k + n))
             k += n
-        shardings = None if self.mesh is None else self._shardings(src, trees, graph, n_flat)
+        shardings = None if self.mesh is None else program_shardings(
+            self.__name__, self.mesh, self.in_shardings, self.out_shardings, src, trees, graph, n_flat)
         return Lowered(graph, src, donate, "cpu" if self.backend == "iree" else self._platform(),
                        name=self.__name__, statics=statics, backend=self.backend, shardings=shardings,
                        recognize=self.recognize)
-
-    def _shardings(self, src, trees, graph, n_flat):
-        """Per program input and output: the mesh axes of each dim (``tlaloc.sharding``)."""
-        from .. import sharding as shd
-        mesh = self.mesh
-        if not isinstance(mesh, shd.Mesh):
-            raise ArgumentError(f"jit: mesh must be a tl.sharding.Mesh, got {type(mesh).__name__}")
-        dyn = [t for t in trees if t is not None]
-        spec = self.in_shardings
-        if isinstance(spec, (tuple, list)) and not isinstance(spec, shd.PartitionSpec):
-            if len(spec) != len(trees):
-                raise ArgumentError(f"jit: in_shardings has {len(spec)} entries but {self.__name__} takes "
-                                    f"{len(trees)} positional arguments")
-            spec = [s for s, t in zip(spec, trees) if t is not None]
-        else:
-            spec = [spec] * len(dyn)
-        leaf_specs = []
-        for k, (s, t) in enumerate(zip(spec, dyn)):
-            leaf_specs.extend(shd.expand(s, t, f"in_shardings[{k}]"))
-        names = [v.aval.names for v in src.graph.inputs]
-        ins = []
-        for k, v in enumerate(graph.inputs):
-            s = leaf_specs[k] if k < n_flat else None          # closure arrays: replicated
-            dims = shd.resolve(mesh, s, v.aval.shape, names[k] if k < len(names) else None,
-                               f"in_shardings (input `{v.hint or k}`)")
-            ins.append(tuple(() for _ in v.aval.shape) if dims is None else dims)
-        out_spec = self.out_shardings
-        if src.out_tree is not None:
-            out_leaf_specs = shd.expand(out_spec, src.out_tree, "out_shardings")
-        elif out_spec is None or isinstance(out_spec, (shd.PartitionSpec, shd.AxisRules)):
-            out_leaf_specs = [out_spec] * len(graph.outputs)
-        else:
-            raise ArgumentError("jit: the result structure of this function is not known before it runs; give "
-                                "out_shardings as one PartitionSpec (or None) for every output")
-        out_names = [getattr(o.aval, "names", None) for o in src.graph.outputs]
-        outs = []
-        for k, o in enumerate(graph.outputs):
-            shape = tuple(o.aval.shape)
-            outs.append(shd.resolve(mesh, out_leaf_specs[k], shape, out_names[k] if k < len(out_names) else None,
-                                    f"out_shardings (output {k})"))
-        return shd.Shardings(mesh, tuple(ins), tuple(outs))
 
     def __call__(self, *args, **kwargs):
         if kwargs:
@@ -351,7 +245,7 @@ class Jitted:
         return src.finish(args, trees, compiled.call_flat(leaves))
 
     def _compile(self, key, src, trees, avals, n_flat) -> Compiled:
-        reason = self._reason(key)
+        reason = compile_reason(key, self._seen, self._rows)
         t0 = time.perf_counter()
         rows = self._rows.get(key, residuals.START_ROWS)
         compiled = self._lower(src, trees, avals, n_flat, key[0], rows=rows).compile()
@@ -362,23 +256,6 @@ class Jitted:
         self._cache[key] = compiled
         self._seen.append(key)
         return compiled
-
-    def _reason(self, key) -> str:
-        if not self._seen:
-            return "first call"
-        if key in self._rows and key in self._seen:
-            return f"residual stacks of a reverse-mode while grown to {self._rows[key]} trips"
-        statics, trees, sig = key
-        same_tree = [k for k in self._seen if k[1] == trees]
-        if not same_tree:
-            return "new argument structure"
-        if all(k[0] != statics for k in same_tree):
-            return "new static value"
-        same = [k for k in same_tree if k[0] == statics]
-        shapes = tuple(s[1] for s in sig)
-        if all(tuple(s[1] for s in k[2]) != shapes for k in same):
-            return "new shape"
-        return "new dtype"
 
     def clear_cache(self) -> None:
         self._cache.clear()

@@ -89,7 +89,7 @@ def lm_head(cfg: DecoderConfig, weights: dict, h, head_parts=None):
     order, each part in the table's own layout ((n, D) tied, (D, n) untied). Each part's
     logits come from their own dot (the same contraction, so the same values) and are
     concatenated. The serving programs pass parts converted from bf16 or int8 one at a
-    time, so no float32 copy of the whole table is made (``tlaloc.serving.programs``).
+    time, so no float32 copy of the whole table is made (``tlaloc.serving.export.programs``).
     """
     if head_parts is None:
         head_parts = [weights["embed"] if cfg.tie_word_embeddings else weights["lm_head"]]

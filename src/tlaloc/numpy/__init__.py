@@ -14,12 +14,9 @@ import numpy as _np
 from .. import _prims  # noqa: F401
 from .. import dtypes as _dt
 from .._prims import elementwise as _ew
-from .._prims import reductions as _red
 from .._prims import shape_ops as _sh
 from .._prims import indexing as _ix
-from .._prims import linalg as _la
 from .._prims import selection as _sel
-from .._prims import broadcasting as _bc
 from .._prims import misc as _misc
 from ..errors import ShapeError
 from . import lax  # noqa: F401
@@ -139,164 +136,6 @@ def clip(a, min=None, max=None, *, a_min=None, a_max=None):
     return _sel.clamp(a_min, a, a_max)
 
 
-# -- reductions ------------------------------------------------------------------
-
-def _axes(axis):
-    return _red._axes_param(axis)
-
-
-def sum(a, axis=None, keepdims=False, dtype=None):
-    """Sum over ``axis``; ``dtype`` converts before and after (NumPy widens small integers)."""
-    if dtype is not None:
-        return astype(_red.reduce_sum(astype(a, dtype), _axes(axis), keepdims), dtype)
-    return _red.reduce_sum(a, _axes(axis), keepdims)
-
-
-def prod(a, axis=None, keepdims=False, dtype=None):
-    """Product over ``axis``; ``dtype`` converts before and after (NumPy widens small integers)."""
-    if dtype is not None:
-        return astype(_red.reduce_prod(astype(a, dtype), _axes(axis), keepdims), dtype)
-    return _red.reduce_prod(a, _axes(axis), keepdims)
-
-
-def max(a, axis=None, keepdims=False):
-    return _red.reduce_max(a, _axes(axis), keepdims)
-
-
-def min(a, axis=None, keepdims=False):
-    return _red.reduce_min(a, _axes(axis), keepdims)
-
-
-amax, amin = max, min
-
-
-def mean(a, axis=None, keepdims=False):
-    return divide(sum(a, axis, keepdims), _misc.reduced_count(a, _axes(axis)))
-
-
-def var(a, axis=None, keepdims=False, ddof=0, *, correction=None):
-    """Variance over ``axis`` with ``ddof`` (NumPy) or ``correction`` (Array API) subtracted
-    from the count."""
-    ddof = correction if correction is not None else ddof
-    m = mean(a, axis, keepdims=True)
-    d = subtract(a, m)
-    ss = sum(multiply(d, d), axis, keepdims)
-    n = _misc.reduced_count(a, _axes(axis))
-    return divide(ss, subtract(n, ddof) if ddof else n)
-
-
-def std(a, axis=None, keepdims=False, ddof=0, *, correction=None):
-    return sqrt(var(a, axis, keepdims, ddof, correction=correction))
-
-
-def argmax(a, axis=None, keepdims=False):
-    return _red.argmax_p.bind(a, axis=None if axis is None else int(axis), keepdims=_builtins.bool(keepdims))
-
-
-def argmin(a, axis=None, keepdims=False):
-    return _red.argmin_p.bind(a, axis=None if axis is None else int(axis), keepdims=_builtins.bool(keepdims))
-
-
-def cumsum(a, axis=None, dtype=None):
-    """Running sums along ``axis`` (None: the flattened array); ``dtype`` converts first."""
-    if dtype is not None:          # NumPy accumulates small integers wider: convert before and after
-        return astype(cumsum(astype(a, dtype), axis), dtype)
-    if axis is None:
-        return _red.cumsum(ravel(a), 0)
-    return _red.cumsum(a, axis)
-
-
-def cumprod(a, axis=None, dtype=None):
-    """Running products along ``axis`` (None: the flattened array); ``dtype`` converts first."""
-    if dtype is not None:          # NumPy accumulates small integers wider: convert before and after
-        return astype(cumprod(astype(a, dtype), axis), dtype)
-    if axis is None:
-        return _red.cumprod(ravel(a), 0)
-    return _red.cumprod(a, axis)
-
-
-def any(a, axis=None, keepdims=False):
-    return _red.reduce_any_p.bind(a, axes=_axes(axis), keepdims=_builtins.bool(keepdims))
-
-
-def all(a, axis=None, keepdims=False):
-    return _red.reduce_all_p.bind(a, axes=_axes(axis), keepdims=_builtins.bool(keepdims))
-
-
-def logsumexp(a, axis=None, keepdims=False):
-    """log Σ exp(a), stabilised by the (gradient-stopped) maximum."""
-    m = stop_gradient(max(a, axis, keepdims=True))
-    m = where(isfinite(m), m, 0.0)
-    out = add(log(sum(exp(subtract(a, m)), axis, keepdims=True)), m)
-    return out if keepdims else _bc.reshape_like(out, sum(a, axis, keepdims=False)) if axis is not None \
-        else _sh.reshape(out, ())
-
-
-def softmax(x, axis=-1):
-    """exp(x) / Σ exp(x) along ``axis``; shape of x."""
-    m = stop_gradient(max(x, axis, keepdims=True))
-    e_ = exp(subtract(x, m))
-    return divide(e_, sum(e_, axis, keepdims=True))
-
-
-def log_softmax(x, axis=-1):
-    """x - logsumexp(x) along ``axis``; shape of x."""
-    m = stop_gradient(max(x, axis, keepdims=True))
-    s = subtract(x, m)
-    return subtract(s, log(sum(exp(s), axis, keepdims=True)))
-
-
-# -- contractions ------------------------------------------------------------------
-
-def matmul(x1, x2):
-    """NumPy ``matmul``: (..., n, k) @ (..., k, m) -> (..., n, m); 1-D operands as NumPy."""
-    return _la.matmul(x1, x2)
-
-
-def dot(a, b):
-    """NumPy ``dot``: a product when either operand is a scalar (0-d), else
-    matmul semantics for 1-D and 2-D operands."""
-    if _known_scalar(a) or _known_scalar(b):
-        return multiply(a, b)
-    return _la.matmul(a, b)
-
-
-def _known_scalar(x) -> bool:
-    """0-d: a Python/NumPy scalar, or a symbolic value whose rank is known to be 0."""
-    if _is_symbolic(x):
-        return x.aval.rank == 0
-    return _np.ndim(x) == 0
-
-
-def vdot(a, b):
-    return sum(multiply(ravel(a), ravel(b)))
-
-
-def inner(a, b):
-    return _la.einsum("...i,...i->...", a, b)
-
-
-def outer(a, b):
-    return multiply(expand_dims(ravel(a), 1), expand_dims(ravel(b), 0))
-
-
-def einsum(subscripts, *operands):
-    """Einstein summation with an explicit output (``'ij,jk->ik'``)."""
-    return _la.einsum(subscripts, *operands)
-
-
-def tensordot(a, b, axes=2):
-    """NumPy ``tensordot``; ranks must be known (eager arrays, or annotated arguments)."""
-    ra, rb = _rank(a, "tensordot"), _rank(b, "tensordot")
-    if isinstance(axes, int):
-        ax_a, ax_b = list(range(ra - axes, ra)), list(range(axes))
-    else:
-        ax_a, ax_b = ([axes[0]] if isinstance(axes[0], int) else list(axes[0]),
-                      [axes[1]] if isinstance(axes[1], int) else list(axes[1]))
-    ax_a, ax_b = [x % ra for x in ax_a], [x % rb for x in ax_b]
-    return _la.dot_general(a, b, (tuple(ax_a), tuple(ax_b)))
-
-
 def _rank(x, op):
     if _is_symbolic(x):
         r = x.aval.rank
@@ -305,15 +144,6 @@ def _rank(x, op):
                              f"annotate the argument (e.g. F64['n', 'm'])")
         return r
     return _np.ndim(x)
-
-
-def trace(a, offset=0, axis1=0, axis2=1):
-    return sum(diagonal(a, offset, axis1, axis2), axis=-1)
-
-
-def diagonal(a, offset=0, axis1=0, axis2=1):
-    """Diagonal of ``a`` over (axis1, axis2), moved last (NumPy semantics)."""
-    return _diagonal_p.bind(a, offset=int(offset), axis1=int(axis1), axis2=int(axis2))
 
 
 # -- shapes ----------------------------------------------------------------------
@@ -449,7 +279,10 @@ def ndim(a):
     return _rank(a, "ndim")
 
 
-from ._diagonal import _diagonal_p  # noqa: E402
+from ._reductions import (sum, prod, max, min, amax, amin, mean, var, std, argmax, argmin,  # noqa: E402,F401
+                          cumsum, cumprod, any, all, logsumexp, softmax, log_softmax)
+from ._contractions import (matmul, dot, vdot, inner, outer, einsum, tensordot, trace,  # noqa: E402,F401
+                            diagonal)
 from ._composite import (log2, log10, exp2, hypot, sinc, isnan, isinf, logical_xor, trunc,  # noqa: E402,F401
                          rad2deg, deg2rad, degrees, radians, split)
 from ._creation import (copy, asarray, array, zeros_like, ones_like, full_like, eye, identity,  # noqa: E402,F401

@@ -17,8 +17,8 @@ import asyncio
 import dataclasses
 import time
 
-from ._detok import TextStream
-from .errors import QueueFullError
+from ..errors import QueueFullError
+from ..runtime.detok import TextStream
 from .openai_schema import OpenAIError
 
 _FINISH_REASONS = {"stop": "stop", "eos": "stop", "stop_token": "stop", "length": "length",
@@ -61,7 +61,7 @@ class Generation:
     """Choices of one request. Use as ``await gen.start()``, iterate ``gen.deltas()``, ``gen.close()``.
 
     Arguments:
-        runner: the server's :class:`~tlaloc.serving._engine_loop.EngineRunner`.
+        runner: the server's :class:`~tlaloc.serving.runtime.engine_thread.EngineRunner`.
         tokenizer: the engine's ``tokenizers.Tokenizer``.
         request_id: the response id; engine requests are ``{request_id}-{choice}``.
         prompts: token ids per prompt.

@@ -1,6 +1,6 @@
 """OpenAI's ``logprobs`` response fields from the engine's per-token log-probabilities.
 
-The engine gives, per generated token, a :class:`~tlaloc.serving.scheduler.TokenLogprobs`
+The engine gives, per generated token, a :class:`~tlaloc.serving.runtime.requests.TokenLogprobs`
 (ids and float32 log-probabilities in nats). Here they become OpenAI's two layouts:
 
 - ``/v1/completions`` (legacy ``logprobs: int``, 0..5): ``{"tokens", "token_logprobs",

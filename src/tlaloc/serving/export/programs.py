@@ -32,15 +32,15 @@ import dataclasses
 
 import numpy as np
 
-from .. import numpy as tnp
-from .._core.aval import AbstractValue
-from .._core.specialize import specialize
-from .._frontend.tracing import trace_region
-from .._render import stablehlo_serving  # noqa: F401  (registers the paged primitives' lowerings)
-from .._render.stablehlo import emit_module
-from ..models import DecoderConfig, decoder_hidden, encode, lm_head
-from ..models.kv_cache import NoCache
-from .paged import PagedBackend
+from ... import numpy as tnp
+from ..._core.aval import AbstractValue
+from ..._core.specialize import specialize
+from ..._frontend.tracing import trace_region
+from ..._render import stablehlo_serving  # noqa: F401  (registers the paged primitives' lowerings)
+from ..._render.stablehlo import emit_module
+from ...models import DecoderConfig, decoder_hidden, encode, lm_head
+from ...models.kv_cache import NoCache
+from .paged_backend import PagedBackend
 from .sampling import sample_tokens, token_logprobs
 from .weights_format import SIDE, channel_axis, dequantize, dequantize_channels
 
@@ -86,7 +86,7 @@ def request_slots(B: int, T: int, M: int, top_logprobs: int = 0) -> list[Slot]:
 
 def logprob_slots(B: int, top_logprobs: int) -> list[Slot]:
     """The log-probability outputs of a decoder program exported with ``top_logprobs`` = K > 0
-    (after the pools; see :func:`tlaloc.serving.sampling.token_logprobs`)."""
+    (after the pools; see :func:`tlaloc.serving.export.sampling.token_logprobs`)."""
     if not top_logprobs:
         return []
     K = top_logprobs

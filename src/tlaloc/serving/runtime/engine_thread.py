@@ -1,18 +1,23 @@
 """The engine thread: the one thread that calls into a ``tlaloc.serving.Engine``.
 
 The engine is not thread-safe, and ``engine.step()`` blocks for a whole batch step, so
-one worker thread owns it. Asyncio handlers talk to it through a command queue:
+one worker thread owns it and drives it with an :class:`~tlaloc.serving.runtime.loop.EngineLoop`
+(the HTTP server, and the streaming Triton model). Other threads talk to it through a
+command queue:
 
-- ``await runner.submit(ids, sink, request_id=..., ...)`` returns once the engine took
-  the request (or raises the engine's ``ValueError``); the request's events are then
-  put on ``sink`` (an ``asyncio.Queue``) from the thread with ``call_soon_threadsafe``;
+- ``runner.submit_nowait(ids, sink, request_id=..., ...)`` (any thread) returns a
+  ``concurrent.futures.Future`` of the request id, or of the engine's refusal; the
+  request's events are then passed to ``sink`` on the engine thread (see the loop's sinks);
+- ``await runner.submit(ids, queue, request_id=..., ...)`` (asyncio): the same, with the
+  events put on ``queue`` (an ``asyncio.Queue``) through its event loop's
+  ``call_soon_threadsafe``;
 - ``runner.cancel(request_id)`` (plain, callable from any thread or a ``finally``);
 - ``await runner.embed(texts)``: embedding requests that arrive together are merged
   into one ``engine.embed`` call (dynamic batching), up to ``embed_max_batch`` texts.
 
-Between commands the thread runs ``engine.step()`` while ``engine.has_work()``, and
-after each step it keeps a snapshot of ``engine.stats()`` for ``/metrics`` and
-``/health``. It measures time to first token and time per output token per request.
+Between commands the thread steps the loop while the engine has work, and after each
+step it keeps a snapshot of ``engine.stats()`` for ``/metrics`` and ``/health``. It
+measures time to first token and time per output token per request.
 """
 from __future__ import annotations
 
@@ -23,30 +28,54 @@ import logging
 import queue
 import threading
 import time
+from typing import Callable
 
 import numpy as np
+
+from .loop import EngineLoop
 
 log = logging.getLogger("tlaloc.serving")
 _STOP = object()
 
 
-@dataclasses.dataclass(frozen=True)
-class RunnerEvent:
-    """An event the runner makes itself (engine failure, shutdown); shaped like the engine's."""
-    request_id: str
-    token_ids: list
-    finished: bool = True
-    finish_reason: str | None = None
-    error: str | None = None
-
-
 @dataclasses.dataclass
-class _Stream:
-    loop: asyncio.AbstractEventLoop
-    sink: asyncio.Queue
+class _Timed:
+    """A sink that observes time to first token and time per output token, then passes the event on."""
+    sink: Callable
+    metrics: object
     submitted_at: float
     first_token_at: float | None = None
     tokens: int = 0
+
+    def __call__(self, event) -> None:
+        now = time.perf_counter()
+        if event.token_ids:
+            if self.first_token_at is None:
+                self.first_token_at = now
+                if self.metrics:
+                    self.metrics.ttft.observe(now - self.submitted_at)
+            self.tokens += len(event.token_ids)
+        if event.finished and not event.error and self.metrics and self.tokens > 1 \
+                and self.first_token_at is not None:
+            self.metrics.tpot.observe((now - self.first_token_at) / (self.tokens - 1))
+        self.sink(event)
+
+    def cancelled(self) -> bool:
+        cancelled = getattr(self.sink, "cancelled", None)
+        return bool(cancelled is not None and cancelled())
+
+
+@dataclasses.dataclass(frozen=True)
+class _QueueSink:
+    """Puts events on an asyncio queue from the engine thread."""
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+
+    def __call__(self, event) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        except RuntimeError:
+            pass                                      # the request's event loop is gone
 
 
 class EngineRunner:
@@ -54,7 +83,7 @@ class EngineRunner:
 
     Arguments:
         engine: an object with the ``tlaloc.serving.Engine`` streaming protocol.
-        metrics: a :class:`tlaloc.serving.metrics.ServerMetrics`, or None.
+        metrics: a :class:`tlaloc.serving.server.metrics.ServerMetrics`, or None.
         embed_window_s: after an embedding request arrives, wait this long for more to batch.
         embed_max_batch: at most this many texts per ``engine.embed`` call.
     """
@@ -63,23 +92,26 @@ class EngineRunner:
                  embed_max_batch: int = 64, idle_poll_s: float = 0.05):
         self.engine = engine
         self.metrics = metrics
+        self.loop = EngineLoop(engine)
         self._embed_window_s, self._embed_max_batch = embed_window_s, embed_max_batch
         self._idle_poll_s = idle_poll_s
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._streams: dict[str, _Stream] = {}
         self._snapshot: dict = {}
         self._thread: threading.Thread | None = None
+        self._stop_message = "the server is shutting down"
         self.failure: str | None = None        # set when the thread died
 
-    # -- the asyncio side ------------------------------------------------------------------
+    # -- other threads -----------------------------------------------------------------------
     def start(self) -> None:
         if self._thread is None:
             self._snapshot = self._safe_stats()
             self._thread = threading.Thread(target=self._run, name="tlaloc-engine", daemon=True)
             self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, message: str = "the server is shutting down") -> None:
+        """Stop the thread; every live request and queued command gets an error carrying ``message``."""
         if self._thread is not None:
+            self._stop_message = message
             self._commands.put(_STOP)
             self._thread.join(timeout)
             self._thread = None
@@ -92,10 +124,18 @@ class EngineRunner:
         """The latest ``engine.stats()``, taken by the engine thread."""
         return dict(self._snapshot)
 
-    async def submit(self, prompt_ids: list[int], sink: asyncio.Queue, *, request_id: str, **params) -> str:
+    def submit_nowait(self, prompt_ids: list[int], sink: Callable, *, request_id: str | None = None,
+                      **params) -> concurrent.futures.Future:
+        """Queue a request whose events go to ``sink`` (called on the engine thread); the future holds
+        its id once the engine took it, or the engine's refusal."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._commands.put(("submit", prompt_ids, params, request_id, sink,
-                            asyncio.get_running_loop(), future))
+        self._commands.put(("submit", prompt_ids, params, request_id, sink, future))
+        return future
+
+    async def submit(self, prompt_ids: list[int], sink: asyncio.Queue, *, request_id: str, **params) -> str:
+        """Submit from asyncio: the request's events are put on the queue ``sink``; returns its id."""
+        future = self.submit_nowait(prompt_ids, _QueueSink(asyncio.get_running_loop(), sink),
+                                    request_id=request_id, **params)
         return await asyncio.wrap_future(future)
 
     def cancel(self, request_id: str) -> None:
@@ -115,25 +155,24 @@ class EngineRunner:
                 embeds = [c for c in commands if c is not _STOP and c[0] == "embed"]
                 for command in commands:
                     if command is _STOP:
-                        self._fail_all("the server is shutting down")
+                        self._shutdown(self._stop_message)
                         return
                     if command[0] == "submit":
                         self._submit(*command[1:])
                     elif command[0] == "cancel":
-                        self._cancel(command[1])
+                        self.loop.cancel(command[1])
                 if embeds:
                     self._embed(embeds)
-                if self._has_work():
-                    self._step()
+                self.loop.step()
                 self._snapshot = self._safe_stats()
         except BaseException as exc:  # noqa: BLE001 - report, then let the server answer 503
             self.failure = f"engine thread died: {type(exc).__name__}: {exc}"
             log.exception("tlaloc engine thread died")
-            self._fail_all(self.failure)
+            self._shutdown(self.failure)
 
     def _next_commands(self) -> list:
         commands = []
-        if not self._has_work():
+        if not self.loop.has_work():
             try:
                 commands.append(self._commands.get(timeout=self._idle_poll_s))
             except queue.Empty:
@@ -152,13 +191,6 @@ class EngineRunner:
                     break
         return commands
 
-    def _has_work(self) -> bool:
-        try:
-            return bool(self.engine.has_work())
-        except Exception:  # noqa: BLE001
-            log.exception("engine.has_work() failed")
-            return False
-
     def _safe_stats(self) -> dict:
         try:
             return dict(self.engine.stats())
@@ -166,62 +198,16 @@ class EngineRunner:
             log.exception("engine.stats() failed")
             return dict(self._snapshot)
 
-    def _submit(self, prompt_ids, params, request_id, sink, loop, future) -> None:
+    def _submit(self, prompt_ids, params, request_id, sink, future) -> None:
         if not future.set_running_or_notify_cancel():
             return                                  # the caller gave up before we got to it
         try:
-            rid = self.engine.submit(prompt_ids, request_id=request_id, **params)
+            rid = self.loop.submit(prompt_ids, _Timed(sink, self.metrics, time.perf_counter()),
+                                   request_id=request_id, **params)
         except Exception as exc:  # noqa: BLE001 - ValueError is the user's; others are reported too
             future.set_exception(exc)
             return
-        self._streams[rid] = _Stream(loop, sink, time.perf_counter())
         future.set_result(rid)
-
-    def _cancel(self, request_id: str) -> None:
-        if self._streams.pop(request_id, None) is None:
-            return                                  # finished already, or never taken
-        try:
-            self.engine.cancel(request_id)
-        except Exception:  # noqa: BLE001
-            log.exception("engine.cancel(%r) failed", request_id)
-
-    def _step(self) -> None:
-        try:
-            events = self.engine.step()
-        except Exception as exc:  # noqa: BLE001
-            log.exception("engine.step() failed")
-            message = f"engine step failed: {type(exc).__name__}: {exc}"
-            for rid in list(self._streams):
-                self._fail_quietly(rid, message)
-            self._fail_all(message, drain=False)       # queued commands are new requests: serve them
-            return
-        now = time.perf_counter()
-        for event in events:
-            stream = self._streams.get(event.request_id)
-            if stream is None:
-                continue                            # cancelled by the server meanwhile
-            if event.token_ids:
-                if stream.first_token_at is None:
-                    stream.first_token_at = now
-                    if self.metrics:
-                        self.metrics.ttft.observe(now - stream.submitted_at)
-                stream.tokens += len(event.token_ids)
-            if event.finished:
-                del self._streams[event.request_id]
-                if self.metrics and stream.tokens > 1 and stream.first_token_at is not None:
-                    self.metrics.tpot.observe((now - stream.first_token_at) / (stream.tokens - 1))
-            self._deliver(stream, event)
-
-    def _fail_quietly(self, rid: str, message: str) -> None:
-        """End ``rid`` in the engine as failed (``engine.fail``; engines without it: cancel)."""
-        try:
-            fail = getattr(self.engine, "fail", None)
-            if fail is not None:
-                fail(rid, message)
-            else:
-                self.engine.cancel(rid)
-        except Exception:  # noqa: BLE001 - the step already failed; the stream gets the error below
-            pass
 
     def _embed(self, commands: list) -> None:
         group, size = [], 0
@@ -254,11 +240,10 @@ class EngineRunner:
             future.set_result(vectors[start:start + len(batch)])
             start += len(batch)
 
-    def _fail_all(self, message: str, drain: bool = True) -> None:
-        for rid, stream in list(self._streams.items()):
-            self._deliver(stream, RunnerEvent(rid, [], True, None, message))
-        self._streams.clear()
-        while drain:                                  # answer whatever is still queued
+    def _shutdown(self, message: str) -> None:
+        """Fail every live request and answer every queued command with ``message``."""
+        self.loop.fail_all(message, in_engine=False)
+        while True:
             try:
                 command = self._commands.get_nowait()
             except queue.Empty:
@@ -267,9 +252,5 @@ class EngineRunner:
                     and command[-1].set_running_or_notify_cancel():
                 command[-1].set_exception(RuntimeError(message))
 
-    @staticmethod
-    def _deliver(stream: _Stream, event) -> None:
-        try:
-            stream.loop.call_soon_threadsafe(stream.sink.put_nowait, event)
-        except RuntimeError:
-            pass                                      # the request's event loop is gone
+
+__all__ = ["EngineRunner"]

@@ -6,7 +6,7 @@ importable. The model's ``config.pbtxt`` parameters say what to serve:
 
 - ``artifact_dir``: the artifact, absolute or relative to this version folder;
 - ``engine_factory``: ``module:function`` that loads it (default
-  ``tlaloc.serving._load:load_engine``, i.e. ``tlaloc.serving.Engine(artifact_dir)``);
+  ``tlaloc.serving:Engine``, i.e. ``tlaloc.serving.Engine(artifact_dir)``);
 - ``python_site_dirs``: ``os.pathsep``-separated site-packages folders put in front of
   ``sys.path`` (with their ``.pth`` files) before the factory is imported, because the
   stub runs Triton's Python, not the environment ``tlaloc`` was installed in. Folders
@@ -17,12 +17,14 @@ Decoder artifacts take ``text_input`` (and optional ``max_tokens``, ``temperatur
 ``finish_reason``:
 
 - plain model (the default): Triton's dynamic batcher hands ``execute`` a list of
-  requests; they are submitted together and stepped to the end in one batch;
-- decoupled model (``export-triton --streaming``): ``execute`` hands requests to an
-  engine thread and returns; each step's new text goes back through the request's
-  response sender, the last response carrying the final flag. Requests join the
-  running batch as they arrive (continuous batching), and a cancelled request is
-  cancelled in the engine.
+  requests; they are submitted together and stepped to the end in one batch, through
+  the runtime's :class:`~tlaloc.serving.runtime.loop.EngineLoop`;
+- decoupled model (``export-triton --streaming``): ``execute`` hands requests to the
+  runtime's engine thread (:class:`~tlaloc.serving.runtime.engine_thread.EngineRunner`,
+  the one behind the HTTP server) and returns; each step's new text goes back through
+  the request's response sender, the last response carrying the final flag. Requests
+  join the running batch as they arrive (continuous batching), and a cancelled request
+  is cancelled in the engine.
 
 Encoder artifacts take ``text_input`` and answer ``embedding`` (float32, one row per text).
 
@@ -40,15 +42,13 @@ UTF-8 bytes (one text per row, trailing NUL bytes dropped) that any stub passes.
 import importlib
 import json
 import os
-import queue
 import site
 import sys
-import threading
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-_DEFAULT_FACTORY = "tlaloc.serving._load:load_engine"
+_DEFAULT_FACTORY = "tlaloc.serving:Engine"
 _DEFAULT_MAX_TOKENS = 64
 
 
@@ -116,25 +116,24 @@ class TritonPythonModel:
         self.batched = int(self.model_config.get("max_batch_size", 0)) > 0
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.model_config)
         self.stop_ids = tuple(getattr(self.engine, "eos_token_ids", None) or ())
-        self._inbox = queue.SimpleQueue()
-        self._thread = None
+        self.runner = None
         if self.decoupled:
-            self._thread = threading.Thread(target=self._engine_loop, name="tlaloc-triton", daemon=True)
-            self._thread.start()
+            from tlaloc.serving.runtime.engine_thread import EngineRunner
+            self.runner = EngineRunner(self.engine, embed_window_s=0)
+            self.runner.start()
 
     def execute(self, requests):
         if self.engine.kind == "encoder":
             return self._embed(requests)
         if self.decoupled:
             for request in requests:
-                self._inbox.put(request)
+                self._stream(request)
             return None
         return self._generate(requests)
 
     def finalize(self):
-        if self._thread is not None:
-            self._inbox.put(None)
-            self._thread.join(timeout=10)
+        if self.runner is not None:
+            self.runner.stop(timeout=10, message="the model is being unloaded")
 
     # -- helpers -----------------------------------------------------------------------------
     def _scalar(self, request, name, default):
@@ -161,17 +160,16 @@ class TritonPythonModel:
             return _tensor(name, np.frombuffer(data, dtype=np.uint8).reshape(lead + (-1,)))
         return pb_utils.Tensor(name, np.array([data], dtype=object).reshape(lead + (1,)))
 
-    def _submit(self, request):
-        from tlaloc.serving._detok import TextStream
+    def _request(self, request):
+        """``(prompt ids, engine.submit keyword arguments)`` of a request; ValueError for bad input."""
         prompt = (self._texts(request) or [""])[0]
         ids = list(self.engine.tokenizer.encode(prompt).ids)
         top_k, top_p, seed = (self._scalar(request, n, None) for n in ("top_k", "top_p", "seed"))
-        rid = self.engine.submit(ids, max_new_tokens=int(self._scalar(request, "max_tokens", _DEFAULT_MAX_TOKENS)),
-                                 temperature=float(self._scalar(request, "temperature", 0.0)),
-                                 top_k=int(top_k) if top_k else None, top_p=float(top_p) if top_p else None,
-                                 seed=None if seed is None else (int(seed), 0),   # as Engine.generate
-                                 stop_ids=self.stop_ids)
-        return rid, TextStream(self.engine.tokenizer)
+        return ids, dict(max_new_tokens=int(self._scalar(request, "max_tokens", _DEFAULT_MAX_TOKENS)),
+                         temperature=float(self._scalar(request, "temperature", 0.0)),
+                         top_k=int(top_k) if top_k else None, top_p=float(top_p) if top_p else None,
+                         seed=None if seed is None else (int(seed), 0),   # as Engine.generate
+                         stop_ids=self.stop_ids)
 
     def _response(self, text, token_ids, finish_reason):
         lead = (1,) if self.batched else ()
@@ -187,89 +185,42 @@ class TritonPythonModel:
 
     # -- plain model: one batch per execute ---------------------------------------------------
     def _generate(self, requests):
-        responses = [None] * len(requests)
-        pending = {}
-        for index, request in enumerate(requests):
-            try:
-                rid, stream = self._submit(request)
-                pending[rid] = (index, stream)
-            except ValueError as exc:
-                responses[index] = self._error(str(exc))
-        while pending:
-            if not self.engine.has_work():
-                for index, _ in pending.values():
-                    responses[index] = self._error("the engine dropped the request")
-                break
-            for event in self.engine.step():
-                if event.request_id not in pending:
-                    continue
-                index, stream = pending[event.request_id]
+        from tlaloc.serving.runtime.detok import TextStream
+        from tlaloc.serving.runtime.loop import EngineLoop
+        loop, responses = EngineLoop(self.engine), [None] * len(requests)
+
+        def answer(index, stream):
+            def sink(event):
                 if event.error:
                     responses[index] = self._error(event.error)
-                    del pending[event.request_id]
-                    continue
+                    return
                 stream.push(event.token_ids)
                 if event.finished:
                     stream.finish()
                     responses[index] = self._response(stream.text, stream.token_ids, event.finish_reason)
-                    del pending[event.request_id]
+            return sink
+
+        for index, request in enumerate(requests):
+            try:
+                ids, params = self._request(request)
+                loop.submit(ids, answer(index, TextStream(self.engine.tokenizer)), **params)
+            except ValueError as exc:
+                responses[index] = self._error(str(exc))
+        while loop.live:
+            loop.step()
         return responses
 
-    # -- decoupled model: an engine thread streams responses ---------------------------------
-    def _engine_loop(self):
-        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        live = {}                                   # request id -> (request, sender, stream)
-        while True:
-            try:
-                item = self._inbox.get(timeout=None if not live else 0)
-            except queue.Empty:
-                item = False
-            while item is not False:
-                if item is None:
-                    for rid, (_, sender, _) in live.items():
-                        self.engine.cancel(rid)
-                        sender.send(self._error("the model is being unloaded"), flags=final)
-                    return
-                sender = item.get_response_sender()
-                try:
-                    rid, stream = self._submit(item)
-                    live[rid] = (item, sender, stream)
-                except ValueError as exc:
-                    sender.send(self._error(str(exc)), flags=final)
-                try:
-                    item = self._inbox.get_nowait()
-                except queue.Empty:
-                    item = False
-            for rid, (request, sender, _) in list(live.items()):
-                if hasattr(request, "is_cancelled") and request.is_cancelled():
-                    self.engine.cancel(rid)
-                    sender.send(flags=final)
-                    del live[rid]
-            if not live:
-                continue
-            try:
-                if not self.engine.has_work():
-                    raise RuntimeError("the engine dropped the request")
-                events = self.engine.step()
-            except Exception as exc:  # noqa: BLE001 - answer every live request, keep serving
-                for _, sender, _ in live.values():
-                    sender.send(self._error(f"generation failed: {exc}"), flags=final)
-                live.clear()
-                continue
-            for event in events:
-                if event.request_id not in live:
-                    continue
-                _, sender, stream = live[event.request_id]
-                if event.error:
-                    sender.send(self._error(event.error), flags=final)
-                    del live[event.request_id]
-                    continue
-                delta = stream.push(event.token_ids) + (stream.finish() if event.finished else "")
-                if delta or event.token_ids or event.finished:
-                    sender.send(self._response(delta, event.token_ids, event.finish_reason),
-                                flags=final if event.finished else 0)
-                if event.finished:
-                    del live[event.request_id]
+    # -- decoupled model: the engine thread streams responses ---------------------------------
+    def _stream(self, request):
+        from tlaloc.serving.runtime.detok import TextStream
+        sender = request.get_response_sender()
+        try:
+            ids, params = self._request(request)
+        except ValueError as exc:
+            sender.send(self._error(str(exc)), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
+        sink = _Streamer(self, request, sender, TextStream(self.engine.tokenizer))
+        self.runner.submit_nowait(ids, sink, **params).add_done_callback(sink.refused)
 
     # -- encoders: one engine.embed call per batch ---------------------------------------------
     def _embed(self, requests):
@@ -289,3 +240,31 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse(output_tensors=[
                 _tensor("embedding", rows if self.batched else rows.reshape(-1))]))
         return responses
+
+
+class _Streamer:
+    """A decoupled request's sink: each event's new text goes back as a response, the last one final."""
+
+    def __init__(self, model, request, sender, stream):
+        self.model, self.request, self.sender, self.stream = model, request, sender, stream
+
+    def __call__(self, event):
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if event.error:
+            self.sender.send(self.model._error(event.error), flags=final)
+        elif event.finish_reason == "cancelled" and not event.token_ids:
+            self.sender.send(flags=final)                         # Triton cancelled it: nothing more to say
+        else:
+            delta = self.stream.push(event.token_ids) + (self.stream.finish() if event.finished else "")
+            if delta or event.token_ids or event.finished:
+                self.sender.send(self.model._response(delta, event.token_ids, event.finish_reason),
+                                 flags=final if event.finished else 0)
+
+    def cancelled(self):
+        return hasattr(self.request, "is_cancelled") and self.request.is_cancelled()
+
+    def refused(self, future):
+        """The engine refused the request (a done callback of its submission): answer the error."""
+        if not future.cancelled() and future.exception() is not None:
+            self.sender.send(self.model._error(str(future.exception())),
+                             flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)

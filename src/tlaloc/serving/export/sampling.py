@@ -1,6 +1,6 @@
 """Token sampling inside the serving programs, written with ``tlaloc.numpy`` (traced into each program).
 
-Per row, the same recipe as the eager reference (:func:`tlaloc.serving.generate.sample_next`):
+Per row, the same recipe as the eager reference (:func:`tlaloc.serving.export.reference.sample_next`):
 ``temperature == 0`` is greedy (argmax; the lowest id wins a tie). Otherwise the logits
 are divided by the temperature, sorted largest first, cut to the ``top_k`` largest
 (``0`` keeps all), then to the smallest set whose probability reaches ``top_p``
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import numpy as tnp
-from .._frontend.tracing import cond
-from .._prims.serving import sort_descending
+from ... import numpy as tnp
+from ..._frontend.tracing import cond
+from ..._prims.serving import sort_descending
 
 
 _BLOCK = 32

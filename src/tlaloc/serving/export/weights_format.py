@@ -34,8 +34,8 @@ import re
 import ml_dtypes
 import numpy as np
 
-from .. import numpy as tnp
-from ..models.quantized import BLOCK, QuantizedMatrix, block_quantize, block_quantize_q4_1
+from ... import numpy as tnp
+from ...models.quantized import BLOCK, QuantizedMatrix, block_quantize, block_quantize_q4_1
 
 FORMATS = ("f32", "bf16", "int8", "q8_0", "q4_1")
 #: per-tensor companions of a quantized matrix (role weight_scale in the manifest)

@@ -102,7 +102,7 @@ def chat_prompt(engine, messages: list[dict]) -> str:
     """``messages`` rendered with the engine's chat template, ending with the assistant's turn.
 
     Uses ``engine.apply_chat_template`` when the engine has it (it knows the artifact's
-    BOS/EOS strings), else renders ``engine.chat_template`` with :mod:`tlaloc.serving.chat`.
+    BOS/EOS strings), else renders ``engine.chat_template`` with :mod:`tlaloc.serving.runtime.chat`.
     """
     if not engine.chat_template:
         raise OpenAIError(400, "this model has no chat template (none in its tokenizer files); use "
@@ -112,7 +112,7 @@ def chat_prompt(engine, messages: list[dict]) -> str:
     try:
         if hasattr(engine, "apply_chat_template"):
             return engine.apply_chat_template(messages)
-        from .chat import render_chat
+        from ..runtime.chat import render_chat
         return render_chat(engine.chat_template, messages, True,
                            bos_token=getattr(engine, "bos_token", "") or "",
                            eos_token=getattr(engine, "eos_token", "") or "")

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from .errors import ArgumentError, CapacityError
+from ..errors import ArgumentError, CapacityError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +81,7 @@ def _ids(engine, prompt) -> list:
 
 def score_contexts(engine) -> list:
     """The context lengths of the artifact's score programs, ascending (empty if it has none)."""
-    return sorted(C for (mode, B, C) in engine._programs if mode == "score" and B == 1)
+    return sorted(C for (mode, B, C) in engine.executor.programs if mode == "score" and B == 1)
 
 
 def score(engine, prompt) -> ScoreResult:
@@ -102,14 +102,12 @@ def score(engine, prompt) -> ScoreResult:
     n = len(ids)
     if n > contexts[-1]:
         raise CapacityError(f"score: {n} tokens is over the artifact's largest context {contexts[-1]}; use "
-                            f"tlaloc.serving.scoring.token_logprobs (windows) or export with a larger --context")
+                            f"tlaloc.serving.token_logprobs (windows) or export with a larger --context")
     C = next(c for c in contexts if c >= n)
     token_ids = np.zeros((1, C), np.int32)                              # (1, C), padded with token 0
     token_ids[0, :n] = ids
     request = {"token_ids": token_ids, "seq_lens": np.array([n], np.int32)}
-    with engine._lock:
-        program, exe = engine._executable("score", 1, C)
-        outs = exe(*engine._args(program, request))
+    outs = engine.call_program("score", 1, C, request)
     logprobs = np.asarray(outs[0])[0, :n - 1].astype(np.float32)      # (n-1,) nats
     greedy = np.asarray(outs[1])[0, :n - 1].astype(np.int32)          # (n-1,)
     return ScoreResult(ids, logprobs, greedy)

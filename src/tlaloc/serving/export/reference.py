@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..models import KVCache, Model, decoder_forward
+from ...models import KVCache, Model, decoder_forward
 
 
 @dataclasses.dataclass(frozen=True)

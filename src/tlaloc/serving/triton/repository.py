@@ -12,7 +12,7 @@ exporting environment's site-packages so the stub can import tlaloc and its depe
 model with Triton's dynamic batcher (requests that arrive together are stepped as one
 batch) or, with ``streaming=True``, a decoupled model that streams text as it is made.
 Encoder artifacts get a dynamically batched ``embedding`` model. See
-:mod:`tlaloc.serving._triton_model` for the tensors.
+:mod:`tlaloc.serving.triton.model` for the tensors.
 
 Text tensors are ``TYPE_STRING`` by default (Triton's usual ``text_input``/``text_output``).
 Triton's Python-backend stubs older than 24.11 (built with pybind11 < 2.12, e.g. the
@@ -33,7 +33,7 @@ import shutil
 import sysconfig
 from pathlib import Path
 
-_MODEL_PY = Path(__file__).with_name("_triton_model.py")
+_MODEL_PY = Path(__file__).with_name("model.py")
 _TEXT_TENSORS = ("string", "utf8")
 
 

@@ -13,8 +13,8 @@ offset ``p % BS``, i.e. slot ``page * BS + p % BS``.
 """
 from __future__ import annotations
 
-from .. import numpy as tnp
-from .._prims.serving import kv_cache_write, paged_attention
+from ... import numpy as tnp
+from ..._prims.serving import kv_cache_write, paged_attention
 
 
 class PagedBackend:

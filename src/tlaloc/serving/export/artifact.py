@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from ..errors import ArgumentError
-from . import manifest as mf
+from ...errors import ArgumentError
+from .. import manifest as mf
 from .weights_format import SIDE, flatten, fuse_projections, stored_tensors
 
 log = logging.getLogger("tlaloc.serving")
@@ -56,7 +56,7 @@ def _ladder(values, name: str) -> list[int]:
 
 
 def _check_options(cfg, batch, context, block_size, dtype, weights, prefill_chunk):
-    from ..models import EncoderConfig
+    from ...models import EncoderConfig
     if dtype not in ("f32", "bf16"):
         raise ArgumentError(f"export: dtype={dtype!r}; use 'f32' or 'bf16'")
     if weights not in (None, "int8", "q8_0", "q4_1", "f32", "bf16"):
@@ -125,7 +125,7 @@ def _decoder_programs(cfg, stored, batch, context, block_size, chunk, num_pages,
 
 
 def _score_programs(cfg, stored, context, kv_dtype, bar):
-    """One score program per context, batch 1 (see :func:`tlaloc.serving.programs.decoder_score`)."""
+    """One score program per context, batch 1 (see :func:`tlaloc.serving.export.programs.decoder_score`)."""
     from .programs import decoder_score, lower, score_slots, weight_slots
     ws = weight_slots(stored)
     fn = decoder_score(cfg, [s.name for s in ws], kv_dtype)
@@ -216,7 +216,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     """
     from tqdm import tqdm
 
-    from ..models import EncoderConfig, load
+    from ...models import EncoderConfig, load
     t_start = time.perf_counter()
     model_path, out_dir = os.fspath(model_path), os.fspath(out_dir)
     if os.path.exists(out_dir) and not overwrite:
@@ -266,7 +266,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
         tok = {"file": TOKENIZER_FILE, "chat_template": model.tokenizer.chat_template,
                "bos_token": model.tokenizer.bos_token, "eos_token": model.tokenizer.eos_token}
     import jaxlib
-    from .. import __version__
+    from ... import __version__
     manifest = {
         "schema": mf.SCHEMA, "schema_version": mf.SCHEMA_VERSION,
         "kind": "encoder" if is_encoder else "decoder",

@@ -15,7 +15,7 @@ copy of the whole model in temporary memory (freshly mapped, written and read ba
 every step). With the other scheduler each weight is converted just before its dot.
 XLA reads this flag from ``XLA_FLAGS`` only, once per process, when its first CPU
 client starts (a per-compile option is accepted and ignored): import
-``tlaloc.serving`` before anything else starts XLA, or set the flag yourself.
+``tlaloc.serving.runtime.device`` before anything else starts XLA, or set the flag yourself.
 :func:`memory_scheduler_active` says whether it is in effect.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ import tempfile
 
 import numpy as np
 
-from .._runtime import pjrt
+from ..._runtime import pjrt
 
 #: the XLA flag the serving runtime sets (see the module docstring)
 CPU_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"

@@ -12,15 +12,21 @@
 This module imports numpy, safetensors, tokenizers, the PJRT runtime
 (``tlaloc._runtime.pjrt``, i.e. jaxlib's client) and the manifest code, never the
 front ends, transforms or emitter (``tests/serving/test_runtime_imports.py`` runs it
-under an import guard). Loading checks the manifest's schema and every file's
-sha256, uploads the weights once and allocates the KV pools on the device; the pools
-stay there and are donated to every program call (updated in place). Programs compile
-on first use of their bucket (or all at once with ``precompile=True``), once per
-process for identical programs.
+under an import guard). Loading checks the manifest's schema and every file's sha256;
+the :class:`~tlaloc.serving.runtime.executor.Executor` then holds the weights, KV pools
+and compiled programs on the device.
+
+A step is vLLM v1's engine step: the scheduler decides a call
+(:meth:`~tlaloc.serving.runtime.scheduler.Scheduler.schedule`), its inputs are built
+(:mod:`tlaloc.serving.runtime.batch`), the executor runs it, and the scheduler applies the
+sampled tokens (:meth:`~tlaloc.serving.runtime.scheduler.Scheduler.update`). One
+request's fault fails only that request: a row whose inputs cannot be built fails alone,
+and when a program call fails with the KV pools intact its rows are re-run one at a time
+so that only the row at fault fails. Only a failure that consumed the donated pools ends
+every running request (with new pools, serving goes on).
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 import os
@@ -29,23 +35,15 @@ import time
 
 import numpy as np
 
-from . import manifest as mf
-from .errors import ArgumentError, ArtifactError, CapacityError, QueueFullError
-from .scheduler import Event, Scheduler
+from .. import manifest as mf
+from ..errors import ArgumentError, ArtifactError, CapacityError, QueueFullError
+from .batch import MODES, Batch, row_inputs, stack_rows
+from .executor import Executor, compiled_count
+from .loop import EngineLoop
+from .requests import Event
+from .scheduler import Scheduler
 
 log = logging.getLogger("tlaloc.serving")
-
-_ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-              "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
-_COMPILED: dict = {}                 # (cache_key, platform) -> Executable: one compile per program per process
-_COMPILE_LOCK = threading.Lock()
-
-
-def _np_dtype(name: str) -> np.dtype:
-    if name == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +77,6 @@ class Engine:
     def __init__(self, artifact_dir, *, platform: str = "cpu", prefill_chunk: int | None = None,
                  max_waiting: int = 1024, verify: bool = True, precompile: bool = False,
                  fast_compile: bool = False, cache_dir: str | None = None):
-        from . import device
-        self._device = device
         self.fast_compile = bool(fast_compile)
         self.cache_dir = cache_dir if cache_dir is not None else os.environ.get("TLALOC_SERVING_CACHE") or None
         self.path = os.fspath(artifact_dir)
@@ -101,34 +97,31 @@ class Engine:
         self.max_logprobs: int = int((m.get("logprobs") or {}).get("top", 0))
         self.platform = platform
         self._lock = threading.RLock()
-        self._programs = {(p["mode"], p["batch"], p["context"]): p for p in m["programs"]}
-        self.programs_used: set = set()     # (mode, batch, context) of every program this engine has run
-        self._plans: dict = {}
         self._special = {"bos_token": "", "eos_token": ""}
         self.tokenizer, self.chat_template = self._load_tokenizer()
-        self._weights = self._upload_weights()
-        self._pools: dict = {}
+        self.executor = Executor(self.path, m, platform=platform, verify=self.verify, fast_compile=self.fast_compile,
+                                 cache_dir=self.cache_dir)
         self.scheduler = None
         if self.kind == "decoder":
             kv = m["kv"]
             self.block_size, self.num_pages = int(kv["block_size"]), int(kv["num_pages"])
-            self._new_pools()
+            self.executor.new_pools()
             chunk = int(m["buckets"]["prefill_chunk"])
             if prefill_chunk is not None and not 1 <= int(prefill_chunk) <= chunk:
                 raise ArgumentError(f"prefill_chunk={prefill_chunk}: this artifact's prefill programs take at most "
                                     f"{chunk} tokens per row; use 1..{chunk}")
+            programs, smallest = self.executor.programs, m["buckets"]["batch"][0]
             self.scheduler = Scheduler(
                 batch=m["buckets"]["batch"], context=m["buckets"]["context"], block_size=self.block_size,
-                program_tokens=lambda mode, C: self._programs[(mode, m["buckets"]["batch"][0], C)]["tokens"],
+                program_tokens=lambda mode, C: programs[(mode, smallest, C)]["tokens"],
                 num_pages=self.num_pages, prefill_chunk=int(prefill_chunk or chunk), vocab_size=self.vocab_size,
-                runner=self._run, max_waiting=max_waiting, on_failure=self._after_failure,
-                max_logprobs=self.max_logprobs)
+                max_waiting=max_waiting, max_logprobs=self.max_logprobs)
         elif self.kind != "encoder":
             raise ArtifactError(f"{self.path}: kind={self.kind!r}; this runtime serves 'decoder' and 'encoder'")
         if precompile:
-            for key in sorted(self._programs):
-                self._executable(*key)
-        log.info("engine: loaded %s (%s, %d programs) in %.2f s", self.path, self.kind, len(self._programs),
+            for key in sorted(self.executor.programs):
+                self.executor.executable(*key)
+        log.info("engine: loaded %s (%s, %d programs) in %.2f s", self.path, self.kind, len(self.executor.programs),
                  time.perf_counter() - t0)
 
     # -- loading ---------------------------------------------------------------------------------
@@ -141,111 +134,49 @@ class Engine:
         self._special = {"bos_token": tok.get("bos_token") or "", "eos_token": tok.get("eos_token") or ""}
         return tokenizer, tok.get("chat_template")
 
-    def _upload_weights(self) -> dict:
-        from safetensors import deserialize
-        w = self.manifest["weights"]
-        with open(mf.resolve(self.path, w["file"]), "rb") as f:
-            data = f.read()
-        if self.verify:
-            mf.check_bytes(self.manifest, w["file"], data)                     # the bytes uploaded are the ones hashed
-        found = {}
-        for name, info in deserialize(data):
-            if info["dtype"] not in _ST_DTYPES:
-                raise ArtifactError(f"{w['file']}: tensor {name} has dtype {info['dtype']}, which this runtime "
-                                    f"does not read")
-            found[name] = np.frombuffer(info["data"], _np_dtype(_ST_DTYPES[info["dtype"]])).reshape(info["shape"])
-        want = {s["name"]: s for s in w["slots"]}
-        if set(found) != set(want):
-            missing, extra = sorted(set(want) - set(found)), sorted(set(found) - set(want))
-            raise ArtifactError(f"{w['file']} does not hold the manifest's weights: missing {missing[:10]}, "
-                                f"unexpected {extra[:10]}; re-export the artifact")
-        out = {}
-        for name, slot in want.items():
-            arr = found[name]
-            if arr.dtype != _np_dtype(slot["dtype"]) or list(arr.shape) != list(slot["shape"]):
-                raise ArtifactError(f"{w['file']}: weight {name} is {arr.dtype}{list(arr.shape)}, the manifest says "
-                                    f"{slot['dtype']}{slot['shape']}; re-export the artifact")
-            out[name] = self._device.device_put(arr, self.platform)          # once; every call reuses it
-        return out
-
-    def _new_pools(self) -> None:
-        self._pools = {}
-        for slot in self.manifest["kv"]["slots"]:
-            zeros = np.zeros(slot["shape"], _np_dtype(slot["dtype"]))
-            self._pools[slot["name"]] = self._device.device_put(zeros, self.platform)   # owned: donatable in place
-
-    # -- programs --------------------------------------------------------------------------------
-    def _executable(self, mode: str, B: int, C: int):
-        program = self._programs[(mode, B, C)]
-        key = (program["cache_key"], self.platform, self.fast_compile)
-        exe = _COMPILED.get(key)
-        if exe is None:
-            with _COMPILE_LOCK:
-                exe = _COMPILED.get(key)
-                if exe is None:
-                    exe = self._compile(program)
-                    _COMPILED[key] = exe
-        return program, exe
-
-    def _compile(self, program: dict):
-        rel = program["file"]
-        with open(mf.resolve(self.path, rel), "rb") as f:
-            text = f.read()
-        mf.check_bytes(self.manifest, rel, text)                                 # the text compiled is the one hashed
-        avals = []
-        slots = {s["name"]: s for s in program["request_slots"]}
-        slots.update({s["name"]: s for s in (self.manifest["kv"] or {}).get("slots", [])})
-        slots.update({s["name"]: s for s in self.manifest["weights"]["slots"]})
-        for name in program["inputs"]:
-            avals.append((_np_dtype(slots[name]["dtype"]), tuple(slots[name]["shape"])))
-        t0 = time.perf_counter()
-        cache_path = None
-        if self.cache_dir:
-            import jaxlib
-            opts = "O0" if self.fast_compile else "O2"
-            if self.platform == "cpu" and not self._device.memory_scheduler_active():
-                opts += "-concurrent"                   # the scheduler changes the executable
-            tag = f"{program['cache_key']}-{self.platform}-{opts}-jaxlib{jaxlib.__version__}"
-            cache_path = os.path.join(self.cache_dir, tag + ".xla")
-        exe = self._device.Program(text.decode("utf-8"), self.platform, list(program["inputs"]), avals,
-                                   fast_compile=self.fast_compile, cache_path=cache_path)
-        log.info("engine: %s %s in %.2f s (first use of bucket %s batch %d context %d)",
-                 "loaded compiled" if exe.from_cache else "compiled", program["name"], time.perf_counter() - t0,
-                 program["mode"], program["batch"], program["context"])
-        return exe
-
-    def _args(self, program: dict, request: dict) -> list:
-        plan = self._plans.get(program["name"])
-        if plan is None:
-            plan = self._plans[program["name"]] = [
-                ("r" if n in request else "k" if n in self._pools else "w", n) for n in program["inputs"]]
-        return [request[n] if k == "r" else self._pools[n] if k == "k" else self._weights[n] for k, n in plan]
-
-    def _run(self, mode: str, B: int, C: int, request: dict) -> dict:
-        """Run one program; the pools it returns replace the donated ones. Returns its other
-        outputs by role (``next_token_ids``, and ``token_logprob``, ``top_logprobs``, ``top_ids``
-        where the artifact has them) as host arrays."""
-        program, exe = self._executable(mode, B, C)
-        self.programs_used.add((mode, B, C))
-        outs = exe(*self._args(program, request))
-        results = {}
-        for slot, out in zip(program["outputs"], outs):
-            if slot["role"] == "kv_pool":
-                self._pools[slot["name"]] = out
-            else:
-                results[slot["role"]] = np.asarray(out)
-        return results
-
-    def _after_failure(self) -> list:
-        """After a failed call: if the pools were consumed, make new ones and fail every running request."""
-        if any(p.is_deleted() for p in self._pools.values()):
-            self._new_pools()
-            return self.scheduler.fail_all("the KV cache was lost when a program failed; resubmit the request")
-        return []
-
     def kv_pool_pointers(self) -> list:
         """The device buffer address of every KV pool (donation keeps them fixed across steps)."""
-        return [p.unsafe_buffer_pointer() for p in self._pools.values()]
+        return self.executor.kv_pool_pointers()
+
+    @property
+    def programs_used(self) -> set:
+        """(mode, batch, context) of every decode and prefill program this engine has run."""
+        return self.executor.programs_used
+
+    # -- one step: schedule, build the inputs, run, update -----------------------------------------
+    def _run_batch(self, batch: Batch) -> list[Event]:
+        """Run one scheduled call. A row whose inputs cannot be built fails alone; see :meth:`_call`."""
+        events, rows, inputs = [], [], []
+        for row in batch.rows:
+            try:
+                inputs.append(row_inputs(row, batch.tokens, batch.context, self.block_size))
+                rows.append(row)
+            except Exception as e:  # noqa: BLE001 - this request's values; never the batch's problem
+                events.append(self.scheduler.fail_row(row, e, "while its inputs were built"))
+        if rows:
+            size = self.scheduler.bucket(self.scheduler.batch, len(rows), "batch")
+            events.extend(self._call(batch.with_rows(rows, size), inputs))
+        return events
+
+    def _call(self, batch: Batch, inputs: list) -> list[Event]:
+        """One program call. If it fails and the KV pools survived, each row is re-run alone so that
+        only the row at fault fails (re-running writes the same keys and values and reuses the drawn
+        uniforms); if the call consumed the donated pools, new ones are made and every running
+        request ends with an error."""
+        self.scheduler.count_call(batch)
+        try:
+            sampled = self.executor.run(batch.mode, batch.size, batch.context, stack_rows(inputs, batch.size))
+        except Exception as e:  # noqa: BLE001 - the program failed: keep serving
+            log.warning("serving: %s program (batch %d, context %d, %d rows) failed: %s: %s", batch.mode,
+                        batch.size, batch.context, len(batch.rows), type(e).__name__, e)
+            if self.executor.pools_lost():
+                self.executor.new_pools()
+                return self.scheduler.fail_all("the KV cache was lost when a program failed; resubmit the request")
+            if len(batch.rows) > 1:
+                alone = self.scheduler.batch[0]
+                return [ev for row, x in zip(batch.rows, inputs) for ev in self._call(batch.with_rows([row], alone), [x])]
+            return [self.scheduler.fail_row(batch.rows[0], e)]
+        return self.scheduler.update(batch, sampled)
 
     # -- streaming API ---------------------------------------------------------------------------
     def _decoder(self, what: str):
@@ -262,7 +193,7 @@ class Engine:
         own generator (so its samples do not depend on its batch); None draws fresh entropy.
         stop_ids: token ids that end the request (included in its output). logprobs: None, or
         0..``max_logprobs``: each event then carries ``logprobs``, one
-        :class:`~tlaloc.serving.scheduler.TokenLogprobs` per token (that many top entries);
+        :class:`~tlaloc.serving.runtime.requests.TokenLogprobs` per token (that many top entries);
         an artifact exported with ``top_logprobs=0`` refuses it (ArgumentError, ``param`` logprobs).
 
         Raises CapacityError (prompt + max_new_tokens over the largest context, or more pages
@@ -275,9 +206,16 @@ class Engine:
                                                   request_id=request_id, logprobs=logprobs)
 
     def step(self) -> list[Event]:
-        """Run one scheduler iteration; returns the events of this step (see ``Event``)."""
+        """Run one scheduler iteration: the events reported since the last step (cancellations), then
+        one decode call and one prefill call (see :mod:`~tlaloc.serving.runtime.scheduler`); returns
+        the events of this step (see ``Event``)."""
         with self._lock:
-            return self._decoder("step").step()
+            events = self._decoder("step").begin_step()
+            for mode in MODES:                               # decode first: a failure there may end prefills
+                batch = self.scheduler.schedule(mode)
+                if batch is not None:
+                    events.extend(self._run_batch(batch))
+            return events
 
     def cancel(self, request_id: str) -> bool:
         """Cancel a waiting or running request and free its pages; False if it is unknown or done."""
@@ -308,7 +246,7 @@ class Engine:
             if self.scheduler is None:
                 return {"running": 0, "waiting": 0, "kv_pages_used": 0, "kv_pages_total": 0, "kv_pages_cached": 0,
                         "tokens_in": 0, "tokens_out": 0}
-            return {**self.scheduler.stats(), "programs_compiled": len(_COMPILED),
+            return {**self.scheduler.stats(), "programs_compiled": compiled_count(),
                     "programs_used": len(self.programs_used)}
 
     # -- offline API -----------------------------------------------------------------------------
@@ -334,7 +272,7 @@ class Engine:
         ``stop`` holds token ids and strings; None means the model's EOS ids, ``[]`` never
         stops early. A stop id is kept in ``token_ids``; a stop string ends the text before
         it. Prompt ``i`` samples with the generator seeded ``(seed, i)`` (``seed`` None: 0),
-        as the eager reference (``tlaloc.serving.generate``) does. Drives ``step()`` itself:
+        as the eager reference (``tlaloc.serving.export.reference``) does. Drives ``step()`` itself:
         do not call it while another loop steps the same engine.
         """
         self._decoder("generate")
@@ -342,48 +280,45 @@ class Engine:
         stop_ids = [s for s in stop if isinstance(s, (int, np.integer)) and not isinstance(s, bool)]
         stop_texts = [s for s in stop if isinstance(s, str)]
         ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
-        tokens = [[] for _ in ids]
-        reasons: list = [None] * len(ids)
-        todo = collections.deque(range(len(ids)))
-        live: dict = {}                                          # request id -> prompt index, until finished
-        while todo or live:
-            while todo:                                          # submit what the queue takes
-                k = todo[0]
-                try:
-                    rid = self.submit(ids[k], max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                                      top_p=top_p, seed=(0 if seed is None else int(seed), k), stop_ids=stop_ids)
-                except QueueFullError:
-                    break
-                except Exception:
-                    for rid in live:
-                        self.cancel(rid)
-                    raise
-                live[rid] = k
-                todo.popleft()
-            for ev in self.step():
-                k = live.get(ev.request_id)
-                if k is None:
-                    continue
-                tokens[k].extend(ev.token_ids)
-                if ev.error:
-                    for rid in live:
-                        self.cancel(rid)
-                    raise RuntimeError(f"generate: prompt {k} failed: {ev.error}")
-                if ev.finished:
-                    reasons[k] = ev.finish_reason
-                    del live[ev.request_id]
-                elif stop_texts and any(s in self.decode(tokens[k]) for s in stop_texts):
-                    self.cancel(ev.request_id)
-                    reasons[k] = "stop"
-                    del live[ev.request_id]
+        failed: list = []                                       # prompt indices, in the order their errors came
+        outs = [_Collected(k, failed) for k in range(len(ids))]
+        loop, todo = EngineLoop(self), list(range(len(ids)))
+        try:
+            while todo or loop.live:
+                while todo:                                      # submit what the queue takes
+                    k = todo[0]
+                    try:
+                        outs[k].request_id = loop.submit(
+                            ids[k], outs[k], max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                            top_p=top_p, seed=(0 if seed is None else int(seed), k), stop_ids=stop_ids)
+                    except QueueFullError:
+                        break
+                    todo.pop(0)
+                loop.step()
+                if failed:
+                    raise RuntimeError(f"generate: prompt {failed[0]} failed: {outs[failed[0]].error}")
+                for out in outs:
+                    if out.fresh and out.reason is None and stop_texts and \
+                            any(s in self.decode(out.tokens) for s in stop_texts):
+                        loop.cancel(out.request_id)
+                        out.reason = "stop"
+                    out.fresh = False
+        finally:
+            loop.cancel_all()                                    # after a refusal or a failure: free the rest
         results = []
-        for k in range(len(ids)):
-            text = self.decode(tokens[k])
+        for out in outs:
+            text = self.decode(out.tokens)
             for s in stop_texts:
                 if s in text:
                     text = text[:text.index(s)]
-            results.append(GenerationResult(tokens[k], text, reasons[k]))
+            results.append(GenerationResult(out.tokens, text, out.reason))
         return results
+
+    def call_program(self, mode: str, B: int, C: int, inputs: dict) -> list:
+        """Run program (mode, B, C) outside the scheduler (``embed``, ``score``) on ``inputs`` (its request
+        slots by name), under the engine's lock; its outputs in manifest order."""
+        with self._lock:
+            return self.executor.call(mode, B, C, inputs)
 
     def score(self, prompt):
         """Log-probabilities of ``prompt`` (a string or token ids) under the model: a ScoreResult.
@@ -393,7 +328,7 @@ class Engine:
         vLLM's layout. Needs an artifact exported with ``score=True`` (``tlaloc export --score``).
         Raises ArgumentError (no score programs, encoder, bad ids) or CapacityError (longer
         than the largest context; ``tlaloc.serving.perplexity`` scores long texts in windows).
-        See :mod:`tlaloc.serving.scoring`.
+        See :mod:`tlaloc.serving.runtime.scoring`.
         """
         from .scoring import score
         return score(self, prompt)
@@ -421,11 +356,30 @@ class Engine:
             ids, mask = np.zeros((B, C), np.int32), np.zeros((B, C), np.int32)
             for r, row in enumerate(group):
                 ids[r, :len(row)], mask[r, :len(row)] = row, 1
-            program, exe = self._executable("embed", B, C)
-            with self._lock:
-                emb = exe(*self._args(program, {"token_ids": ids, "attention_mask": mask}))[0]
+            emb = self.call_program("embed", B, C, {"token_ids": ids, "attention_mask": mask})[0]   # (B, D)
             out.append(np.asarray(emb)[:len(group)])
         return np.concatenate(out, axis=0) if out else np.zeros((0, self.config["hidden_size"]), np.float32)
 
 
 __all__ = ["Engine", "GenerationResult", "Event"]
+
+
+@dataclasses.dataclass(eq=False)
+class _Collected:
+    """One prompt of ``Engine.generate``: a sink that keeps its tokens and how it ended."""
+    index: int
+    failed: list                         # shared: the index of every prompt whose request failed
+    tokens: list = dataclasses.field(default_factory=list)
+    request_id: str | None = None
+    reason: str | None = None
+    error: str | None = None
+    fresh: bool = False                  # tokens arrived in this step
+
+    def __call__(self, event: Event) -> None:
+        self.tokens.extend(event.token_ids)
+        self.fresh = bool(event.token_ids)
+        if event.error:
+            self.error = event.error
+            self.failed.append(self.index)
+        elif event.finished:
+            self.reason = event.finish_reason

@@ -1,0 +1,67 @@
+"""``tlaloc.numpy`` contractions: matmul, dot, vdot, inner, outer, einsum, tensordot, trace, diagonal."""
+from __future__ import annotations
+
+import numpy as _np
+
+from .._prims import linalg as _la
+from . import _is_symbolic, _rank, expand_dims, multiply, ravel
+from ._diagonal import _diagonal_p
+from ._reductions import sum
+
+
+def matmul(x1, x2):
+    """NumPy ``matmul``: (..., n, k) @ (..., k, m) -> (..., n, m); 1-D operands as NumPy."""
+    return _la.matmul(x1, x2)
+
+
+def dot(a, b):
+    """NumPy ``dot``: a product when either operand is a scalar (0-d), else
+    matmul semantics for 1-D and 2-D operands."""
+    if _known_scalar(a) or _known_scalar(b):
+        return multiply(a, b)
+    return _la.matmul(a, b)
+
+
+def _known_scalar(x) -> bool:
+    """0-d: a Python/NumPy scalar, or a symbolic value whose rank is known to be 0."""
+    if _is_symbolic(x):
+        return x.aval.rank == 0
+    return _np.ndim(x) == 0
+
+
+def vdot(a, b):
+    return sum(multiply(ravel(a), ravel(b)))
+
+
+def inner(a, b):
+    return _la.einsum("...i,...i->...", a, b)
+
+
+def outer(a, b):
+    return multiply(expand_dims(ravel(a), 1), expand_dims(ravel(b), 0))
+
+
+def einsum(subscripts, *operands):
+    """Einstein summation with an explicit output (``'ij,jk->ik'``)."""
+    return _la.einsum(subscripts, *operands)
+
+
+def tensordot(a, b, axes=2):
+    """NumPy ``tensordot``; ranks must be known (eager arrays, or annotated arguments)."""
+    ra, rb = _rank(a, "tensordot"), _rank(b, "tensordot")
+    if isinstance(axes, int):
+        ax_a, ax_b = list(range(ra - axes, ra)), list(range(axes))
+    else:
+        ax_a, ax_b = ([axes[0]] if isinstance(axes[0], int) else list(axes[0]),
+                      [axes[1]] if isinstance(axes[1], int) else list(axes[1]))
+    ax_a, ax_b = [x % ra for x in ax_a], [x % rb for x in ax_b]
+    return _la.dot_general(a, b, (tuple(ax_a), tuple(ax_b)))
+
+
+def trace(a, offset=0, axis1=0, axis2=1):
+    return sum(diagonal(a, offset, axis1, axis2), axis=-1)
+
+
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    """Diagonal of ``a`` over (axis1, axis2), moved last (NumPy semantics)."""
+    return _diagonal_p.bind(a, offset=int(offset), axis1=int(axis1), axis2=int(axis2))

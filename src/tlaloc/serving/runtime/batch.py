@@ -1,0 +1,107 @@
+"""One program call: the rows the scheduler chose, and the padded program inputs built from them.
+
+A :class:`Batch` is the scheduler's decision for one call, as vLLM v1's ``SchedulerOutput``:
+which requests run, which of their tokens, and the (batch, context) bucket.
+:func:`row_inputs` and :func:`stack_rows` turn it into the arrays the exported program
+takes (vLLM's ``_prepare_inputs``); :func:`row_logprobs` reads a row of its outputs back.
+
+Program inputs for B rows of T tokens over C context:
+
+- ``token_ids``, ``positions`` (B, T) int32; ``slot_mapping`` (B, T) int32: the KV slot
+  ``page * block_size + position % block_size`` each token is written to (-1: padding);
+- ``block_tables`` (B, C / block_size) int32: each row's pages, in order;
+- ``seq_lens`` (B,) int32: keys valid after this call's writes;
+- ``temperature``, ``top_p``, ``uniforms`` (B,) float32 and ``top_k``, ``want_logprobs``
+  (B,) int32: the sampling of a row whose next token is kept (zeros: greedy).
+
+Padding rows write to the scratch page 0 through slot -1 and are never read back.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .requests import Request, TokenLogprobs
+
+MODES = ("decode", "prefill")       # the order of a step's calls: a failed decode may end some prefills
+FILL = {"token_ids": 0, "positions": 0, "block_tables": 0, "seq_lens": 1, "slot_mapping": -1, "temperature": 0.0,
+        "top_k": 0, "top_p": 1.0, "uniforms": 0.0, "want_logprobs": 0}
+_DTYPES = {"temperature": np.float32, "top_p": np.float32, "uniforms": np.float32}
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """Tokens ``start .. start + n - 1`` of ``request`` in one call (decode: n = 1; prefill: a chunk)."""
+    request: Request
+    start: int
+    n: int
+    uniform: float = 0.0          # the uniform draw that samples this row's next token (temperature > 0)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n
+
+    @property
+    def samples(self) -> bool:
+        """Whether the call's next token for this row is the request's next token (a decode, or the
+        last chunk of a prompt); False for a prefill chunk that is not the last."""
+        return self.end >= len(self.request.tokens)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """One program call: ``mode`` ("decode" or "prefill"), the bucket (``size`` rows of ``tokens``
+    tokens over ``context`` positions) and the scheduled rows (at most ``size``)."""
+    mode: str
+    size: int
+    context: int
+    tokens: int
+    rows: tuple
+
+    def with_rows(self, rows, size: int) -> Batch:
+        """The same call over ``rows`` only, padded to ``size`` rows (a retry, or rows that failed dropped)."""
+        return dataclasses.replace(self, rows=tuple(rows), size=size)
+
+
+def empty_inputs(B: int, T: int, pages: int) -> dict:
+    """Program inputs for B padding rows (see the module docstring for the shapes)."""
+    shapes = {"token_ids": (B, T), "positions": (B, T), "slot_mapping": (B, T), "block_tables": (B, pages)}
+    return {name: np.full(shapes.get(name, (B,)), fill, _DTYPES.get(name, np.int32)) for name, fill in FILL.items()}
+
+
+def row_inputs(row: Row, tokens: int, context: int, block_size: int) -> dict:
+    """One row of the program inputs (leading axis 1); the row's pages must already be taken."""
+    req, start, n = row.request, row.start, row.n
+    a = empty_inputs(1, tokens, context // block_size)
+    pos = np.arange(start, start + n)
+    a["token_ids"][0, :n] = req.tokens[start:start + n]
+    a["positions"][0, :n] = pos
+    a["slot_mapping"][0, :n] = np.asarray(req.pages, np.int64)[pos // block_size] * block_size + pos % block_size
+    a["block_tables"][0, :len(req.pages)] = req.pages
+    a["seq_lens"][0] = start + n
+    if row.samples and req.temperature > 0:                  # this row samples the next token
+        a["temperature"][0], a["top_k"][0], a["top_p"][0] = req.temperature, req.top_k, req.top_p
+        a["uniforms"][0] = row.uniform
+    if row.samples and req.logprobs is not None:
+        a["want_logprobs"][0] = 1
+    return a
+
+
+def stack_rows(rows: list, size: int) -> dict:
+    """The per-row inputs of :func:`row_inputs` stacked and padded with FILL rows to ``size`` rows."""
+    first = rows[0]
+    return {name: np.concatenate([x[name] for x in rows] +
+                                 [np.broadcast_to(FILL[name], (size - len(rows),) + first[name].shape[1:])
+                                  .astype(first[name].dtype)]) for name in first}
+
+
+def row_logprobs(outputs: dict, row: int, token: int, top: int) -> TokenLogprobs:
+    """Row ``row`` of a program's log-probability outputs (``token_logprob`` (B,), ``top_ids`` and
+    ``top_logprobs`` (B, K)), keeping the ``top`` best entries."""
+    ids, values = outputs["top_ids"][row, :top], outputs["top_logprobs"][row, :top]
+    return TokenLogprobs(token, float(outputs["token_logprob"][row]),
+                         tuple((int(i), float(v)) for i, v in zip(ids, values)))
+
+
+__all__ = ["Batch", "FILL", "MODES", "Row", "empty_inputs", "row_inputs", "row_logprobs", "stack_rows"]

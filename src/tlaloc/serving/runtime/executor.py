@@ -1,0 +1,173 @@
+"""The artifact's programs on one PJRT device: weights uploaded once, KV pools donated to every call.
+
+Loading uploads the weights once, from the bytes whose sha256 was checked, and (for
+decoders) allocates the KV pools on the device; the pools stay there and are donated to
+every decode and prefill call (updated in place). A program compiles on first use of its
+bucket, once per process for identical programs (``_COMPILED``), after its text is checked
+against the manifest's hash again; with a cache directory a compiled executable is kept
+on disk and reloaded by the next process.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import numpy as np
+
+from .. import manifest as mf
+from ..errors import ArtifactError
+
+log = logging.getLogger("tlaloc.serving")
+
+_ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+              "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+_COMPILED: dict = {}                 # (cache_key, platform, fast_compile) -> Program: one compile per process
+_COMPILE_LOCK = threading.Lock()
+
+
+def np_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def compiled_count() -> int:
+    """Programs compiled (or loaded from the cache) in this process."""
+    return len(_COMPILED)
+
+
+class Executor:
+    """Runs the programs of the artifact at ``path`` (its manifest already read) on ``platform``.
+
+    verify: check the weights' sha256 on upload. fast_compile, cache_dir: see
+    :class:`tlaloc.serving.Engine`. Raises ArtifactError when the weights do not match the manifest.
+    """
+
+    def __init__(self, path: str, manifest: dict, *, platform: str, verify: bool, fast_compile: bool,
+                 cache_dir: str | None):
+        from . import device
+        self._device = device
+        self.path, self.manifest, self.platform = path, manifest, platform
+        self.verify, self.fast_compile, self.cache_dir = verify, fast_compile, cache_dir
+        self.programs = {(p["mode"], p["batch"], p["context"]): p for p in manifest["programs"]}
+        self.programs_used: set = set()     # (mode, batch, context) of every decode/prefill program run
+        self._plans: dict = {}
+        self.weights = self._upload_weights()
+        self.pools: dict = {}
+
+    # -- loading ---------------------------------------------------------------------------------
+    def _upload_weights(self) -> dict:
+        from safetensors import deserialize
+        w = self.manifest["weights"]
+        with open(mf.resolve(self.path, w["file"]), "rb") as f:
+            data = f.read()
+        if self.verify:
+            mf.check_bytes(self.manifest, w["file"], data)                     # the bytes uploaded are the ones hashed
+        found = {}
+        for name, info in deserialize(data):
+            if info["dtype"] not in _ST_DTYPES:
+                raise ArtifactError(f"{w['file']}: tensor {name} has dtype {info['dtype']}, which this runtime "
+                                    f"does not read")
+            found[name] = np.frombuffer(info["data"], np_dtype(_ST_DTYPES[info["dtype"]])).reshape(info["shape"])
+        want = {s["name"]: s for s in w["slots"]}
+        if set(found) != set(want):
+            missing, extra = sorted(set(want) - set(found)), sorted(set(found) - set(want))
+            raise ArtifactError(f"{w['file']} does not hold the manifest's weights: missing {missing[:10]}, "
+                                f"unexpected {extra[:10]}; re-export the artifact")
+        out = {}
+        for name, slot in want.items():
+            arr = found[name]
+            if arr.dtype != np_dtype(slot["dtype"]) or list(arr.shape) != list(slot["shape"]):
+                raise ArtifactError(f"{w['file']}: weight {name} is {arr.dtype}{list(arr.shape)}, the manifest says "
+                                    f"{slot['dtype']}{slot['shape']}; re-export the artifact")
+            out[name] = self._device.device_put(arr, self.platform)          # once; every call reuses it
+        return out
+
+    def new_pools(self) -> None:
+        """Zeroed KV pools on the device (one per manifest KV slot), replacing any held."""
+        self.pools = {}
+        for slot in self.manifest["kv"]["slots"]:
+            zeros = np.zeros(slot["shape"], np_dtype(slot["dtype"]))
+            self.pools[slot["name"]] = self._device.device_put(zeros, self.platform)   # owned: donatable in place
+
+    def pools_lost(self) -> bool:
+        """Whether a failed call consumed the donated pools (they must be made again)."""
+        return any(p.is_deleted() for p in self.pools.values())
+
+    def kv_pool_pointers(self) -> list:
+        """The device buffer address of every KV pool (donation keeps them fixed across steps)."""
+        return [p.unsafe_buffer_pointer() for p in self.pools.values()]
+
+    # -- programs --------------------------------------------------------------------------------
+    def executable(self, mode: str, B: int, C: int):
+        """``(manifest program entry, compiled Program)`` of bucket (mode, B, C), compiled on first use."""
+        program = self.programs[(mode, B, C)]
+        key = (program["cache_key"], self.platform, self.fast_compile)
+        exe = _COMPILED.get(key)
+        if exe is None:
+            with _COMPILE_LOCK:
+                exe = _COMPILED.get(key)
+                if exe is None:
+                    exe = self._compile(program)
+                    _COMPILED[key] = exe
+        return program, exe
+
+    def _compile(self, program: dict):
+        rel = program["file"]
+        with open(mf.resolve(self.path, rel), "rb") as f:
+            text = f.read()
+        mf.check_bytes(self.manifest, rel, text)                                 # the text compiled is the one hashed
+        avals = []
+        slots = {s["name"]: s for s in program["request_slots"]}
+        slots.update({s["name"]: s for s in (self.manifest["kv"] or {}).get("slots", [])})
+        slots.update({s["name"]: s for s in self.manifest["weights"]["slots"]})
+        for name in program["inputs"]:
+            avals.append((np_dtype(slots[name]["dtype"]), tuple(slots[name]["shape"])))
+        t0 = time.perf_counter()
+        cache_path = None
+        if self.cache_dir:
+            import jaxlib
+            opts = "O0" if self.fast_compile else "O2"
+            if self.platform == "cpu" and not self._device.memory_scheduler_active():
+                opts += "-concurrent"                   # the scheduler changes the executable
+            tag = f"{program['cache_key']}-{self.platform}-{opts}-jaxlib{jaxlib.__version__}"
+            cache_path = os.path.join(self.cache_dir, tag + ".xla")
+        exe = self._device.Program(text.decode("utf-8"), self.platform, list(program["inputs"]), avals,
+                                   fast_compile=self.fast_compile, cache_path=cache_path)
+        log.info("engine: %s %s in %.2f s (first use of bucket %s batch %d context %d)",
+                 "loaded compiled" if exe.from_cache else "compiled", program["name"], time.perf_counter() - t0,
+                 program["mode"], program["batch"], program["context"])
+        return exe
+
+    def _args(self, program: dict, request: dict) -> list:
+        plan = self._plans.get(program["name"])
+        if plan is None:
+            plan = self._plans[program["name"]] = [
+                ("r" if n in request else "k" if n in self.pools else "w", n) for n in program["inputs"]]
+        return [request[n] if k == "r" else self.pools[n] if k == "k" else self.weights[n] for k, n in plan]
+
+    def call(self, mode: str, B: int, C: int, inputs: dict) -> list:
+        """Run bucket (mode, B, C) on the request ``inputs`` (the weights and pools are added); its outputs
+        in manifest order, as device arrays."""
+        program, exe = self.executable(mode, B, C)
+        return exe(*self._args(program, inputs))
+
+    def run(self, mode: str, B: int, C: int, inputs: dict) -> dict:
+        """Run a decode or prefill program; the pools it returns replace the donated ones. Returns its
+        other outputs by role (``next_token_ids``, and ``token_logprob``, ``top_logprobs``, ``top_ids``
+        where the artifact has them) as host arrays."""
+        program, _ = self.executable(mode, B, C)
+        self.programs_used.add((mode, B, C))
+        results = {}
+        for slot, out in zip(program["outputs"], self.call(mode, B, C, inputs)):
+            if slot["role"] == "kv_pool":
+                self.pools[slot["name"]] = out
+            else:
+                results[slot["role"]] = np.asarray(out)
+        return results
+
+
+__all__ = ["Executor", "compiled_count", "np_dtype"]
