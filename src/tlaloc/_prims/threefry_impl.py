@@ -27,8 +27,9 @@ on whether the host running *this* code has FMA.  The one host dependency is
 float64 ``log``: like XLA:CPU we call the C library (``math.log``), not
 NumPy's SIMD ``log`` which differs in rare last bits.  JAX itself gives
 slightly different normals on x86-64 without FMA or on GPU; the reference
-here is XLA:CPU on x86-64 with FMA (and AVX512-FP16 for float16 ``uniform``
-with non-default bounds).
+here is XLA:CPU on x86-64 with FMA; float16 ``uniform`` with non-default bounds
+follows the host as XLA:CPU does (one fused multiply-add with AVX512-FP16, two
+rounded operations without: ``xla_cpu_math.host_has_float16_fma``).
 
 All public functions are pure: they take and return NumPy arrays, never mutate
 their inputs and keep no state.
@@ -42,7 +43,7 @@ import operator
 import ml_dtypes
 import numpy as np
 
-from .xla_cpu_math import ERFINV32, ERFINV64, erfinv, fma32, fma64, fma_small
+from .xla_cpu_math import ERFINV32, ERFINV64, erfinv, fma32, fma64, fma_small, host_has_float16_fma
 
 __all__ = ["threefry2x32", "key", "split", "fold_in", "random_bits", "uniform", "normal"]
 
@@ -281,8 +282,8 @@ def _uniform(k, shape, dt, minval, maxval):
     scale = np.asarray(hi - lo)
     if dt == np.float64:
         val = fma64(floats, scale, lo)
-    elif dt == ml_dtypes.bfloat16:  # XLA rounds every bfloat16 op, so no fusion
-        val = floats * scale + lo
+    elif dt == ml_dtypes.bfloat16 or (dt == np.float16 and not host_has_float16_fma()):
+        val = floats * scale + lo  # XLA rounds every bfloat16 op (and float16 without AVX512-FP16)
     else:  # float16 (native AVX512-FP16 FMA) and float32
         val = fma_small(floats, scale, lo, dt)
     return np.asarray(np.maximum(lo, val), dt)
