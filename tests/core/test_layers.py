@@ -29,7 +29,7 @@ LAYERS = {
         "_core.specialize_linalg", "_core.specialize_rules", "_jit.bounded", "_jit.bounded_rules",
         "_jit.bounded_export", "_jit.stages"],
     7: ["_ad", "_jit", "checkpoint_io"],
-    8: ["nn", "optim", "models", "serving.export", "serving.programs", "serving.manifest", "serving.errors",
+    8: ["nn", "optim", "misc", "models", "serving.export", "serving.programs", "serving.manifest", "serving.errors",
         "serving.weights_format", "serving.sampling", "serving.paged", "serving.triton_repo", "serving.scoring"],
     9: ["serving", "cli"],
 }

@@ -7,6 +7,8 @@ constants are folded instead).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes as _dt
@@ -211,13 +213,14 @@ def _safe_div(a, b):
 @register("grad_seed")
 def _grad_seed(out):
     av = out.aval
-    if av.shape is not None and av.shape != ():
+    if av.shape is not None and all(type(d) is int for d in av.shape) and math.prod(av.shape) != 1:
         raise GradientError(f"grad requires a scalar output, but the function returns an array of "
                             f"shape {tuple(av.shape)}; reduce it (e.g. .sum()) or use tl.vjp / tl.jacrev")
     if av.dtype is not None and not _dt.is_float(av.dtype):
         raise GradientError(f"grad requires a floating-point output, got {av.dtype}; "
                             f"differentiate a float computation")
-    return NotImplemented if av.dtype is None or av.shape is None else np.ones((), av.dtype)
+    known = av.shape is not None and all(type(d) is int for d in av.shape)
+    return NotImplemented if av.dtype is None or not known else np.ones(tuple(av.shape), av.dtype)
 
 
 # -- indexing: operands that became constants move into the static spec -------------------

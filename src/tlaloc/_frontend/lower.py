@@ -638,6 +638,7 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
         isinstance(a, StaticValue) or getattr(a, "is_concrete", False) for a in arg_avals)
     scope = Scope(fn.__globals__, _closure_dict(fn))
     defaults = _python_defaults(fn)
+    count_unknown = arg_trees is None and a.vararg is not None    # f(x, *args) before its first call
     if arg_trees is None:
         arg_trees = [_pytree.TreeDef("leaf") for _ in params]
     if arg_avals is None and all(t is not None and t.kind == "leaf" for t in arg_trees):
@@ -646,14 +647,17 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
             arg_avals = typing_hooks.avals_from_annotations(fn, params[:len(arg_trees)])
     env = {} if bound_self is None else {self_name: bound_self}
     leaf_index = 0
+    extra = len(arg_trees) - len(params)
+    star = [f"{a.vararg.arg}[{k}]" for k in range(max(extra, 0))] if a.vararg else []
     with root.active():
-        for pname, tree in zip(params, arg_trees):
+        for pname, tree in zip(params + star, arg_trees):
             if tree is None:          # a static argument (static_argnums): filled by the caller
                 continue
             leaves = []
             for k in range(tree.num_leaves):
                 aval = arg_avals[leaf_index] if arg_avals is not None else None
-                hint = pname if tree.kind == "leaf" else f"{pname}_{k}"
+                base = pname.replace("[", "_").rstrip("]")
+                hint = base if tree.kind == "leaf" else f"{base}_{k}"
                 if isinstance(aval, StaticValue):      # its value is part of the signature
                     root.new_input(aval.aval, hint)
                     leaves.append(aval.value)
@@ -668,8 +672,8 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
         if a.vararg and not params:
             raise src.error(fnode, f"`{fn.__name__}` takes only *{a.vararg.arg}; a transformed function "
                                    f"needs named parameters (def f(x, *{a.vararg.arg}))")
-        if a.vararg:                      # extra positional arguments are not passed to a transform
-            env[a.vararg.arg] = ()
+        if a.vararg:                      # f(x, *args): the arguments after the named ones
+            env[a.vararg.arg] = tuple(env.pop(name) for name in star if name in env)
         if a.kwarg:
             env[a.kwarg.arg] = {}
         for p in a.kwonlyargs:
@@ -684,6 +688,11 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
         low.annotate_arguments(fnode, env)
         try:
             result = low.run_body(fnode)
+        except FenceError as e:
+            from .structure import StructureNeeded
+            if count_unknown and not isinstance(e, StructureNeeded):     # built again with the real *args
+                raise StructureNeeded(f"`{fn.__name__}` reads *{a.vararg.arg}: built at the first call") from e
+            raise _library_function_refusal(e, fn, src) from e
         except Exception as e:
             raise _library_function_refusal(e, fn, src) from e
         out_leaves, out_tree = _pytree.flatten(result)
@@ -692,7 +701,7 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
                 raise src.error(fnode, f"`{fn.__name__}` returns a {type(leaf).__name__}; a transformed "
                                        f"function must return arrays (in tuples/lists/dicts)")
     graph = root.finish(out_leaves, name or fn.__name__)
-    return LoweredFunction(graph, fn, params, list(arg_trees), [g for g, _, _ in ctx.closure_inputs],
+    return LoweredFunction(graph, fn, params + star, list(arg_trees), [g for g, _, _ in ctx.closure_inputs],
                            out_tree, src, tuple(ctx.guards))
 
 

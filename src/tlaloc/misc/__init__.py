@@ -1,0 +1,20 @@
+"""``tlaloc.misc``: autograd's ``autograd.misc`` helpers, so its programs port by changing imports.
+
+* ``flatten(tree) -> (flat, unflatten)``: a pytree of arrays as one 1-D vector
+  (``tlaloc.misc.flatten``; also ``tl.ravel_pytree``, JAX's name);
+* ``flatten.flatten_func(func, example)``: a function of a pytree as one of a vector;
+* ``optimizers.sgd`` / ``rmsprop`` / ``adam``: autograd's loop-style optimizers over pytrees.
+
+Both flattening functions differentiate: called inside a transformed function they
+build the same ``concatenate``/``reshape`` graph as written by hand.
+"""
+from .flatten import flatten, flatten_func, ravel_pytree
+
+__all__ = ["flatten", "flatten_func", "ravel_pytree", "optimizers"]
+
+
+def __getattr__(name):
+    if name == "optimizers":
+        from . import optimizers
+        return optimizers
+    raise AttributeError(f"module 'tlaloc.misc' has no attribute {name!r}")
