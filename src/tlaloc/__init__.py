@@ -47,7 +47,7 @@ _EXPORTS = {
     "FenceError": ".errors", "TypeAnnotationError": ".errors", "BoundedAxisError": ".errors", "NoRuleError": ".errors",
     "GradientError": ".errors", "ArgumentError": ".errors",
 }
-_SUBMODULES = ("numpy", "scipy", "random", "misc", "nn", "optim", "kernels", "models", "serving", "typing", "errors",
+_SUBMODULES = ("numpy", "scipy", "random", "misc", "extend", "nn", "optim", "kernels", "models", "serving", "typing", "errors",
                "dtypes")
 
 __all__ = ["__version__", *_SUBMODULES, *_EXPORTS]

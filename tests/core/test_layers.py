@@ -28,7 +28,7 @@ LAYERS = {
     6: ["_render", "_runtime", "_recognize", "kernels", "_core.specialize", "_core.specialize_control",
         "_core.specialize_linalg", "_core.specialize_rules", "_jit.bounded", "_jit.bounded_rules",
         "_jit.bounded_export", "_jit.stages"],
-    7: ["_ad", "_jit", "checkpoint_io"],
+    7: ["_ad", "_jit", "checkpoint_io", "extend"],
     8: ["nn", "optim", "misc", "models", "serving.export", "serving.programs", "serving.manifest", "serving.errors",
         "serving.weights_format", "serving.sampling", "serving.paged", "serving.triton_repo", "serving.scoring"],
     9: ["serving", "cli"],

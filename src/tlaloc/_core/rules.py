@@ -40,6 +40,8 @@ RULE_MODULES = (
     "tlaloc._ad.forward_rules",
     "tlaloc._ad.custom",
     "tlaloc._ad.custom_passes",
+    "tlaloc._frontend.odeint",
+    "tlaloc._frontend.fixed_point",
     "tlaloc._ad.remat",
     "tlaloc._ad.batching_rules",
     "tlaloc._ad.batching_control",

@@ -13,7 +13,7 @@ import numpy as np
 from .. import numpy as tnp
 from .._core.builder import Value
 from ..errors import FenceError, ShapeError, TlalocError
-from . import calls, host
+from . import calls, host, odeint
 from .structure import ShapeNeeded
 from .values import LocalFunction, SymbolicRange, Undefined, is_symbolic, maybe_int
 
@@ -381,6 +381,8 @@ class ExprLowerer:
                 raise self.src.error(node, f"the builtin `{name}` cannot take an array inside a "
                                            f"differentiated function; {hint}")
             return self._static_call(fn, args, kwargs, node)
+        if symbolic and odeint.is_odeint(fn):          # SciPy's solver, with the adjoint method's gradient
+            return odeint.lower_odeint(self, args, kwargs, node)
         if calls.is_numpy_callable(fn):
             if not symbolic and not getattr(fn, "__name__", "") in ("zeros_like", "ones_like"):
                 return self._static_call(fn, args, kwargs, node)
