@@ -35,10 +35,15 @@ def primitive(fun):
     return custom_vjp_jvp(fun)
 
 
-def _check(fun, what):
+def _makers(what, fun, makers, argnums):
+    """``((argnum, maker), ...)`` after checking ``fun`` and the counts."""
     if not isinstance(fun, CustomDerivative):
         raise ArgumentError(f"{what}: the first argument must be a function made with "
                             f"tlaloc.extend.primitive (got {fun!r})")
+    argnums = tuple(range(len(makers))) if argnums is None else tuple(argnums)
+    if len(argnums) != len(makers):
+        raise ArgumentError(f"{what}: {len(makers)} rule makers for argnums {argnums}")
+    return tuple(zip(argnums, makers))
 
 
 def defvjp(fun, *vjpmakers, argnums=None):
@@ -49,11 +54,7 @@ def defvjp(fun, *vjpmakers, argnums=None):
     one, has no VJP: differentiating through it with a floating-point array there
     raises ``NoRuleError`` naming it (autograd raises too); integer arguments get none.
     """
-    _check(fun, "defvjp")
-    argnums = tuple(range(len(vjpmakers))) if argnums is None else tuple(argnums)
-    if len(argnums) != len(vjpmakers):
-        raise ArgumentError(f"defvjp: {len(vjpmakers)} VJP makers for argnums {argnums}")
-    makers = dict(zip(argnums, vjpmakers))
+    makers = dict(_makers("defvjp", fun, vjpmakers, argnums))
     name = fun.__name__
     inner = fun.fun
 
@@ -79,10 +80,13 @@ def defvjp(fun, *vjpmakers, argnums=None):
 
 def _no_rule(arg, k, name):
     """None (no cotangent) for an integer argument; a floating one has no VJP: refused."""
-    aval = getattr(arg, "aval", None)
     import numpy as np
+    aval = getattr(arg, "aval", None)
     dtype = aval.dtype if aval is not None else np.result_type(arg)
-    if dtype is not None and np.dtype(dtype).kind in "fc":
+    if dtype is None:               # not known before the first call: built again then
+        from ._frontend.structure import ShapeNeeded
+        raise ShapeNeeded(f"`{name}`: the dtype of argument {k}, which has no VJP maker")
+    if np.dtype(dtype).kind in "fc":
         raise NoRuleError(f"`{name}` has no VJP for argument {k} (defvjp gave None or no maker for it); "
                           f"give one, or pass that value through a closure instead of an argument")
     return None
@@ -92,11 +96,7 @@ def defjvp(fun, *jvpmakers, argnums=None):
     """autograd's ``defjvp(fun, jvp_0, jvp_1, ..., argnums=None)``: ``jvp_k(g, ans, *args)``
     is the tangent of the result for tangent ``g`` of ``args[argnums[k]]``; the result's
     tangent is their sum (a ``None`` maker contributes nothing for a zero tangent)."""
-    _check(fun, "defjvp")
-    argnums = tuple(range(len(jvpmakers))) if argnums is None else tuple(argnums)
-    if len(argnums) != len(jvpmakers):
-        raise ArgumentError(f"defjvp: {len(jvpmakers)} JVP makers for argnums {argnums}")
-    makers = tuple(zip(argnums, jvpmakers))
+    makers = _makers("defjvp", fun, jvpmakers, argnums)
     inner = fun.fun
 
     def jvp(primals, tangents):

@@ -82,6 +82,15 @@ def _full(*dims, fill_value, dtype):
     return emit("broadcast_to", np.asarray(fill_value, dtype=dtype), shape=shape)
 
 
+@register("odeint", "odeint_adjoint", "fixed_point")
+def _host_solver(*ins, **params):
+    """Nodes that iterate on the host with SciPy or a data-dependent loop (``_frontend/odeint.py``,
+    ``_frontend/fixed_point.py``): refused by name before their unspecialised regions are read."""
+    from ..errors import NoRuleError
+    raise NoRuleError("odeint and fixed_point run on the host (SciPy's LSODA, a data-dependent number of "
+                      "iterations); tl.jit cannot compile them: call the gradient eagerly, without tl.jit")
+
+
 # -- the broadcasting helpers of derivative rules -------------------------------------------
 
 @register("sum_to")

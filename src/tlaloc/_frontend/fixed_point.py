@@ -41,12 +41,15 @@ def _impl(*operands, step, distance, tol, n_a):
     return np.asarray(iterate(lambda x: f(*a, x)[0], lambda x, y: np.asarray(d(x, y)[0]), x0, tol))
 
 
-def _shape(*avals, step, **params):
-    return step.outputs[0].aval.shape
+def _shape(*avals, step, n_a, **params):
+    """The step's result shape, or (where the step was lowered before shapes were known) x0's."""
+    shape = step.outputs[0].aval.shape
+    return avals[n_a].shape if shape is None else shape
 
 
-def _dtype(*avals, step, **params):
-    return step.outputs[0].aval.dtype
+def _dtype(*avals, step, n_a, **params):
+    dtype = step.outputs[0].aval.dtype
+    return avals[n_a].dtype if dtype is None else dtype
 
 
 fixed_point_p = Primitive("fixed_point", impl=_impl, hlo=None, shape_rule=_shape, dtype_rule=_dtype)

@@ -648,7 +648,8 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
     env = {} if bound_self is None else {self_name: bound_self}
     leaf_index = 0
     extra = len(arg_trees) - len(params)
-    star = [f"{a.vararg.arg}[{k}]" for k in range(max(extra, 0))] if a.vararg else []
+    star = [f"*{a.vararg.arg}{k}" for k in range(max(extra, 0))] if a.vararg else []    # env keys
+    star_names = [f"{a.vararg.arg}_{k}" for k in range(len(star))]
     with root.active():
         for pname, tree in zip(params + star, arg_trees):
             if tree is None:          # a static argument (static_argnums): filled by the caller
@@ -656,7 +657,7 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
             leaves = []
             for k in range(tree.num_leaves):
                 aval = arg_avals[leaf_index] if arg_avals is not None else None
-                base = pname.replace("[", "_").rstrip("]")
+                base = star_names[star.index(pname)] if pname in star else pname
                 hint = base if tree.kind == "leaf" else f"{base}_{k}"
                 if isinstance(aval, StaticValue):      # its value is part of the signature
                     root.new_input(aval.aval, hint)
@@ -701,7 +702,7 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
                 raise src.error(fnode, f"`{fn.__name__}` returns a {type(leaf).__name__}; a transformed "
                                        f"function must return arrays (in tuples/lists/dicts)")
     graph = root.finish(out_leaves, name or fn.__name__)
-    return LoweredFunction(graph, fn, params + star, list(arg_trees), [g for g, _, _ in ctx.closure_inputs],
+    return LoweredFunction(graph, fn, params + star_names, list(arg_trees), [g for g, _, _ in ctx.closure_inputs],
                            out_tree, src, tuple(ctx.guards))
 
 

@@ -179,9 +179,11 @@ class Renderer:
             else:
                 self.render_call(node, indent)
 
-    def render_call(self, node, indent):
+    def render_call(self, node, indent, functions=None):
+        """``outs = lax.<prim>(operands, params)``; ``functions`` names the params passed by name."""
+        functions = functions or {}
         args = [self.atom(a) for a in node.inputs]
-        args += [f"{k}={render_param(v)}" for k, v in node.params.items()]
+        args += [f"{k}={functions[k] if k in functions else render_param(v)}" for k, v in node.params.items()]
         outs = [self.n.name(o) for o in node.outputs]
         lhs = ", ".join(outs) if outs else "_"
         if node.prim.multiple_results and len(outs) == 1:
@@ -197,13 +199,7 @@ class Renderer:
             names[key] = self.n.fresh(region.name or key)
             for line in render_function(region, names[key]).splitlines():
                 self.emit(indent, line)
-        args = [self.atom(a) for a in node.inputs]
-        args += [f"{k}={names[k] if k in names else render_param(v)}" for k, v in node.params.items()]
-        outs = [self.n.name(o) for o in node.outputs]
-        lhs = ", ".join(outs) if outs else "_"
-        if node.prim.multiple_results and len(outs) == 1:
-            lhs += ","
-        self.emit(indent, f"{lhs} = lax.{node.prim.name}({', '.join(args)})")
+        self.render_call(node, indent, names)
 
     def render_inline(self, node, indent):
         """A node whose meaning is a region (e.g. a custom-rule call): its body, inline."""
