@@ -218,3 +218,24 @@ def test_a_missing_vjp_maker_for_a_float_argument_is_refused_not_zero(argnums):
     x, y = r.randn(3), r.randn(3)
     with pytest.raises(tl.NoRuleError, match="no VJP for argument 1"):
         tl.grad(uses_two_args, argnums=argnums)(x, y)
+
+
+def tanh_by_exp(x):
+    return (1.0 - np.exp(-2 * x)) / (1.0 + np.exp(-2 * x))
+
+
+def only_star(*xs):
+    return np.sum(xs[0] * xs[1])
+
+
+def test_nested_elementwise_grad_matches_autograd_to_the_fourth_derivative():
+    x = np.linspace(-3, 3, 9)
+    a_tanh = lambda x: (1.0 - anp.exp(-2 * x)) / (1.0 + anp.exp(-2 * x))   # noqa: E731
+    got, want = tanh_by_exp, a_tanh
+    for _ in range(4):
+        got, want = tl.elementwise_grad(got), autograd.elementwise_grad(want)
+        np.testing.assert_allclose(got(x), want(x), rtol=1e-10, atol=1e-12)
+
+
+def test_a_function_of_star_args_only():
+    np.testing.assert_allclose(tl.grad(only_star)(np.ones(2), np.arange(2.0)), [0.0, 1.0])

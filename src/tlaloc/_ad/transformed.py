@@ -188,7 +188,12 @@ class Transformed:
             raise lowerer.src.error(node, f"call {self.name} with positional arguments only")
         flat, trees = _flatten_args(args)
         try:
-            lowered = self.as_lowered(trees if any(t != _LEAF for t in trees) else None)
+            try:
+                lowered = self.as_lowered(trees if any(t != _LEAF for t in trees) else None)
+            except StructureNeeded as e:         # f(*args): the count of arguments is known here
+                if isinstance(e, ShapeNeeded):
+                    raise
+                lowered = self.as_lowered(list(trees))
         except ShapeNeeded:
             avals = specialise.known_avals(flat)      # the call site knows the shapes: specialise to them
             if avals is None:

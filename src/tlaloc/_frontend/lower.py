@@ -670,9 +670,10 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
             if pname not in defaults:
                 raise src.error(fnode, f"parameter `{pname}` has no argument")
             env[pname] = defaults[pname]
-        if a.vararg and not params:
-            raise src.error(fnode, f"`{fn.__name__}` takes only *{a.vararg.arg}; a transformed function "
-                                   f"needs named parameters (def f(x, *{a.vararg.arg}))")
+        if a.vararg and not params and count_unknown:     # def f(*xs): built once the count is known
+            from .structure import StructureNeeded
+            raise src.error(fnode, f"`{fn.__name__}` takes only *{a.vararg.arg}: built at the first call",
+                            StructureNeeded)
         if a.vararg:                      # f(x, *args): the arguments after the named ones
             env[a.vararg.arg] = tuple(env.pop(name) for name in star if name in env)
         if a.kwarg:
