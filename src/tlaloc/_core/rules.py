@@ -42,6 +42,7 @@ RULE_MODULES = (
     "tlaloc._ad.custom_passes",
     "tlaloc._frontend.odeint",
     "tlaloc._frontend.fixed_point",
+    "tlaloc._frontend.call_time",
     "tlaloc._ad.remat",
     "tlaloc._ad.batching_rules",
     "tlaloc._ad.batching_control",

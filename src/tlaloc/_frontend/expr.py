@@ -13,7 +13,7 @@ import numpy as np
 from .. import numpy as tnp
 from .._core.builder import Value
 from ..errors import FenceError, ShapeError, TlalocError
-from . import calls, host, odeint
+from . import call_time, calls, host, odeint
 from .structure import ShapeNeeded
 from .values import LocalFunction, SymbolicRange, Undefined, is_symbolic, maybe_int
 
@@ -344,9 +344,8 @@ class ExprLowerer:
             columns = [self._iterate_static(a, node) for a in args[1:]]
             return iter([self.call(args[0], list(items), {}, node) for items in zip(*columns)])
         if host.call_time_name(fn) is not None:
-            if getattr(fn, "__name__", "") == "print" and symbolic:
-                raise self.src.error(node, "`print` of an array computed inside a differentiated function; "
-                                           "return it (has_aux=True) and print it outside")
+            if getattr(fn, "__name__", "") == "print" and symbolic:      # prints at call time
+                return call_time.lower_print(self, args, kwargs, node)
             return self.host_call(fn, args, kwargs, node)
         if isinstance(fn, types.MethodType) and calls.is_user_function(fn.__func__):
             return self.inline_call(fn.__func__, [fn.__self__] + list(args), kwargs, node)

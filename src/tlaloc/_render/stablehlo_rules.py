@@ -48,6 +48,8 @@ REFUSED = {
     "odeint": "SciPy's LSODA runs on the host; StableHLO has no ODE solver (call the gradient eagerly)",
     "odeint_adjoint": "SciPy's LSODA runs on the host; StableHLO has no ODE solver (call the gradient eagerly)",
     "fixed_point": "iterates a data-dependent number of times on the host (call the gradient eagerly)",
+    "debug_print": "print of a computed value runs in Python at call time; print outside the jitted function",
+    "debug_assert": "assert on a computed value runs in Python at call time; check outside the jitted function",
 }
 
 
