@@ -108,6 +108,8 @@ def examples(autograd_dir: str) -> list:
     ex = os.path.join(autograd_dir, "examples")
     found = []
     for folder in (ex, os.path.join(ex, "fluidsim")):
+        if not os.path.isdir(folder):
+            continue
         for f in sorted(os.listdir(folder)):
             if f.endswith(".py") and f not in ("__init__.py", "data.py", "data_mnist.py"):
                 found.append((f[:-3], os.path.join(folder, f)))
