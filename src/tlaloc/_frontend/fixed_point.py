@@ -25,6 +25,7 @@ from .. import _pytree
 from .._core import aval as _aval
 from .._core.primitive import Primitive
 from .regions import as_callable, lower_region, refusal, reverse_region
+from .values import LocalFunction, is_symbolic
 
 
 def iterate(step, distance, x0, tol):
@@ -105,7 +106,7 @@ def lower_fixed_point(lowerer, args, kwargs, node):
     except TypeError as e:
         raise src.error(node, f"fixed_point: {e}") from None
     f, a, x0, distance, tol = (bound[k] for k in ("f", "a", "x0", "distance", "tol"))
-    if lowerer_is_symbolic(tol) or not isinstance(tol, (int, float, np.integer, np.floating)):
+    if is_symbolic(tol) or not isinstance(tol, (int, float, np.integer, np.floating)):
         raise src.error(node, "fixed_point: `tol` must be a Python number")
     a_leaves, a_tree = _pytree.flatten(a)
     leaf = _pytree.TreeDef("leaf")
@@ -123,7 +124,6 @@ def lower_fixed_point(lowerer, args, kwargs, node):
 
 
 def _user_step(f):
-    from .values import LocalFunction
     if isinstance(f, LocalFunction):
         return f                    # refused by lower_region, naming `f`
     return _step_function(f)
@@ -131,11 +131,6 @@ def _user_step(f):
 
 def _aval_of(x):
     return x.aval if hasattr(x, "aval") else _aval.of(np.asarray(x, dtype=np.result_type(x, np.float64)))
-
-
-def lowerer_is_symbolic(x) -> bool:
-    from .values import is_symbolic
-    return is_symbolic(x)
 
 
 def iterate_user(f, a, x0, distance, tol):

@@ -41,6 +41,7 @@ from .. import _pytree
 from .._core import aval as _aval
 from .._core.primitive import Primitive
 from .regions import as_callable, lower_region, refusal, reverse_region
+from .values import is_symbolic
 
 #: SciPy's solver options passed through (numbers only); the others are refused by name.
 _OPTIONS = ("rtol", "atol", "h0", "hmax", "hmin", "ixpr", "mxstep", "mxhnil", "mxordn", "mxords")
@@ -186,7 +187,7 @@ def lower_odeint(lowerer, args, kwargs, node):
     for name in _OPTIONS:
         if name in given:
             value = given[name]
-            if _symbolic(value) or not isinstance(value, (int, float, np.integer, np.floating)):
+            if is_symbolic(value) or not isinstance(value, (int, float, np.integer, np.floating)):
                 raise src.error(node, f"odeint: `{name}=` must be a Python number here, got "
                                       f"{type(value).__name__}")
             options[name] = float(value) if name in ("rtol", "atol", "h0", "hmax", "hmin") else int(value)
@@ -203,21 +204,16 @@ def lower_odeint(lowerer, args, kwargs, node):
         trees.append(tree)
     leaf = _pytree.TreeDef("leaf")
     avals = [_aval.AbstractValue(np.dtype(np.float64), (n,)), _aval.AbstractValue(np.dtype(np.float64), ())]
-    avals += [x.aval if _symbolic(x) else _aval.of(np.asarray(x)) for x in leaves]
+    avals += [x.aval if is_symbolic(x) else _aval.of(np.asarray(x)) for x in leaves]
     lowered, closure = lower_region(lowerer, func, [leaf, leaf, *trees], avals, node, "odeint's `func`")
     if lowered.out_tree != leaf:
         raise src.error(node, f"odeint: `{func.__name__}` must return one array dy/dt, got {lowered.out_tree!r}")
     return odeint_p.bind(y0, t, *leaves, *closure, dynamics=lowered.graph, n_args=len(leaves), **options)
 
 
-def _symbolic(x) -> bool:
-    from .values import is_symbolic
-    return is_symbolic(x)
-
-
 def _static_size(y0) -> int:
     from ..errors import ShapeError
-    shape = y0.aval.shape if _symbolic(y0) else np.shape(y0)
+    shape = y0.aval.shape if is_symbolic(y0) else np.shape(y0)
     if shape is None or any(type(d) is not int for d in shape):
         raise ShapeError("odeint: the size of y0 is not known yet")
     return int(shape[0])
