@@ -24,6 +24,7 @@ _EXPORTS = {
     "elementwise_grad": "._ad.autograd_names", "hessian_vector_product": "._ad.autograd_names",
     "vmap": "._ad.vmap",
     "custom_vjp": "._ad.custom", "custom_jvp": "._ad.custom", "custom_vjp_jvp": "._ad.custom",
+    "ravel_pytree": ".misc.flatten",
     "check_grads": "._ad.check", "check_custom_vjp": "._ad.check", "check_custom_jvp": "._ad.check",
     "stop_gradient": ".numpy",
     # tracing front end and training
@@ -46,8 +47,8 @@ _EXPORTS = {
     "FenceError": ".errors", "TypeAnnotationError": ".errors", "BoundedAxisError": ".errors", "NoRuleError": ".errors",
     "GradientError": ".errors", "ArgumentError": ".errors", "DistributedError": ".errors",
 }
-_SUBMODULES = ("numpy", "scipy", "random", "nn", "optim", "kernels", "models", "serving", "typing", "errors",
-               "dtypes", "sharding", "distributed")
+_SUBMODULES = ("numpy", "scipy", "random", "misc", "extend", "nn", "optim", "kernels", "models", "serving", "typing",
+               "errors", "dtypes", "sharding", "distributed")
 
 __all__ = ["__version__", *_SUBMODULES, *_EXPORTS]
 

@@ -32,7 +32,8 @@ def uses_foreign_function(x):
 
 
 def uses_print(x):
-    print(x)  # REFUSE: print
+    if x.sum() > 0:
+        print(x)  # REFUSE: print
     return x.sum()
 
 

@@ -18,7 +18,7 @@ CASES = [
     (rc.uses_try, "try", ["`try`", "validate"]),
     (rc.uses_global, "global", ["`global`", "argument"]),
     (rc.uses_foreign_function, "foreign", ["scipy.special.gammainc", "custom_vjp"]),
-    (rc.uses_print, "print", ["print"]),
+    (rc.uses_print, "print", ["`print` of a computed value inside an `if`"]),
     (rc.recursive, "recursion", ["recursive", "loop"]),
     (rc.uses_attribute_store, "attribute store", ["Attribute", "immutable"]),
     (rc.uses_del, "del", ["`del`"]),

@@ -229,7 +229,7 @@ def uses_gammainc(x):
     return ss.gammainc(2.0, x).sum()
 
 
-@pytest.mark.parametrize("fn,what", [(uses_t_cdf, "scipy.stats.t.cdf"), (uses_odeint, "scipy.integrate.odeint"),
+@pytest.mark.parametrize("fn,what", [(uses_t_cdf, "scipy.stats.t.cdf"), (uses_odeint, "odeint's `func` must be a function defined with `def`"),
                                      (uses_gammainc, "gammainc")])
 def test_refused_by_name_at_the_users_line(fn, what):
     with pytest.raises(NoRuleError if fn is uses_t_cdf else tl.FenceError) as e:

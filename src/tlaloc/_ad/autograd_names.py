@@ -34,21 +34,28 @@ def elementwise_grad(fun, argnum=0):
     column sum of the Jacobian (autograd's definition; JAX writes
     ``vmap(grad(f))`` or ``grad(lambda x: f(x).sum())``).
 
+    Built as ``grad`` of ``sum(fun(*args))`` (the same VJP: the sum's derivative seeds ones),
+    so it nests: ``elementwise_grad(elementwise_grad(f))`` is a second derivative, and it
+    may be called inside another transformed function.
+
     Args:
       fun: a function of arrays returning one floating-point array.
       argnum: which positional argument to differentiate (one int).
 
     Raises:
-      ArgumentError: ``argnum`` is not one int in range.
-      GradientError / FenceError: as ``tl.vjp``.
+      ArgumentError: ``argnum`` is not one int.
+      GradientError / FenceError: as ``tl.grad``.
     """
-    def elementwise(*args):
-        a = _one_argnum("elementwise_grad", argnum, len(args))
-        out, vjp_fn = vjp(fun, *args)
-        return vjp_fn(np.ones_like(out))[a]
+    if not isinstance(argnum, (int, np.integer)) or isinstance(argnum, bool):
+        raise ArgumentError(f"elementwise_grad: argnum must be one int, got {argnum!r}")
 
-    elementwise.__name__ = f"elementwise_grad_{getattr(fun, '__name__', 'f')}"
-    return elementwise
+    def summed(*args):
+        return np.sum(fun(*args))
+
+    summed.__name__ = getattr(fun, "__name__", "f")
+    g = grad(summed, argnum)
+    g.__name__ = g.name = f"elementwise_grad_{summed.__name__}"
+    return g
 
 
 def hessian_vector_product(fun, argnum=0):

@@ -18,6 +18,8 @@ Linear algebra, indexing and control flow live in ``batching_linalg.py``,
 """
 from __future__ import annotations
 
+import math
+
 from .._prims import broadcasting as _bc
 from .._prims import elementwise as _ew
 from .._prims import misc as _misc
@@ -306,11 +308,12 @@ def _reduced_count(args, dims, *, axes):
 
 def _grad_seed(args, dims):
     x, d = args[0], dims[0]
-    if example_rank(x, d) != 0:
+    shape = tuple(example_shape(x, d))
+    if any(type(n) is not int for n in shape) or math.prod(shape) != 1:     # a scalar, or size 1 as (1,)
         raise GradientError(f"grad requires a scalar output, but the function returns an array of shape "
-                            f"{example_shape(x, d)} per example; reduce it (e.g. .sum()) or use tl.vjp")
+                            f"{shape} per example; reduce it (e.g. .sum()) or use tl.vjp")
     seed = _misc.grad_seed_p.bind(_red.reduce_sum(to_front(x, d)))   # checks the dtype as for one example
-    return _sh.broadcast_to(seed, (axis_size(),)), 0
+    return _sh.broadcast_to(seed, (axis_size(),) + shape), 0
 
 
 def _name_axes(args, dims, *, names):

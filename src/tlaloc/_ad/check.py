@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._core import aval as _aval
 from .._core.builder import Builder
 from .._core.interpreter import eval_graph
 from .._core.passes import inline
@@ -63,7 +64,7 @@ class _GraphFn:
         self.graph, self.n_args, self.consts, self.label = graph, n_args, list(consts), label
 
     @classmethod
-    def of(cls, f, n_args):
+    def of(cls, f, n_args, args=None):
         t = getattr(f, "__tlaloc_transformed__", None)
         if t is not None:
             lowered = t.as_lowered(None)
@@ -71,8 +72,9 @@ class _GraphFn:
                 raise ArgumentError(f"check_grads: `{t.name}` cannot be nested; pass the function it transforms")
         elif hasattr(f, "__tlaloc_lower__"):
             lowered = f.__tlaloc_lower__(None, None)
-        else:
-            lowered = lower_function(f)
+        else:       # for the arguments' shapes: code may read them (np.full(x.shape, v))
+            avals = None if args is None else [_aval.of(np.asarray(a)) for a in args]
+            lowered = lower_function(f, arg_avals=avals)
         if len(lowered.graph.inputs) - len(lowered.closure_getters) != n_args:
             raise ArgumentError(f"check_grads: `{_name(f)}` takes {len(lowered.arg_trees)} array arguments, "
                                 f"{n_args} were given (pytree arguments are not supported here)")
@@ -213,7 +215,7 @@ def check_grads(f, args=None, order=2, modes=("fwd", "rev"), atol=None, rtol=Non
     if "rev" in modes:
         _check_rev(plain, args, public_vjp, 1, eps, atol, rtol, rng, label)
     if order > 1:
-        base = _GraphFn.of(f, len(args))
+        base = _GraphFn.of(f, len(args), args)
         for mode in modes:
             inner = base.jvp_fn() if mode == "fwd" else base.vjp_fn()
             extra = _random_like(rng, args) if mode == "fwd" else _random_like(rng, base(*args))

@@ -56,7 +56,8 @@ class _JVPTransform(Transformed):
             flat += pl
             tflat += tl_
             trees.append(pt)
-        entry = self._entry(trees if any(t.kind != "leaf" for t in trees) else None)
+        # built per structure, specialised to shapes or integer values where the code reads them
+        entry = self._specialised(trees, flat, [np.asarray(x) for x in flat])
         from .._frontend import typing_hooks
         if typing_hooks.check_call is not None:
             typing_hooks.check_call(self.fn, tuple(primals))

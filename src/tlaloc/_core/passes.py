@@ -60,11 +60,12 @@ def used_vars(graph: Graph) -> set:
 
 
 def dce(graph: Graph) -> Graph:
-    """Drop nodes none of whose results are used. Regions are pure, so any node may go."""
+    """Drop nodes none of whose results are used, except effectful ones (``print``/``assert`` of
+    computed values). Regions are pure (the front end keeps effects out of them)."""
     live = {o.id for o in graph.outputs if isinstance(o, Var)}
     kept = []
     for node in reversed(graph.nodes):
-        if any(o.id in live for o in node.outputs):
+        if node.prim.effectful or any(o.id in live for o in node.outputs):
             kept.append(node)
             for a in node.inputs:
                 if isinstance(a, Var):

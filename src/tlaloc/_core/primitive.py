@@ -14,6 +14,7 @@ vjp            ``vjp(g, *primals, out=..., **params) -> cotangent per input``,
 jvp            ``jvp(tangents, *primals, out=..., **params) -> tangent(s)``,
                or a ``NodeRule``
 batch          ``batch(args, dims, **params) -> (out, out_dim)``
+effectful      run for its effect (printing, raising): never removed or merged
 eager          what ``tlaloc.numpy.lax.<name>`` calls: ``impl`` without
                ``bind``'s checks where the operands are plain NumPy arrays
                (same bits), else ``bind`` (see ``_prims/_eager.py``)
@@ -55,6 +56,10 @@ def _load_value_type():
 
 
 class Primitive:
+    #: True for a primitive run for what it does, not what it returns (``print`` and ``assert``
+    #: of computed values, ``_frontend/call_time.py``): dead-code elimination and CSE keep it.
+    effectful = False
+
     def __init__(self, name: str, *, impl: Callable, shape_rule: Callable,
                  dtype_rule: Callable, hlo: Optional[str] = None,
                  multiple_results: bool = False,

@@ -62,6 +62,8 @@ def cse(graph: Graph) -> Graph:
 
 def _key(node, ins):
     """A hashable identity of ``node``'s computation, or None (never merged)."""
+    if node.prim.effectful:                          # two prints print twice
+        return None
     try:
         params = tuple(sorted((k, type(v), v) for k, v in node.params.items()))
         key = (node.prim, tuple(_atom_key(a) for a in ins), params)
@@ -87,7 +89,7 @@ def prune_loops(graph: Graph) -> Graph:
     live = {o.id for o in graph.outputs if isinstance(o, Var)}
     kept = []
     for node in reversed(graph.nodes):
-        if not any(o.id in live for o in node.outputs):
+        if not node.prim.effectful and not any(o.id in live for o in node.outputs):
             continue                                 # dead (regions are pure)
         if node.prim is for_range_p:
             node = _prune_for(node, live)

@@ -7,6 +7,8 @@ constants are folded instead).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes as _dt
@@ -78,6 +80,15 @@ def _full(*dims, fill_value, dtype):
                           "use a size computed from static shapes")
     shape = tuple(int(d) for d in dims)
     return emit("broadcast_to", np.asarray(fill_value, dtype=dtype), shape=shape)
+
+
+@register("odeint", "odeint_adjoint", "fixed_point")
+def _host_solver(*ins, **params):
+    """Nodes that iterate on the host with SciPy or a data-dependent loop (``_frontend/odeint.py``,
+    ``_frontend/fixed_point.py``): refused by name before their unspecialised regions are read."""
+    from ..errors import NoRuleError
+    raise NoRuleError("odeint and fixed_point run on the host (SciPy's LSODA, a data-dependent number of "
+                      "iterations); tl.jit cannot compile them: call the gradient eagerly, without tl.jit")
 
 
 # -- the broadcasting helpers of derivative rules -------------------------------------------
@@ -211,13 +222,14 @@ def _safe_div(a, b):
 @register("grad_seed")
 def _grad_seed(out):
     av = out.aval
-    if av.shape is not None and av.shape != ():
+    if av.shape is not None and all(type(d) is int for d in av.shape) and math.prod(av.shape) != 1:
         raise GradientError(f"grad requires a scalar output, but the function returns an array of "
                             f"shape {tuple(av.shape)}; reduce it (e.g. .sum()) or use tl.vjp / tl.jacrev")
     if av.dtype is not None and not _dt.is_float(av.dtype):
         raise GradientError(f"grad requires a floating-point output, got {av.dtype}; "
                             f"differentiate a float computation")
-    return NotImplemented if av.dtype is None or av.shape is None else np.ones((), av.dtype)
+    known = av.shape is not None and all(type(d) is int for d in av.shape)
+    return NotImplemented if av.dtype is None or not known else np.ones(tuple(av.shape), av.dtype)
 
 
 # -- indexing: operands that became constants move into the static spec -------------------

@@ -52,7 +52,7 @@ def is_numpy_callable(fn) -> bool:
 
 # -- SciPy: mapped by module and name onto tlaloc.scipy --------------------------------------------
 
-_SCIPY_MODULES = ("special", "stats", "linalg")
+_SCIPY_MODULES = ("special", "stats", "linalg", "signal")
 _SCIPY_REFUSED = {
     "scipy.integrate.odeint": "write the solver loop in the function (e.g. a fixed-step RK4 `for` loop, which "
                               "tlaloc differentiates), or wrap odeint with tl.custom_vjp and an adjoint rule",

@@ -89,9 +89,10 @@ class EffectsLowerer:
 
     def stmt_Assert(self, node):
         test = self.expr(node.test)
-        if is_symbolic(test):
-            raise self.src.error(node, "`assert` on an array value cannot be checked while lowering; "
-                                       "check it before calling the transformed function")
+        if is_symbolic(test):                   # checked when the function is called (call_time.py)
+            from .call_time import lower_assert
+            lower_assert(self, test, None if node.msg is None else self.expr(node.msg), node)
+            return
         if not test:                # fails for this signature: raised when the function is called
             msg = None if node.msg is None else self.expr(node.msg)
             if is_symbolic(msg) or self.b is not self.ctx.root:

@@ -330,7 +330,7 @@ RULES.update({
     "transpose": _transpose, "swapaxes": _swapaxes, "expand_dims": _expand_dims, "squeeze": _squeeze,
     "reshape": _reshape, "broadcast_to": _broadcast_to, "broadcast_in_dim": _broadcast_in_dim,
     "getitem": _getitem, "concatenate": _concatenate, "expand_reduced": _expand_reduced,
-    "grad_seed": lambda prim, ins, out, params: (),
+    "grad_seed": lambda prim, ins, out, params: _names(ins[0]),
 })
 _REGION_PRIMS = {"cond", "for_range", "while_loop"}
 

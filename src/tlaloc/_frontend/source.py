@@ -92,14 +92,14 @@ def read_source(fn) -> FunctionSource:
     except OSError:
         file_lines = [l.rstrip("\n") for l in lines]
         start = 1
-    node = _find(tree, fn, start)
+    node = _find(tree, fn, start, indent)
     return FunctionSource(fn, node, filename, start - 1, indent, file_lines)
 
 
-def _find(tree, fn, start):
+def _find(tree, fn, start, indent=0):
     name = fn.__code__.co_name
     if name == "<lambda>":
-        lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
+        lambdas = _matching_lambdas(tree, fn.__code__, start, indent)
         if len(lambdas) != 1:
             raise FenceError(f"cannot tell which lambda on line {start} to transform; "
                              f"give it a name with `def`")
@@ -110,3 +110,32 @@ def _find(tree, fn, start):
                 raise FenceError(f"`async def {name}` cannot be differentiated; use a plain def")
             return n
     raise FenceError(f"cannot find the definition of `{name}` in its source")
+
+
+def _matching_lambdas(tree, code, start, indent):
+    """The lambdas of ``tree`` that can be ``code``: the same parameter names and, where
+    several remain (``lambda ans, x: lambda g: ...`` on one line), the innermost whose
+    span holds every source position of ``code``'s instructions."""
+    n_params = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS) \
+        + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    params = code.co_varnames[:n_params]
+    found = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Lambda):
+            a = n.args
+            names = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+            names += [p.arg for p in (a.vararg, a.kwarg) if p is not None]
+            if sorted(names) == sorted(params):
+                found.append(n)
+    if len(found) <= 1:
+        return found
+    spots = [(line, col) for line, _, col, _ in code.co_positions() if line is not None and col is not None]
+
+    def span(n):
+        return ((start + n.lineno - 1, n.col_offset + indent), (start + n.end_lineno - 1, n.end_col_offset + indent))
+    def holds(n, spot):
+        return span(n)[0] <= spot <= span(n)[1]
+    spots = [spot for spot in spots if any(holds(n, spot) for n in found)]    # not the line's RESUME
+    inside = [n for n in found if spots and all(holds(n, spot) for spot in spots)]
+    inside.sort(key=lambda n: (span(n)[1][0] - span(n)[0][0], span(n)[1][1] - span(n)[0][1]))
+    return inside[:1] if inside else found

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import _pytree
 from .._core.graph import Graph
-from ..errors import ArgumentError
+from ..errors import ArgumentError, FenceError
 
 _LEAF = _pytree.TreeDef("leaf")
 
@@ -69,8 +69,7 @@ def source_for(fun, trees, statics: dict, arg_avals=None) -> Source:
     t = getattr(fun, "__tlaloc_transformed__", None)
     if t is not None:
         if statics:
-            raise ArgumentError("jit: static_argnums with a transformed function (tl.jit(tl.grad(f), "
-                                "static_argnums=...)) is not supported yet; close over the value instead")
+            return _static_transformed_source(t, trees, statics, arg_avals)
         from .transformed import transformed_source
         src = transformed_source(t, trees, arg_avals, Source)
         return src if src is not None else _transformed_source(t, trees, statics, arg_avals)
@@ -98,12 +97,59 @@ def source_for(fun, trees, statics: dict, arg_avals=None) -> Source:
     return Source(lowered.graph, list(lowered.closure_getters), finish, check, out_tree)
 
 
+def _static_transformed_source(t, trees, statics, arg_avals=None) -> Source:
+    """``tl.jit(tl.grad(f), static_argnums=...)``: the transform built with the static arguments'
+    Python values (an int minibatch index in ``x[i*b:(i+1)*b]``), as its own eager build does
+    once it needs them (``_frontend/specialise.py``); one program per static value, as in JAX.
+    The graph keeps an unused input per static leaf, dropped here."""
+    if getattr(t, "kind", None) not in ("grad", "value_and_grad"):
+        raise ArgumentError(f"jit: static_argnums with `{t.name}` ({t.kind}) is not supported; close over "
+                            f"the value instead (static arguments work with tl.grad and tl.value_and_grad)")
+    from .._core import aval as _aval
+    from .._frontend.specialise import StaticValue
+    if any(a in statics for a in t.argnums):
+        raise ArgumentError(f"jit: argument {sorted(set(t.argnums) & set(statics))} is differentiated "
+                            f"(argnums) and cannot also be static")
+    full = [_LEAF if tr is None else tr for tr in trees]
+    dyn = iter(arg_avals) if arg_avals is not None else None
+    avals, static_pos, k = [], [], 0
+    for pos, tr in enumerate(trees):
+        if tr is None:
+            value = statics[pos]
+            avals.append(StaticValue(value, _aval.of(np.asarray(value))))
+            static_pos.append(k)
+            k += 1
+            continue
+        for _ in range(tr.num_leaves):
+            avals.append(next(dyn) if dyn is not None else _aval.UNKNOWN)
+            k += 1
+    entry = t._entry(full, avals)          # a ShapeNeeded here: jit retries with the leaves' shapes
+    g = entry["graphs"][0][0]
+    dropped = {g.inputs[i].id for i in static_pos}
+    graph = Graph(tuple(v for v in g.inputs if v.id not in dropped), g.nodes, g.outputs, g.name)
+    lowered = entry["lowered"]
+
+    def finish(args, trees_, outs):
+        return t.finish(args, full, list(outs), entry)
+
+    def check(args, trees_, leaves):
+        if len(args) != len(lowered.arg_trees):
+            raise ArgumentError(f"{t.name}: takes {len(lowered.arg_trees)} positional arguments, got {len(args)}")
+
+    as_lowered = entry.get("as_lowered")
+    return Source(graph, list(lowered.closure_getters), finish, check, getattr(as_lowered, "out_tree", None))
+
+
 def _transformed_source(t, trees, statics, arg_avals=None) -> Source:
-    if statics:
-        raise ArgumentError("jit: static_argnums with a transformed function (tl.jit(tl.grad(f), "
-                            "static_argnums=...)) is not supported yet; close over the value instead")
     if arg_avals is not None:
-        entry = t._entry(list(trees), list(arg_avals))
+        from .._frontend.specialise import FinalAvals
+        from .._frontend.structure import ShapeNeeded
+        try:                       # the shapes are final here: code that needs an int's value is refused
+            entry = t._entry(list(trees), FinalAvals(arg_avals))
+        except ShapeNeeded as e:
+            raise FenceError(f"{e}; under tl.jit, pass that integer argument in static_argnums "
+                             f"(tl.jit(tl.grad(f), static_argnums=...)), which compiles one program per "
+                             f"value") from None
     else:
         entry = t._entry(None if all(tr == _LEAF for tr in trees) else list(trees))
     graph = entry["graphs"][0][0]

@@ -53,18 +53,20 @@ def reduced_count(x, axes):
 
 
 def _grad_seed_impl(out):
+    """The output cotangent that starts ``grad``: ones of the output's shape. The output must
+    hold one element: a scalar, or (as autograd allows) an array of size 1 such as shape (1,)."""
     out = np.asarray(out)
-    if out.shape != ():
+    if out.size != 1:
         raise GradientError(f"grad requires a scalar output, but the function returned an array of "
                             f"shape {out.shape}; reduce it (e.g. .sum()) or use tl.vjp / tl.jacrev")
     if not _dt.is_float(out.dtype):
         raise GradientError(f"grad requires a floating-point output, got {out.dtype}; "
                             f"differentiate a float computation")
-    return np.ones((), out.dtype)
+    return np.ones(out.shape, out.dtype)
 
 
 grad_seed_p = Primitive("grad_seed", impl=_grad_seed_impl, hlo="stablehlo.constant",
-                        shape_rule=lambda x: (), dtype_rule=lambda x: x.dtype)
+                        shape_rule=lambda x: x.shape, dtype_rule=lambda x: x.dtype)
 grad_seed_p.vjp = lambda g, x, out: (None,)
 grad_seed_p.jvp = lambda t, x, out: None
 

@@ -174,17 +174,32 @@ class Renderer:
                 self.render_while(node, indent)
             elif getattr(node.prim, "inline_region", None):
                 self.render_inline(node, indent)
+            elif getattr(node.prim, "function_params", None):
+                self.render_with_functions(node, indent)
             else:
                 self.render_call(node, indent)
 
-    def render_call(self, node, indent):
+    def render_call(self, node, indent, functions=None):
+        """``outs = lax.<prim>(operands, params)``; ``functions`` names the params passed by name."""
+        functions = functions or {}
         args = [self.atom(a) for a in node.inputs]
-        args += [f"{k}={render_param(v)}" for k, v in node.params.items()]
+        args += [f"{k}={functions[k] if k in functions else render_param(v)}" for k, v in node.params.items()]
         outs = [self.n.name(o) for o in node.outputs]
         lhs = ", ".join(outs) if outs else "_"
         if node.prim.multiple_results and len(outs) == 1:
             lhs += ","
         self.emit(indent, f"{lhs} = lax.{node.prim.name}({', '.join(args)})")
+
+    def render_with_functions(self, node, indent):
+        """A node whose params hold regions it calls as functions (``odeint``'s right-hand side):
+        each region becomes a local ``def``, passed to the primitive by name."""
+        names = {}
+        for key in node.prim.function_params:
+            region = node.params[key]
+            names[key] = self.n.fresh(region.name or key)
+            for line in render_function(region, names[key]).splitlines():
+                self.emit(indent, line)
+        self.render_call(node, indent, names)
 
     def render_inline(self, node, indent):
         """A node whose meaning is a region (e.g. a custom-rule call): its body, inline."""

@@ -45,6 +45,11 @@ REFUSED = {
     "custom_vjp_jvp_call": _INLINED,
     "custom_vjp_rule": _INLINED,
     "checkpoint_call": "specialisation inlines the call's body (tl.checkpoint only matters to transforms)",
+    "odeint": "SciPy's LSODA runs on the host; StableHLO has no ODE solver (call the gradient eagerly)",
+    "odeint_adjoint": "SciPy's LSODA runs on the host; StableHLO has no ODE solver (call the gradient eagerly)",
+    "fixed_point": "iterates a data-dependent number of times on the host (call the gradient eagerly)",
+    "debug_print": "print of a computed value runs in Python at call time; print outside the jitted function",
+    "debug_assert": "assert on a computed value runs in Python at call time; check outside the jitted function",
 }
 
 

@@ -1,6 +1,7 @@
 """``tlaloc.scipy``: the SciPy functions real programs call, built from tlaloc's primitives.
 
-``tlaloc.scipy.special``, ``tlaloc.scipy.stats`` and ``tlaloc.scipy.linalg`` take
+``tlaloc.scipy.special``, ``tlaloc.scipy.stats``, ``tlaloc.scipy.linalg`` and
+``tlaloc.scipy.signal`` (``convolve``) take
 SciPy's names, arguments and conventions (``loc``/``scale``, ``axis``, ``b=``,
 ``(c, lower)`` factor tuples). Inside ``grad``/``jvp``/``vmap``/``jit`` the AST
 front end maps user code written against SciPy (``scipy.special.logsumexp``,
@@ -10,6 +11,6 @@ the call's file:line:col.
 """
 from __future__ import annotations
 
-from . import linalg, special, stats  # noqa: F401
+from . import linalg, signal, special, stats  # noqa: F401
 
-__all__ = ["special", "stats", "linalg"]
+__all__ = ["special", "stats", "linalg", "signal"]

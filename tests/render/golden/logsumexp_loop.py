@@ -56,7 +56,7 @@ def dlogsumexp_loop_dx(x):
     # grad of: return m + np.log(s)
     m_bar = lax.sum_to(out_bar, m_1)
     v_bar = lax.sum_to(out_bar, v6)
-    del v6
+    del v6, out_bar
     v8 = lax.reciprocal(s)
     del s
     s_bar = lax.safe_mul(v_bar, v8)

@@ -56,6 +56,6 @@ def dnewton_sqrt_da(a):
         x_bar_2 = lax.add(x_bar_1, v15)
         v16 = lax.add(a_bar_1, a_bar_2)
         a_bar, a_bar_1 = x_bar_2, v16
-    del res_stack, x_stack, res_stack_1, v7
+    del res_stack, x_stack, res_stack_1, x_bar, v7
     a_bar_3 = lax.add(a_bar, a_bar_1)
     return (a_bar_3,)

@@ -1,0 +1,214 @@
+"""Assignment statements: ``=`` (with tuple unpacking), annotated and augmented assignment,
+subscript stores with NumPy's semantics (functional updates that aliases see; a write into
+a view of another array is refused), and ``del`` of a name in straight-line code."""
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+
+from .._core.graph import Var
+from ..errors import TypeAnnotationError
+from .expr import binop
+from .values import Undefined, is_symbolic
+
+
+class AssignLowerer:
+    """Mixin of ``Lowerer``."""
+
+    def stmt_Delete(self, node):
+        """``del name`` in the straight-line part of the body unbinds the name (rendered
+        derivatives free their temporaries this way, and stay differentiable source).
+        Inside a branch or loop, or on an element or attribute, it is refused."""
+        if self.b is not self.ctx.root or self.in_loop or not all(isinstance(t, ast.Name) for t in node.targets):
+            from .lowerer import _refusal
+            raise self.src.error(node, _refusal(node))
+        for t in node.targets:
+            if isinstance(self.env.get(t.id, Undefined(t.id, "")), Undefined):
+                raise self.src.error(t, f"`del {t.id}`: `{t.id}` is not a local name assigned before this line")
+            self.env[t.id] = Undefined(t.id, f"del {t.id}` at line {node.lineno}")
+
+    def stmt_Assign(self, node):
+        value = self.expr(node.value)
+        for t in node.targets:
+            self.assign(t, value)
+
+    def stmt_AnnAssign(self, node):
+        if node.value is None:
+            return
+        value = self.expr(node.value)
+        self.check_annotation(node.annotation, value, node)
+        self.assign(node.target, value)
+
+    def check_annotation(self, annotation, value, node):
+        """Typed-tensor annotations on assignments (checked by the typing layer): a
+        constant size over a bounded axis's bound (``x: F32["seq<=512"] = ...``) is refused here."""
+        from . import typing_hooks
+        if typing_hooks.bound_violation is None:
+            return
+        try:
+            ann = eval(compile(ast.Expression(annotation), self.src.filename, "eval"),
+                       self.scope.globals, dict(self.scope.closure))
+        except Exception:
+            return                      # not a value we can read statically: nothing to check
+        msg = typing_hooks.bound_violation(ann, value, f"`{ast.unparse(node.target)}`")
+        if msg is not None:
+            raise self.src.error(node.value, msg, TypeAnnotationError)
+
+    def annotate_arguments(self, fnode, env):
+        """Typed-tensor annotations on parameters (checked by the typing layer)."""
+
+    def stmt_AugAssign(self, node):
+        t = node.target
+        if isinstance(t, ast.Name):
+            cur = self.lookup(t.id, t)
+            new = binop(type(node.op), cur, self.expr(node.value))
+            if is_symbolic(cur):
+                self._augassign_aliases(t, cur, new)
+            self.env[t.id] = new
+        elif isinstance(t, ast.Subscript):
+            base = self.expr(t.value)
+            idx = self.index(t.slice)
+            v = self.expr(node.value)
+            if isinstance(base, (list, dict)) and not is_symbolic(idx):      # counts[k] += 1
+                new = binop(type(node.op), base[idx], v)
+                if not self.is_outside(base):
+                    base[idx] = new
+                else:
+                    op = type(node.op)
+                    def update(base=base, idx=idx, op=op, v=v):
+                        base[idx] = binop(op, base[idx], v)
+                    update.__self__ = base
+                    self.external_mutation(update, [], {}, node)
+                return
+            if isinstance(node.op, ast.Add) and _scalar_index(idx):
+                # one element or a slice: NumPy's read-add-write is an add in place
+                from .._prims.indexing import index_add
+                new = index_add(base, idx, v)
+            else:
+                # an index array: NumPy reads all, adds, then writes (with a repeated
+                # index the last write wins); np.add.at accumulates instead
+                from .._prims.indexing import index_set
+                from .. import numpy as tnp
+                new = index_set(base, idx, binop(type(node.op), tnp._getitem(base, idx), v))
+            self._store_subscript_base(t.value, new)
+        elif isinstance(t, ast.Attribute):
+            self._attribute_effect(t, self.expr(node.value), node, type(node.op))
+        else:
+            raise self.src.error(node, f"augmented assignment to {type(t).__name__} is not supported; "
+                                       f"assign to a name or a subscript")
+
+    def assign(self, target, value):
+        if isinstance(target, ast.Name):
+            if is_symbolic(value) and value.var.hint is None:
+                value.var.hint = target.id
+            self.env[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            items = self._unpack(value, len(target.elts), target)
+            for t, v in zip(target.elts, items):
+                self.assign(t, v)
+        elif isinstance(target, ast.Subscript):
+            from .._prims.indexing import index_set
+            base = self.expr(target.value)
+            new = index_set(base, self.index(target.slice), value)
+            self._store_subscript_base(target.value, new)
+        elif isinstance(target, ast.Attribute):
+            self._attribute_effect(target, value, target)
+        elif isinstance(target, ast.Starred):
+            raise self.src.error(target, "starred assignment targets are not supported; unpack explicitly")
+        else:
+            raise self.src.error(target, f"assignment to {type(target).__name__} is not supported inside a "
+                                         f"differentiated function (objects are immutable here); build a "
+                                         f"new value instead, e.g. dataclasses.replace")
+
+    def _store_subscript_base(self, base_node, new):
+        """``a[i] = v`` rebinds ``a`` (functional update); ``a[i][j] = v`` nests.
+
+        NumPy semantics are kept for aliases: every other name bound to the same
+        array is rebound too. Writing into a *view* of another live array
+        (``row = A[0]; row[1] = v``) is refused rather than silently diverging."""
+        if isinstance(base_node, ast.Name):
+            old = self.env.get(base_node.id)
+            if is_symbolic(old):
+                self._refuse_view_write(base_node, old)
+                for name, val in list(self.env.items()):
+                    if val is old and name != base_node.id:
+                        self.env[name] = new
+            self.env[base_node.id] = new
+            if is_symbolic(new) and new.var.hint is None:
+                new.var.hint = base_node.id
+        elif isinstance(base_node, ast.Subscript):
+            from .._prims.indexing import index_set
+            outer = self.expr(base_node.value)
+            self._store_subscript_base(base_node.value, index_set(outer, self.index(base_node.slice), new))
+        else:
+            raise self.src.error(base_node, "subscript assignment needs a name on the left, e.g. `a[i] = v`")
+
+    def _augassign_aliases(self, target, cur, new):
+        """``b += v`` on a NumPy array writes in place: names bound to the same array see
+        it, and a view writes through to its base. We rebind aliases of an array of
+        known rank >= 1; where NumPy's answer depends on what we cannot see (the rank,
+        or a view's base), we refuse rather than guess."""
+        aliases = [n for n, v in self.env.items() if v is cur and n != target.id]
+        self._refuse_view_write(target, cur)
+        if not aliases:
+            return
+        rank = cur.aval.rank
+        if rank is None or rank == 0:
+            raise self.src.error(target, f"`{target.id}` and `{aliases[0]}` name the same value; whether "
+                                         f"`{target.id} {'+='} ...` changes `{aliases[0]}` depends on its rank in "
+                                         f"NumPy. Write `{target.id} = {target.id} + ...` for a new array, or "
+                                         f"annotate the rank")
+        for n in aliases:
+            self.env[n] = new
+
+    _VIEW_PRIMS = ("getitem", "reshape", "transpose", "swapaxes", "expand_dims", "squeeze", "broadcast_to")
+
+    def _refuse_view_write(self, node, value):
+        producer = self.b.producer(value)
+        if producer is None or producer.prim.name not in self._VIEW_PRIMS:
+            return
+        if producer.prim.name == "getitem" and any(
+                e[0] == "d" and not (isinstance(producer.inputs[1 + e[1]], Var)
+                                     and producer.inputs[1 + e[1]].aval.shape == ())
+                for e in producer.params["spec"]):
+            return                       # advanced indexing copies in NumPy
+        src = producer.inputs[0]
+        for name, val in self.env.items():
+            if is_symbolic(val) and val.var is src:
+                raise self.src.error(node, f"`{node.id}` is a view of `{name}` (NumPy would write through to "
+                                           f"`{name}`); write into `{name}` directly, or copy first with "
+                                           f"`{node.id} = {node.id}.copy()`")
+
+    def _unpack(self, value, n, node):
+        if is_symbolic(value):
+            shape = value.aval.shape
+            if shape is None or not shape or type(shape[0]) is not int:
+                from .structure import ShapeNeeded
+                raise self.src.error(node, f"unpacking a value of unknown length into {n} names (if this "
+                                           f"argument is a tuple, its structure is read at the first call; "
+                                           f"for an array, its shape)", ShapeNeeded)
+            if shape[0] != n:
+                raise self.src.error(node, f"cannot unpack an array of length {shape[0]} into {n} names")
+            from .. import numpy as tnp
+            return [tnp._getitem(value, k) for k in range(n)]
+        try:
+            items = list(value)
+        except TypeError:
+            raise self.src.error(node, f"cannot unpack {type(value).__name__}") from None
+        if len(items) != n:
+            raise self.src.error(node, f"cannot unpack {len(items)} values into {n} names")
+        return items
+
+
+def _scalar_index(idx) -> bool:
+    """True when no part of a subscript can be an index array (ints, slices, None,
+    ..., and symbolic values known to be 0-d)."""
+    parts = idx if isinstance(idx, tuple) else (idx,)
+    for p in parts:
+        if p is None or p is Ellipsis or isinstance(p, (int, np.integer, slice)):
+            continue
+        if is_symbolic(p) and p.aval.shape == ():
+            continue
+        return False
+    return True

@@ -1,0 +1,208 @@
+"""Lowering calls in user code (``ExprLowerer``'s calls): what a call means is decided
+here, in order: user functions (inlined), ``functools.partial`` and ``map``, call-time
+actions (random draws, ``print``; ``host.py``, ``call_time.py``), methods, transformed
+functions (their graph inlined), custom rules, builtins (static, or symbolic-aware in
+``calls.builtin_call``), ``scipy.integrate.odeint`` (``odeint.py``), NumPy and SciPy
+functions (mapped onto ``tlaloc.numpy``/``tlaloc.scipy``), container methods, and
+``tlaloc`` functions themselves; anything else given an array is refused by name."""
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import types
+
+import numpy as np
+
+from .. import numpy as tnp
+from .._core.builder import Value
+from ..errors import FenceError, TlalocError
+from . import call_time, calls, host, odeint
+from .structure import ShapeNeeded
+from .values import LocalFunction, Undefined, is_symbolic, maybe_int
+
+
+class CallLowerer:
+    """Mixin of ``Lowerer``: ``expr_Call`` and the calls it resolves."""
+
+    def expr_Call(self, node):
+        fn = self.expr(node.func)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                args.extend(self._iterate_static(self.expr(a.value), a))
+            else:
+                args.append(self.expr(a))
+        kwargs = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                kwargs.update(self.expr(kw.value))
+            else:
+                kwargs[kw.arg] = self.expr(kw.value)
+        return self.call(fn, args, kwargs, node)
+
+    def call(self, fn, args, kwargs, node):
+        symbolic = calls._any_symbolic(args, kwargs)
+        if isinstance(fn, Undefined):
+            raise self.src.error(node, f"`{fn.name}` may be undefined here")
+        if is_symbolic(fn):
+            from .structure import StructureNeeded
+            raise self.src.error(node, "calling an array (if this argument is a module or another callable "
+                                       "pytree, its structure is read at the first call)", StructureNeeded)
+        if calls.is_user_function(fn):
+            return self.inline_call(fn, args, kwargs, node)
+        if isinstance(fn, functools.partial):          # functools.partial(f, a)(x) is f(a, x)
+            return self.call(fn.func, list(fn.args) + list(args), {**fn.keywords, **kwargs}, node)
+        if fn is functools.partial:
+            return functools.partial(*args, **kwargs)
+        if fn is builtins.map and args:                 # map(f, xs, ...): one lowered call per item
+            columns = [self._iterate_static(a, node) for a in args[1:]]
+            return iter([self.call(args[0], list(items), {}, node) for items in zip(*columns)])
+        if host.call_time_name(fn) is not None:
+            if getattr(fn, "__name__", "") == "print" and symbolic:      # prints at call time
+                return call_time.lower_print(self, args, kwargs, node)
+            return self.host_call(fn, args, kwargs, node)
+        if isinstance(fn, types.MethodType) and calls.is_user_function(fn.__func__):
+            return self.inline_call(fn.__func__, [fn.__self__] + list(args), kwargs, node)
+        call_method = getattr(type(fn), "__call__", None)
+        if (symbolic and not isinstance(fn, type) and isinstance(call_method, types.FunctionType)
+                and calls.is_user_function(call_method)):
+            return self.inline_call(call_method, [fn] + list(args), kwargs, node)
+        transformed = getattr(fn, "__tlaloc_transformed__", None)
+        if transformed is not None:
+            return self.call_transformed(transformed, args, kwargs, node)
+        custom = getattr(fn, "__tlaloc_custom__", None)
+        if custom is not None:
+            return custom.lower_call(self, args, kwargs, node)
+        if getattr(fn, "__module__", "") == "builtins" or isinstance(fn, type) and fn.__module__ == "builtins":
+            if fn in _STRUCTURAL_BUILTINS and not (fn is builtins.len and args and is_symbolic(args[0])):
+                return self._static_call(fn, args, kwargs, node)       # isinstance(t, tuple), len(list)
+            if fn in _ITERATING_BUILTINS and symbolic:     # zip(x, y), list(x), enumerate(x): one item per row
+                args = [self._iterate_static(a, node) if is_symbolic(a) else a for a in args]
+                return self._static_call(fn, args, kwargs, node)
+            handled, out = calls.builtin_call(fn, args, kwargs)
+            if handled:
+                return out
+            if (symbolic and fn in (builtins.slice, builtins.int) and self.ctx.specialisable
+                    and any(maybe_int(a) for a in args)):
+                self._value_needed(args, kwargs, node, None)       # slice(i * b, ...), range-like uses
+            if symbolic:
+                name = getattr(fn, "__name__", repr(fn))
+                hint = {"float": "keep it an array (x.astype(np.float64))",
+                        "int": "keep it an array (x.astype(np.int64))",
+                        "print": "print outside the differentiated function",
+                        "bool": "write the condition as an `if` on the array"}.get(name, "use tlaloc.numpy")
+                raise self.src.error(node, f"the builtin `{name}` cannot take an array inside a "
+                                           f"differentiated function; {hint}")
+            return self._static_call(fn, args, kwargs, node)
+        if symbolic and odeint.is_odeint(fn):          # SciPy's solver, with the adjoint method's gradient
+            return odeint.lower_odeint(self, args, kwargs, node)
+        if calls.is_numpy_callable(fn):
+            if not symbolic and not getattr(fn, "__name__", "") in ("zeros_like", "ones_like"):
+                return self._static_call(fn, args, kwargs, node)
+            if (args and isinstance(args[0], (list, tuple)) and fn.__name__ not in _SEQUENCE_FUNCTIONS
+                    and not calls.is_scipy_callable(fn)):     # cho_solve((c, lower), b) takes a real tuple
+                args = [_stacked(args[0])] + list(args[1:])     # np.sum([a, b]), np.array([[a, b], [c, d]])
+            eq = _OVERRIDES.get(fn.__name__) or calls.numpy_equivalent(fn)
+            if eq is None:
+                raise self.src.error(node, calls.no_equivalent_message(fn))
+            return self._checked(eq, args, kwargs, node)
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, (list, dict)) and getattr(fn, "__name__", "") in _CONTAINER_METHODS:
+            # list.append / dict.update on a Python container built in the function: fine in
+            # straight-line code; inside an `if`/loop on an array both paths would mutate it
+            if self.b is not self.ctx.root:
+                from .structure import StaticMutation
+                raise self.src.error(node, f"`{fn.__name__}` on a Python {type(owner).__name__} inside an `if` "
+                                           f"or loop on an array value; build the list before the branch "
+                                           f"or use tnp.stack / tl.scan", StaticMutation)
+            if self.is_outside(owner):              # a log list or counter outside f: mutated per call
+                return self.external_mutation(fn, args, kwargs, node)
+            return self._static_call(fn, args, kwargs, node)
+        if isinstance(fn, (type(print),)) and not symbolic:
+            return self._static_call(fn, args, kwargs, node)
+        mod = getattr(fn, "__module__", "") or ""
+        if mod.startswith("tlaloc") or isinstance(getattr(fn, "__self__", None), Value):
+            return self._checked(fn, args, kwargs, node)
+        if not symbolic:
+            return self._static_call(fn, args, kwargs, node)
+        name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+        raise self.src.error(node, f"cannot differentiate through `{name}` (from {mod or 'unknown'}): "
+                                   f"it is not Python source tlaloc can read; use tlaloc.numpy, or wrap it "
+                                   f"with tl.custom_vjp")
+
+    def _checked(self, fn, args, kwargs, node):
+        # a nested def/lambda handed to a tlaloc function (tl.cond, tl.scan ...) is
+        # called by it: lower its source inline at that point
+        def callable_(a):
+            if isinstance(a, LocalFunction):
+                return lambda *xs, **kw: self.inline_call(a, list(xs), kw, node)
+            return a
+        args = [callable_(a) for a in args]
+        kwargs = {k: callable_(v) for k, v in kwargs.items()}
+        try:
+            return fn(*args, **kwargs)
+        except FenceError:
+            raise
+        except TlalocError as e:
+            msg = str(e)
+            loc = self.src.loc(node)
+            if msg.startswith(str(loc)):
+                raise
+            raise type(e)(f"{loc}: {msg}") from None
+        except TypeError as e:
+            self._value_needed(args, kwargs, node, e)
+            raise self.src.error(node, f"bad call: {e}") from None
+
+    def _static_call(self, fn, args, kwargs, node):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            self._value_needed(args, kwargs, node, e)
+            raise self.src.error(node, f"{type(e).__name__} while evaluating a static call: {e}") from None
+
+    def _value_needed(self, args, kwargs, node, err):
+        """A call failed on a size or Python value that is still symbolic: specialise (ShapeNeeded)."""
+        from .. import _pytree
+        leaves = _pytree.leaves((list(args), dict(kwargs)))
+        if self.ctx.specialisable and any(is_symbolic(x) or isinstance(x, tnp._SymbolicShape) for x in leaves):
+            name = getattr(getattr(node, "func", None), "attr", None) or getattr(getattr(node, "func", None), "id", "")
+            raise self.src.error(node, f"`{name}` needs the Python value of a size or an integer argument",
+                                 ShapeNeeded) from None
+
+
+_STRUCTURAL_BUILTINS = (builtins.isinstance, builtins.issubclass, builtins.type, builtins.callable,
+                        builtins.hasattr, builtins.id, builtins.len)
+_ITERATING_BUILTINS = (builtins.zip, builtins.enumerate, builtins.list, builtins.tuple, builtins.reversed)
+_SEQUENCE_FUNCTIONS = ("concatenate", "stack", "vstack", "hstack", "dstack", "column_stack", "row_stack",
+                       "block", "broadcast_arrays", "meshgrid", "einsum", "select", "piecewise",
+                       "multi_dot", "append")
+
+
+def _full(shape, fill_value, dtype=None):
+    """``np.full`` with a computed fill value: a fresh array (never a broadcast view)."""
+    if not is_symbolic(fill_value):
+        return tnp.full(shape, fill_value, dtype=dtype)
+    dt = dtype or fill_value.aval.dtype or np.float64
+    return tnp.add(tnp.zeros(shape, dtype=dt), tnp.asarray(fill_value).astype(dt))
+
+
+_OVERRIDES = {"full": _full}
+
+
+def _stacked(seq):
+    """A (nested) list of arrays and numbers holding a symbolic value, as one stacked array."""
+    if not any(is_symbolic(x) for x in _flat(seq)):
+        return seq
+    return tnp.stack([_stacked(x) if isinstance(x, (list, tuple)) else tnp.asarray(x) for x in seq])
+
+
+def _flat(seq):
+    for x in seq:
+        if isinstance(x, (list, tuple)):
+            yield from _flat(x)
+        else:
+            yield x
+
+
+_CONTAINER_METHODS = ("append", "extend", "insert", "pop", "update", "setdefault", "__setitem__")
