@@ -36,7 +36,9 @@ from .._core.builder import Builder, Value, current_builder
 from .._core.control import undef_literal
 from .._core.graph import Graph, Literal
 from .._core.passes import dce
+from .._prims import elementwise as _ew
 from .._prims import shape_ops as _sh
+from .._prims._rules import _strong_float, _weak_sample
 from ..errors import ShapeError
 
 _state = threading.local()
@@ -277,12 +279,9 @@ def _weak_operands(node, ins):
     for k, (a, x) in enumerate(zip(avals, ins[first:]), first):
         if not (a.weak and is_value(x) and x.aval.dtype is not None and not x.aval.weak):
             continue
-        kind = np.dtype(a.dtype).kind if a.dtype is not None else "f"
-        sample = {"b": False, "i": 0, "u": 0, "c": 0j}.get(kind, 0.0)
-        target = np.result_type(*strong, sample)
+        target = np.result_type(*strong, _weak_sample(a.dtype, _strong_float(strong)))   # as the dtype rules
         if x.aval.dtype != target:
-            from .._prims.elementwise import convert
-            out[k] = convert(x, target)
+            out[k] = _ew.convert(x, target)
     return out
 
 

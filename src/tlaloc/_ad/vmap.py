@@ -3,9 +3,11 @@
 ``tl.vmap(f)(xs)`` computes ``f`` on every example of ``xs`` at once, without
 a Python loop over examples: at the first call for an argument structure and
 per-example shapes, ``f`` (a function, or a transform such as ``tl.grad(loss)``)
-is lowered for one example, the batching pass rewrites every node with its
-primitive's batching rule (``batching*.py``), and the batched graph is rendered
-to Python (``tl.source``) and run. Later calls with the same structure, shapes
+is lowered for one example and specialised to its avals (every value gets its
+dtype, and Python scalars such as a loop index stay weak: they keep adopting
+float32 data's dtype once batched), the batching pass rewrites every node with
+its primitive's batching rule (``batching*.py``), and the batched graph is
+rendered to Python (``tl.source``) and run. Later calls with the same structure, shapes
 and batch size reuse it.
 """
 from __future__ import annotations
