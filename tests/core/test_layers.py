@@ -24,7 +24,7 @@ LAYERS = {
     4: ["numpy", "random", "scipy"],
     5: ["_frontend", "typing", "_typecheck", "sharding", "_core.simplify", "_ad.reverse", "_ad.forward",
         "_ad.forward_rules", "_ad.control_rules", "_ad.batching", "_ad.batching_control", "_ad.batching_index",
-        "_ad.batching_linalg", "_ad.batching_rules", "_ad.custom", "_ad.custom_passes"],
+        "_ad.batching_linalg", "_ad.batching_rules", "_ad.custom", "_ad.custom_passes", "_ad.symbolic_zeros"],
     6: ["_render", "_runtime", "_recognize", "kernels", "_core.specialize", "_core.specialize_control",
         "_core.specialize_linalg", "_core.specialize_rules", "_jit.bounded", "_jit.bounded_rules",
         "_jit.bounded_export", "_jit.stages"],

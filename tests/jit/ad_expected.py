@@ -45,22 +45,7 @@ FLOAT32_REFUSED_ALIKE = {
                                                   "addat_fancy_repeated") for m in _ALL},
     ("softmax_xent", "reverse"): "float64 one-hot constant",
     **{("arange_weights", m): "float64 arange weights" for m in ("reverse", "hessian")},
-    # engine limitation found here (open): under tl.vmap a loop accumulator started as a Python
-    # float (`s = 0.0`) is batched as float64 and then meets the float32 data
-    **{(c, "vmap"): "vmap makes a Python-float loop accumulator float64"
-       for c in ("for_range_forms", "nested_loops", "while_value", "call_helpers", "call_in_loop_branch",
-                 "closure_in_loop", "loop_var_closure", "early_return_helper_in_loop", "grad_of_grad", "rnn")},
-    # jacfwd and hessian are DXIR transforms that batch jvp/vjp graphs over a basis (vmap), so
-    # the same limitation (a Python int loop index batched as int64 meets float32 data) reaches them
-    **{(c, "hessian"): "jacfwd batches over a basis with vmap: the vmap limitation above"
-       for c in ("call_helpers", "early_return_helper_in_loop", "for_range_forms")},
-    ("early_return_helper_in_loop", "forward"): "jacfwd batches over a basis with vmap: the vmap limitation above",
-    ("rnn", "hessian"): "jacfwd batches over a basis with vmap: the vmap limitation above",
 }
-
-#: (case, mode) -> first argument point from which float32 is refused alike (the same limitation,
-#: met only at the later points of these rows)
-FLOAT32_REFUSED_ALIKE_FROM_POINT = {(c, "forward"): 1 for c in ("call_helpers", "for_range_forms")}
 
 #: (case, mode) -> the refusal, every backend and dtype
 REFUSED = {
@@ -83,9 +68,9 @@ IREE_F64_NO_LINK_PRIMAL = IREE_F64_NO_LINK | {"argnums_neg1"}
 IREE_F64_LINKS_UNDER_HESSIAN = frozenset(("call_helpers", "argnums_1", "argnums_2_0", "argnums_neg1",
                                           "argnums_tuple1"))
 #: (case, mode) -> reason: refused by IREE's compiler itself (measured, iree-base-compiler 3.13)
-IREE_REFUSED = {
-    ("while_in_for", "hessian"): "IREE could not compile the program",   # "circular dependency" in stream partitioning
-}
+IREE_REFUSED: dict = {}
+# (the Hessian of while_in_for was here: IREE's stream partitioning refused the negative-index wrap
+# of a for loop's index; the index of a non-negative range is not wrapped since, stablehlo_index.py)
 
 
 def expected(name: str, mode: str, backend: str, dtype, limit=None) -> str:
@@ -94,9 +79,6 @@ def expected(name: str, mode: str, backend: str, dtype, limit=None) -> str:
     if (name, mode) in NOT_APPLICABLE:
         return "n/a: " + NOT_APPLICABLE[name, mode]
     if np.dtype(dtype) == np.float32 and (name, mode) in FLOAT32_REFUSED_ALIKE:
-        return "n/a: "
-    if (np.dtype(dtype) == np.float32 and (name, mode) in FLOAT32_REFUSED_ALIKE_FROM_POINT
-            and (limit is None or limit > FLOAT32_REFUSED_ALIKE_FROM_POINT[name, mode])):
         return "n/a: "
     if (name, mode) in REFUSED:
         return "refused: " + REFUSED[name, mode]

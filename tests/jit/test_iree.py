@@ -94,3 +94,32 @@ def test_ahead_of_time_stages():
 def test_iree_runs_on_the_cpu_only():
     with pytest.raises(tl.ArgumentError, match="llvm-cpu"):
         tl.jit(P.poly, backend="iree", platform="cuda")
+
+
+def test_hessian_of_a_while_in_a_for_compiles_and_matches_jax():
+    # regression: IREE's stream partitioning refused ("circular dependency") the negative-index
+    # wrap (i < 0 ? i + n : i) of a for loop's index feeding two slices next to a bounded while;
+    # the index of a non-negative range is no longer wrapped (stablehlo_index._index_val)
+    from tests.ad import cases
+    from . import ad_jax
+    case, x = cases.BY_NAME["while_in_for"], np.array([0.5, 1.2])
+    got = np.asarray(tl.jit(tl.hessian(case.fn), backend="iree")(x))
+    ad_jax.close(got, ad_jax.hessian(case, (x,), 0), np.float64, "hessian of while_in_for on IREE")
+
+
+def test_a_for_index_is_wrapped_only_where_it_may_be_negative():
+    def fwd(x):
+        s = 0.0
+        for i in range(3):
+            s = s + x[i]
+        return s
+
+    def back(x):
+        s = 0.0
+        for i in range(1, -3, -1):          # 1, 0, -1, -2: x[-1], x[-2] read from the end
+            s = s * 2.0 + x[i]
+        return s
+    x = np.array([1.0, 2.0, 3.0])
+    assert "stablehlo.select" not in tl.jit(fwd).lower(x).as_text()
+    assert "stablehlo.select" in tl.jit(back).lower(x).as_text()
+    np.testing.assert_allclose(np.asarray(tl.jit(back, backend="iree")(x)), back(x), rtol=1e-15)

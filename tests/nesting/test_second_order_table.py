@@ -37,21 +37,8 @@ POINTS = 1          # argument points per row (the first-order tables sweep them
 
 ROWS = [c for c in CASES if c.mode in ("grad", "value_and_grad")]
 
-#: engine bugs this table found (strict xfails: a fix shows up as XPASS). tl.vjp of tl.grad of a
-#: loop with an early return, a closure made in a loop, or a while nested in a for fails in
-#: eager mode (tlaloc's own error, never a wrong value): open, see the report of issue 20.
-KNOWN = {
-    "return_in_loop_acc": "vjp(grad): TypeError int + None in the pullback (return inside a loop)",
-    "return_in_while": "vjp(grad): TypeError int + None in the pullback (return inside a while)",
-    "closure_in_loop": "vjp(grad): TypeError int + None in the pullback (closure made in a loop)",
-    "early_return_helper_in_loop": "vjp(grad): TypeError int + None in the pullback (helper returning early)",
-}
-
-
-def _params(known=None):
-    known = known or {}
-    return [pytest.param(c, id=c.name, marks=[pytest.mark.xfail(strict=True, reason=known[c.name])]
-                         if c.name in known else []) for c in ROWS]
+def _params():
+    return [pytest.param(c, id=c.name) for c in ROWS]
 
 
 def _flat(tree):
@@ -115,7 +102,7 @@ def _float_leaves(tree, mask):
     return [v for v, m in zip(_flat(tree)[0], mask) if m]
 
 
-@pytest.mark.parametrize("case", _params(KNOWN))
+@pytest.mark.parametrize("case", _params())
 def test_reverse_over_reverse_matches_jax(case):
     rng = np.random.default_rng(7)
     g = tl.grad(case.fn, argnums=case.argnums)

@@ -36,7 +36,9 @@ from .._core.builder import Builder, Value, current_builder
 from .._core.control import undef_literal
 from .._core.graph import Graph, Literal
 from .._core.passes import dce
+from .._prims import elementwise as _ew
 from .._prims import shape_ops as _sh
+from .._prims._rules import _strong_float, _weak_sample
 from ..errors import ShapeError
 
 _state = threading.local()
@@ -245,6 +247,7 @@ def batch_inline(graph: Graph, args, dims):
         ds = [p[1] for p in pairs]
         multi = node.prim.multiple_results
         with b.at(node.loc):
+            ins = _weak_operands(node, ins)
             if all(d is None for d in ds) and not _needs_rule(node.prim):
                 out = node.prim.bind(*ins, **dict(node.params))
                 od = (None,) * len(node.outputs) if multi else None
@@ -258,6 +261,28 @@ def batch_inline(graph: Graph, args, dims):
                 new.var.hint = old.hint
             env[old.id] = (new, d)
     return [read(o) for o in graph.outputs]
+
+
+def _weak_operands(node, ins):
+    """``ins`` with each Python scalar of one example (a weak operand of ``node``) that
+    batching made an array (a loop index or counter carried per example) converted to
+    the dtype it adopts in ``node`` (NEP 50): a batched ``int`` loop index or ``0.0``
+    accumulator meeting float32 data stays float32, as it does for one example."""
+    first = getattr(node.prim.batch, "weak_scalars_from", None)
+    if first is None:
+        return ins
+    avals = [a.aval for a in node.inputs[first:]]
+    strong = [a.dtype for a in avals if not a.weak and a.dtype is not None]
+    if not strong or not any(a.weak for a in avals):
+        return ins
+    out = list(ins)
+    for k, (a, x) in enumerate(zip(avals, ins[first:]), first):
+        if not (a.weak and is_value(x) and x.aval.dtype is not None and not x.aval.weak):
+            continue
+        target = np.result_type(*strong, _weak_sample(a.dtype, _strong_float(strong)))   # as the dtype rules
+        if x.aval.dtype != target:
+            out[k] = _ew.convert(x, target)
+    return out
 
 
 def finish_outputs(pairs, want, dtypes=None):

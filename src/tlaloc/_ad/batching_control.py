@@ -36,7 +36,7 @@ from .batching_rules import elementwise
 
 _select = elementwise(select_p)
 _I64 = np.dtype(np.int64)
-_INDEX = AbstractValue(_I64, ())
+_INDEX = AbstractValue(_I64, (), weak=True)      # a Python int, as in the interpreter
 
 
 def _choose(pred, t, dt, f, df):

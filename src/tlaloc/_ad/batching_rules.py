@@ -38,8 +38,12 @@ from .batching import (BY_NAME, axis_size, batched, example_of, example_rank, ex
 
 # -- generic builders ------------------------------------------------------------------------
 
-def elementwise(prim):
-    """n-ary elementwise with NumPy broadcasting."""
+def elementwise(prim, weak_scalars_from=None):
+    """n-ary elementwise with NumPy broadcasting.
+
+    ``weak_scalars_from``: the first operand whose dtype takes part in NumPy's
+    promotion (0; 1 for ``select``'s values), for operations whose Python-scalar
+    operands adopt the other operands' dtype (see ``batching._weak_operands``)."""
     def rule(args, dims, **params):
         if len(args) == 1:
             return prim.bind(args[0], **params), dims[0]
@@ -47,6 +51,7 @@ def elementwise(prim):
         new = [a if d is None else expand_after_batch(to_front(a, d), r - example_rank(a, d))
                for a, d in zip(args, dims)]
         return prim.bind(*new, **params), 0
+    rule.weak_scalars_from = weak_scalars_from
     return rule
 
 
@@ -102,10 +107,13 @@ def _register(prims, make):
 # -- elementwise and selection ----------------------------------------------------------------
 
 _register(list(_ew.UNARY.values()), elementwise)
-_register([_ew.add_p, _ew.sub_p, _misc.copy_p, _ew.mul_p, _ew.div_p, _ew.pow_p, _ew.max_p, _ew.min_p, _ew.atan2_p,
+_register([_misc.copy_p, _special.polygamma_p, _ew.integer_pow_p, _ew.convert_p, _bc.zeros_like_p,
+           _misc.stop_gradient_p], elementwise)
+# NumPy's binary operations: a Python-scalar operand adopts the other operands' dtype
+_register([_ew.add_p, _ew.sub_p, _ew.mul_p, _ew.div_p, _ew.pow_p, _ew.max_p, _ew.min_p, _ew.atan2_p,
            _ew.rem_p, _ew.floordiv_p, _ew.lt_p, _ew.le_p, _ew.gt_p, _ew.ge_p, _ew.eq_p, _ew.ne_p,
-           _ew.and_p, _ew.or_p, _special.polygamma_p, _ew.safe_mul_p, _ew.safe_div_p, _ew.integer_pow_p, _ew.convert_p,
-           _sel.select_p, _sel.clamp_p, _bc.zeros_like_p, _misc.stop_gradient_p], elementwise)
+           _ew.and_p, _ew.or_p, _ew.safe_mul_p, _ew.safe_div_p, _sel.clamp_p], lambda p: elementwise(p, 0))
+_sel.select_p.batch = elementwise(_sel.select_p, 1)
 
 
 # -- reductions ------------------------------------------------------------------------------

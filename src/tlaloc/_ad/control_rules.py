@@ -20,6 +20,7 @@ from .._core.passes import dce, inline, split
 from .._prims.broadcasting import zeros_like
 from .._prims.elementwise import add
 from .reverse import add_cotangents, vjp_graph
+from .symbolic_zeros import ZERO, foldable_zero_ys, inline_zeros
 
 
 def _is_value(x) -> bool:
@@ -91,7 +92,7 @@ def _loop_vjp_parts(body: Graph, n_lead: int, n_carry: int, n_consts: int, n_xs:
 
 
 def _backward_body(bwd: Graph, residuals, kinds, wrt, n_lead: int, n_carry: int, n_consts: int,
-                   n_ys: int, body_inputs, name: str):
+                   n_ys: int, body_inputs, name: str, ys_zero=None):
     """The body of the backward loop.
 
     Inputs: ``(i, *carry_bar, *const_bar_acc, *consts, *xs_k, *res_k, *ys_bar_k)`` where
@@ -99,6 +100,8 @@ def _backward_body(bwd: Graph, residuals, kinds, wrt, n_lead: int, n_carry: int,
     Outputs: ``(*carry_bar_prev, *const_bar_acc', *x_bar_k)`` (x_bar only for reached xs).
     ``body_inputs`` are the forward body's inputs (``n_lead`` leading ones, then
     carry, consts, xs); ``wrt`` marks which of them have a cotangent output in ``bwd``.
+    ``ys_zero[k]``: the cotangent of stacked output ``k`` is a symbolic zero, and it has
+    no ``ys_bar_k`` input (see ``symbolic_zeros.py``).
     """
     carry_vars = body_inputs[n_lead:n_lead + n_carry]
     const_vars = body_inputs[n_lead + n_carry:n_lead + n_carry + n_consts]
@@ -108,13 +111,14 @@ def _backward_body(bwd: Graph, residuals, kinds, wrt, n_lead: int, n_carry: int,
     with b.active():
         from .._core.aval import AbstractValue
         import numpy as np
-        i = b.new_input(AbstractValue(np.dtype(np.int64), ()), "i")
+        i = b.new_input(AbstractValue(np.dtype(np.int64), (), weak=True), "i")
         carry_bar = [b.new_input(v.aval, f"{v.hint}_bar") for v in carry_vars]
         const_acc = [b.new_input(v.aval, f"{v.hint}_bar") for v, m in zip(const_vars, const_mask) if m]
         consts = [b.new_input(v.aval, v.hint) for v in const_vars]
         xs = [b.new_input(v.aval, v.hint) for v in x_vars]
         res = [b.new_input(r.aval, r.hint) for r, k in zip(residuals, kinds) if k[0] == "stack"]
-        ys_bar = [b.new_input(_unknown(), "y_bar") for _ in range(n_ys)]
+        ys_zero = ys_zero or [False] * n_ys
+        ys_bar = [ZERO if z else b.new_input(_unknown(), "y_bar") for z in ys_zero]
         it = iter(res)
         res_args = []
         for r, (kind, k) in zip(residuals, kinds):
@@ -126,7 +130,7 @@ def _backward_body(bwd: Graph, residuals, kinds, wrt, n_lead: int, n_carry: int,
                 res_args.append(xs[k])
             else:
                 res_args.append(next(it))
-        bars = iter(inline(bwd, res_args + carry_bar + ys_bar))
+        bars = iter(inline_zeros(bwd, res_args + carry_bar + ys_bar))
         new_carry = [next(bars) for _ in carry_vars]
         const_bars = [next(bars) for m in const_mask if m]
         x_bars = list(bars)
@@ -188,14 +192,16 @@ def _reverse_loop(bwd, residuals, kinds, wrt, n_lead, body_inputs, carry_gs, ys_
     const_mask = wrt[n_lead + n_carry:n_lead + n_carry + n_consts]
     x_mask = wrt[n_lead + n_carry + n_consts:]
     carry_bar = _zeros_if_none(carry_gs, carry_final)
-    ys_bar = _zeros_if_none(ys_gs, ys_final)
+    n_in = len(bwd.inputs) - n_ys
+    ys_zero = foldable_zero_ys(bwd, n_in, ys_gs)
+    ys_bar = [zeros_like(y) if g is None else g for g, y, z in zip(ys_gs, ys_final, ys_zero) if not z]
     bbody = _backward_body(bwd, residuals, kinds, wrt, n_lead, n_carry, n_consts, n_ys, body_inputs,
-                           name + "_bwd")
+                           name + "_bwd", ys_zero)
     const_acc = [zeros_like(c) for c, m in zip(consts, const_mask) if m]
     n_acc = len(const_acc)
     r = for_range_p.bind(*bounds, *carry_bar, *const_acc, *consts, *xs, *stacks, *ys_bar,
                          body=bbody, n_carry=n_carry + n_acc, n_consts=n_consts,
-                         n_xs=len(xs) + len(stacks) + n_ys, reverse=reverse)
+                         n_xs=len(xs) + len(stacks) + len(ys_bar), reverse=reverse)
     carry0_bar = list(r[:n_carry])
     acc_it = iter(r[n_carry:n_carry + n_acc])
     const_bars = [next(acc_it) if m else None for m in const_mask]
@@ -228,7 +234,7 @@ def _while_reverse(node, ins):
         # the backward loop is a for_range: give the body a leading (unused) index
         from .._core.aval import AbstractValue
         import numpy as np
-        idx = Var(AbstractValue(np.dtype(np.int64), ()), "k")
+        idx = Var(AbstractValue(np.dtype(np.int64), (), weak=True), "k")
         return _reverse_loop(bwd, residuals, kinds, [False] + list(wrt), 1, (idx,) + tuple(body.inputs),
                              gs[:n_carry], gs[n_carry + 1:], primal_outs[:n_carry], primal_outs[n_carry + 1:],
                              carry0, consts, [], stacks, (0, trips, 1), True, body.name, lead=0)

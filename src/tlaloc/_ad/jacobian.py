@@ -92,8 +92,7 @@ def _over_basis(raw, ins, in_avals, basis_av, outs, name):
     One batched program (vmap over the basis) of ``raw`` specialised (batching needs
     every size; specialising after the transform keeps ``stop_gradient`` meaningful).
     Where specialisation or batching refuses it (a reverse-mode while loop without a
-    bound; a while loop whose Python-float counter the basis would make per-example
-    float64), ``raw`` is inlined once per basis vector instead."""
+    bound), ``raw`` is inlined once per basis vector instead."""
     from .._core.specialize import specialize
     from .. import numpy as tnp
     shape = tuple(basis_av.shape)

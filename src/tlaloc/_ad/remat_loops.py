@@ -55,7 +55,7 @@ def _rebind(node, vals):
 
 
 def _int_aval():
-    return AbstractValue(np.dtype(np.int64), ())
+    return AbstractValue(np.dtype(np.int64), (), weak=True)      # a Python int, as in the interpreter
 
 
 def _nested(inner: Graph, levels: tuple, policy, name) -> Graph:

@@ -3,9 +3,11 @@
 ``tl.vmap(f)(xs)`` computes ``f`` on every example of ``xs`` at once, without
 a Python loop over examples: at the first call for an argument structure and
 per-example shapes, ``f`` (a function, or a transform such as ``tl.grad(loss)``)
-is lowered for one example, the batching pass rewrites every node with its
-primitive's batching rule (``batching*.py``), and the batched graph is rendered
-to Python (``tl.source``) and run. Later calls with the same structure, shapes
+is lowered for one example and specialised to its avals (every value gets its
+dtype, and Python scalars such as a loop index stay weak: they keep adopting
+float32 data's dtype once batched), the batching pass rewrites every node with
+its primitive's batching rule (``batching*.py``), and the batched graph is
+rendered to Python (``tl.source``) and run. Later calls with the same structure, shapes
 and batch size reuse it.
 """
 from __future__ import annotations
@@ -23,10 +25,10 @@ from .._core.passes import dce
 from .._core.verifier import verify
 from .._frontend.lower import LoweredFunction, lower_function
 from .._frontend.structure import ShapeNeeded
-from ..errors import ArgumentError, FenceError, TypeAnnotationError
+from ..errors import ArgumentError, FenceError, TlalocError, TypeAnnotationError
 from . import api as _api  # noqa: F401  (reverse-mode rules, for vmap of grad)
 from . import batching_control, batching_index, batching_linalg, batching_rules  # noqa: F401  (rules)
-from .batching import batch_graph, batched, moveaxis, rank
+from .batching import batch_graph, batched, moveaxis, rank, unbatched_aval
 from .transformed import ShapeDependent, _as_array, _check_against_interpreter, known_shapes, render_and_load
 
 
@@ -205,7 +207,8 @@ class _VmapTransform(ShapeDependent):
                 res.append((moveaxis(x, 0, o % r), o % r))
             return res
 
-        g, _ = batch_graph(low.graph, in_dims, in_avals, size, name=self.name, out_fn=place)
+        g, _ = batch_graph(_typed(low.graph, in_dims, in_avals), in_dims, in_avals, size, name=self.name,
+                           out_fn=place)
         g = verify(dce(g))
         arg_names = [v.hint for v in low.graph.inputs]
         doc = f"`{_fn_label(self.fn)}` over a batch of {size}, in_axes={self.in_axes!r}, out_axes={self.out_axes!r}."
@@ -239,6 +242,20 @@ class _VmapTransform(ShapeDependent):
                 f"not known here; apply vmap outermost (tl.vmap(tl.grad(f))) or call it on arrays")
         names = [f"arg {k}" for k, t in enumerate(arg_trees) for _ in range(t.num_leaves)]
         return self._batched(list(arg_trees), list(arg_avals), names)["as_lowered"]
+
+def _typed(graph, in_dims, in_avals):
+    """``graph`` (one example's) specialised to one example's avals, so that every value has
+    its dtype and each Python scalar (a loop index, a ``0.0`` accumulator) is marked weak:
+    batching keeps the dtype it adopts next to float32 data (``batching._weak_operands``).
+    Where specialisation refuses the graph (a construct only the eager path runs), the
+    graph as lowered."""
+    from .._core.specialize import specialize
+    ex_avals = [unbatched_aval(a, d) for a, d in zip(in_avals, in_dims)]
+    try:
+        return specialize(graph, ex_avals)
+    except TlalocError:
+        return graph
+
 
 _REFUSED_AT_DEFINITION: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # fn -> checked
 

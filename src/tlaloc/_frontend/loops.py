@@ -110,7 +110,7 @@ class LoopLowerer:
         def build_body(child, carry_values):
             self.env[BROKE] = carry_values.get(BROKE, False) if breaks else False
             self.env[CONT] = False
-            i = child.new_input(AbstractValue(np.dtype(np.int64), ()), target_name)
+            i = child.new_input(AbstractValue(np.dtype(np.int64), (), weak=True), target_name)
             if iterate_over is None:
                 self.env[target_name] = i
             else:

@@ -155,7 +155,7 @@ def fori_loop(lower, upper, body_fun, init_val):
         for i in range(int(lower), int(upper)):
             val = body_fun(i, val)
         return val
-    idx = _Proto(AbstractValue(np.dtype(np.int64), ()))
+    idx = _Proto(AbstractValue(np.dtype(np.int64), (), weak=True))
     g, caps, out_tree, tree = _loop_region(lambda i, v: body_fun(i, v), init_val, (idx,), "fori_body")
     n = len(_pytree.leaves(init_val))
     outs = for_range_p.bind(lower, upper, 1, *_pytree.leaves(init_val), *caps, body=g, n_carry=n,

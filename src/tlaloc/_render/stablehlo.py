@@ -108,6 +108,7 @@ class Emitter:
         self.checks: list = []       # (Val of i1, message)
         self.backend = backend
         self.split_reductions = backend == "iree"      # see stablehlo_structural.reduce
+        self.non_negative: set = set()   # names of i64 values known >= 0 (a for loop's index)
 
     # -- text ----------------------------------------------------------------------------
     def fresh(self) -> str:

@@ -117,6 +117,14 @@ def _i64(em, x):
     return em.value(x, I64, ())
 
 
+def _non_negative_range(start, stop, step) -> bool:
+    """Whether every index of ``range(start, stop, step)`` is >= 0 (static bounds)."""
+    if not all(isinstance(v, Literal) for v in (start, stop, step)):
+        return False
+    a, b, s = (int(v.value) for v in (start, stop, step))
+    return a >= 0 if s > 0 else (a >= 0 and b >= -1)
+
+
 def _trip_count(em, start, stop, step):
     if all(isinstance(v, Literal) for v in (start, stop, step)):
         n = len(range(int(start.value), int(stop.value), int(step.value)))
@@ -163,6 +171,7 @@ def _for_range(em, node, start, stop, step, *ops):
                  "a for loop ran more trips than its stacks hold (the stacks take the length of the "
                  "arrays the loop iterates over)")
     first, stride = _i64(em, start), _i64(em, step)
+    non_negative = _non_negative_range(start, stop, step)
     consts = [em.value(c) for c in ops[nc:nc + nk]]
     xs = [em.value(x) for x in ops[nc + nk:]]
     state = [em.const(0, I64, ())] + [em.value(c, dt, sh) for c, (dt, sh) in zip(ops[:nc], carry_t)]
@@ -178,6 +187,8 @@ def _for_range(em, node, start, stop, step, *ops):
         one = em.const(1, I64, ())
         kk = em.binary("stablehlo.subtract", em.binary("stablehlo.subtract", n, one), k) if p["reverse"] else k
         i = em.binary("stablehlo.add", first, em.binary("stablehlo.multiply", kk, stride))
+        if non_negative:
+            em.non_negative.add(i.name)
         rows = [_take_row(em, x, kk) for x in xs]
         start = len(em.checks)
         outs = em.lower_graph(p["body"], [i] + list(carry) + consts + rows)

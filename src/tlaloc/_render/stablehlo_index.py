@@ -25,8 +25,14 @@ from .stablehlo_structural import slice_
 
 
 def _index_val(em, x, dim):
-    """A run-time index as i64 with NumPy's negative wrap (``i < 0 -> i + dim``)."""
+    """A run-time index as i64 with NumPy's negative wrap (``i < 0 -> i + dim``), except
+    for an index known to be non-negative (a ``for`` loop's over a non-negative range):
+    IREE's stream partitioning refuses the wrap's ``select`` on a loop index feeding
+    two slices inside a loop that holds a bounded ``while`` ("circular dependency"; the
+    Hessian of a while nested in a for, measured with iree-base-compiler 3.13)."""
     v = em.value(x, I64)
+    if v.name in em.non_negative:
+        return v
     neg = em.compare("LT", v, em.const(0, I64, v.shape))
     return em.select(neg, em.binary("stablehlo.add", v, em.const(dim, I64, v.shape)), v)
 
