@@ -24,7 +24,7 @@ from .._core.primitive import Primitive
 from . import _eager
 from ._fpstate import quiet
 from ._rules import elementwise_dtype, elementwise_shape, refuse_float_mix, same_shape
-from .broadcasting import sum_to
+from .broadcasting import broadcast_like, sum_to
 
 
 def _declare(name, impl, hlo, nargs, names=None):
@@ -243,11 +243,17 @@ def equal(x, y): return eq_p.bind(x, y)
 def maximum(x, y): return max_p.bind(x, y)
 
 
-def _tangent_sum(*terms):
+def _tangent_sum(*terms, like=None):
+    """The sum of the tangent ``terms`` (None: zero). With ``like`` (the output), a lone term
+    is broadcast to its shape: the tangent of ``x + s`` in ``s`` alone has ``x``'s shape, as
+    every tangent has its primal's (regression: ``jacfwd(lambda x, s: (x + s).sum(),
+    argnums=1)`` gave 1.0, not ``x.size``)."""
     terms = [t for t in terms if t is not None]
     if not terms:
         return None
     out = terms[0]
+    if len(terms) == 1 and like is not None:
+        return broadcast_like(out, like)
     for t in terms[1:]:
         out = add(out, t)
     return out
@@ -263,20 +269,20 @@ def _def_binary(p, dx, dy):
     def jvp(t, x, y, out):
         tx = None if (dx is None or t[0] is None) else safe_mul(t[0], dx(x, y, out))
         ty = None if (dy is None or t[1] is None) else safe_mul(t[1], dy(x, y, out))
-        return _tangent_sum(tx, ty)
+        return _tangent_sum(tx, ty, like=out)
     p.vjp, p.jvp = vjp, jvp
 
 
 add_p.vjp = lambda g, x, y, out: (sum_to(g, x), sum_to(g, y))
-add_p.jvp = lambda t, x, y, out: _tangent_sum(t[0], t[1])
+add_p.jvp = lambda t, x, y, out: _tangent_sum(t[0], t[1], like=out)
 sub_p.vjp = lambda g, x, y, out: (sum_to(g, x), sum_to(negative(g), y))
-sub_p.jvp = lambda t, x, y, out: _tangent_sum(t[0], None if t[1] is None else negative(t[1]))
+sub_p.jvp = lambda t, x, y, out: _tangent_sum(t[0], None if t[1] is None else negative(t[1]), like=out)
 _def_binary(mul_p, lambda x, y, o: y, lambda x, y, o: x)
 div_p.vjp = lambda g, x, y, out: (sum_to(safe_div(g, y), x),
                                   sum_to(negative(safe_mul(g, divide(out, y))), y))
 div_p.jvp = lambda t, x, y, out: _tangent_sum(
     None if t[0] is None else safe_div(t[0], y),
-    None if t[1] is None else negative(safe_mul(t[1], divide(out, y))))
+    None if t[1] is None else negative(safe_mul(t[1], divide(out, y))), like=out)
 
 
 def _pow_dx(x, y, out):
