@@ -52,3 +52,23 @@ def test_grad_of_a_jitted_function_says_what_to_write():
     with pytest.raises(tl.FenceError, match=r"tl\.jit\(tl\.grad\(f\)\)"):
         tl.grad(tl.jit(f))
     np.testing.assert_allclose(tl.jit(tl.grad(f))(np.arange(3.0)), 2 * np.arange(3.0))
+
+
+def _prefix_energy(x, n):
+    return np.sum(x[:n] ** 2)
+
+
+def test_traced_integer_slice_bound_names_the_argument_and_static_argnums():
+    # regression: the error said only "compiled code needs a size for every axis"
+    with pytest.raises(tl.TlalocError, match=r"integer argument `n`: mark it static .*static_argnums"):
+        tl.jit(_prefix_energy)(np.arange(5.0), 3)
+    # the fix the message names works, and gives NumPy's value
+    assert float(tl.jit(_prefix_energy, static_argnums=1)(np.arange(5.0), 3)) == 5.0
+
+
+def test_unknown_size_without_an_integer_argument_does_not_blame_one():
+    def f(x, y):
+        return np.sum(x[: x.shape[0] // 2] * y)
+
+    # negative control for the hint: a size that depends on no integer argument compiles
+    assert float(tl.jit(f)(np.arange(4.0), 2.0)) == 2.0

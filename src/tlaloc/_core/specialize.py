@@ -99,21 +99,45 @@ def specialize(graph: Graph, in_avals, name: str | None = None) -> Graph:
 
 
 def check_concrete(graph: Graph, where: str = "") -> None:
-    """Raise ``GraphError`` naming the first var without a dtype or int dims."""
+    """Raise ``GraphError`` naming the first var without a dtype or int dims.
+
+    When the unknown size depends on an integer scalar input (``x[:n]`` with ``n`` traced), the
+    error names that input and says to mark it static.
+    """
     for v in graph.inputs:
         _need_concrete(v, f"{where or graph.name}: input")
+    sources = _integer_scalar_sources(graph)
     for node in graph.nodes:
         for o in node.outputs:
             _need_concrete(o, f"{where or graph.name}: result of `{node.prim.name}`"
-                              + (f" ({node.loc})" if node.loc else ""))
+                              + (f" ({node.loc})" if node.loc else ""), sources.get(o.id, ()))
         for region in node.regions():
             check_concrete(region, f"{where or graph.name}.{region.name}")
 
 
-def _need_concrete(v: Var, label: str) -> None:
+def _integer_scalar_sources(graph: Graph) -> dict:
+    """var id → the names of the 0-d integer inputs of ``graph`` whose values it depends on."""
+    deps = {v.id: frozenset([v.hint or "v"]) for v in graph.inputs
+            if v.aval.is_concrete and v.aval.shape == () and v.aval.dtype is not None
+            and v.aval.dtype.kind in "iub"}
+    for node in graph.nodes:
+        found = frozenset().union(*(deps.get(a.id, frozenset()) for a in node.inputs
+                                    if isinstance(a, Var)))
+        if found:
+            for o in node.outputs:
+                deps[o.id] = found
+    return deps
+
+
+def _need_concrete(v: Var, label: str, int_sources=()) -> None:
     if not v.aval.is_concrete:
+        hint = ""
+        if int_sources:
+            names = ", ".join(f"`{n}`" for n in sorted(int_sources))
+            hint = (f"; its size depends on the value of the integer argument {names}: mark it static "
+                    f"(tl.jit(f, static_argnums=...)) so that each value compiles its own program")
         raise GraphError(f"{label} `{v.hint or 'v'}` has aval {v.aval} after specialisation; "
-                         f"compiled code needs a dtype and a size for every axis")
+                         f"compiled code needs a dtype and a size for every axis{hint}")
 
 
 # -- running a graph through the rules --------------------------------------------------
