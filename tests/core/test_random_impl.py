@@ -253,3 +253,15 @@ def test_bad_arguments_raise():
         T.key(1.5)
     with pytest.raises(ValueError, match="data"):
         T.fold_in(k, -1)
+
+
+def test_float16_fma_detection_reads_the_linux_flag_name(tmp_path):
+    # regression: the flag was looked up as "avx512fp16"; Linux writes "avx512_fp16", so an
+    # Intel Sapphire Rapids host was treated as FMA-less and float16 uniform draws were off by 1 ulp
+    from tlaloc._prims.xla_cpu_math import host_has_float16_fma
+    spr, zen4 = tmp_path / "spr", tmp_path / "zen4"
+    spr.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512f avx512_bf16 avx512_fp16 amx_tile\n")
+    zen4.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512f avx512_bf16\n")
+    assert host_has_float16_fma(str(spr)) is True
+    assert host_has_float16_fma(str(zen4)) is False
+    assert host_has_float16_fma(str(tmp_path / "absent")) is False

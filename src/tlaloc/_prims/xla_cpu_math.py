@@ -19,20 +19,20 @@ import numpy as np
 _U32 = np.uint32
 
 
-def host_has_float16_fma() -> bool:
+def host_has_float16_fma(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether XLA:CPU on this host computes float16 ``a * b + c`` as one fused multiply-add.
 
     With AVX512-FP16 (Intel Sapphire Rapids and later) LLVM contracts the float16
     multiply and add into one native FMA; without it (AMD Zen 4, older Intel) XLA widens
     each float16 operation to float32 and rounds its result back, so the multiply and
     the add are rounded separately, as for bfloat16. Read from ``/proc/cpuinfo`` (the
-    ``avx512fp16`` flag); on a host where that file is absent, ``False``.
+    ``avx512_fp16`` flag, as Linux spells it); on a host where that file is absent, ``False``.
     """
     try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+        with open(cpuinfo, encoding="ascii", errors="replace") as f:
             for line in f:
                 if line.startswith("flags"):
-                    return "avx512fp16" in line.split()
+                    return "avx512_fp16" in line.split()
     except OSError:
         pass
     return False
