@@ -30,7 +30,7 @@ from ._core.builder import Value
 from ._prims import rng as _rng
 from ._prims import shape_ops as _sh
 from ._prims import threefry_impl as _impl
-from ._prims.elementwise import convert as _convert
+from ._prims.conversion import convert as _convert
 from ._prims.elementwise import floordiv_p as _floordiv_p
 from .errors import ArgumentError, DTypeError
 

@@ -18,8 +18,10 @@ Selection, from a seed (``git rev-parse HEAD``, else today's date):
   argument point.
 
 The header of the run prints the seed (``tests/jit/conftest.py``);
-``TLALOC_AD_TABLE_SEED=<n>`` repeats a selection, and ``TLALOC_AD_TABLE=full`` (or
-``TLALOC_SLOW_TESTS=1`` with ``test_ad_table_slow.py``) runs the whole table.
+``TLALOC_AD_TABLE_SEED=<n>`` repeats a selection, and ``TLALOC_AD_TABLE=full`` selects the
+whole table (about 20 CPU-minutes, IREE's compiles dominate), every argument point:
+
+    TLALOC_AD_TABLE=full pytest tests/jit/test_ad_table.py -n 2 -k "xla and float64"
 """
 from __future__ import annotations
 

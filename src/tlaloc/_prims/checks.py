@@ -12,7 +12,30 @@ from __future__ import annotations
 import numpy as np
 
 from .._core.primitive import Primitive
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ShapeError
+
+
+def _identity_check(name, message, error, *, passes_cotangent):
+    """A primitive ``name(first, second, **params)`` that returns ``first`` unchanged and raises
+    ``error(message(first, second, **params))`` where it runs on arrays and ``message`` is not None.
+    Its output has ``first``'s shape and dtype; ``second`` takes no derivative, and ``first`` takes
+    the cotangent and tangent through when ``passes_cotangent`` (none flows otherwise)."""
+    def impl(first, second, **params):
+        msg = message(first, second, **params)
+        if msg is not None:
+            raise error(msg)
+        return first
+
+    prim = Primitive(name, impl=impl, hlo=None,
+                     shape_rule=lambda first, second, **_: first.shape,
+                     dtype_rule=lambda first, second, **_: first.dtype)
+    if passes_cotangent:
+        prim.vjp = lambda g, first, second, out, **_: (g, None)
+        prim.jvp = lambda t, first, second, out, **_: t[0]
+    else:
+        prim.vjp = lambda g, first, second, out, **_: (None, None)
+        prim.jvp = lambda t, first, second, out, **_: None
+    return prim
 
 
 def bad_label_message(labels, num_classes, ignore_index, who) -> str | None:
@@ -34,18 +57,7 @@ def bad_label_message(labels, num_classes, ignore_index, who) -> str | None:
             f"check the label encoding, or pass ignore_index= for padding labels")
 
 
-def _check_impl(labels, num_classes, *, ignore_index, who):
-    msg = bad_label_message(labels, num_classes, ignore_index, who)
-    if msg is not None:
-        raise ArgumentError(msg)
-    return labels
-
-
-check_labels_p = Primitive("check_labels", impl=_check_impl, hlo=None,
-                           shape_rule=lambda labels, n, **_: labels.shape,
-                           dtype_rule=lambda labels, n, **_: labels.dtype)
-check_labels_p.vjp = lambda g, labels, n, out, **_: (None, None)
-check_labels_p.jvp = lambda t, labels, n, out, **_: None
+check_labels_p = _identity_check("check_labels", bad_label_message, ArgumentError, passes_cotangent=False)
 
 
 def _labels_batch(args, dims, **params):
@@ -77,19 +89,7 @@ def cotangent_message(bar, arg, *, name, index) -> str | None:
             f"argument's shape and dtype (sum over broadcast axes and .astype(x.dtype) in bwd)")
 
 
-def _cotangent_impl(bar, arg, *, name, index):
-    msg = cotangent_message(bar, arg, name=name, index=index)
-    if msg is not None:
-        from ..errors import ShapeError
-        raise ShapeError(msg)
-    return bar
-
-
-check_cotangent_p = Primitive("check_cotangent", impl=_cotangent_impl, hlo=None,
-                              shape_rule=lambda bar, arg, **_: bar.shape,
-                              dtype_rule=lambda bar, arg, **_: bar.dtype)
-check_cotangent_p.vjp = lambda g, bar, arg, out, **_: (g, None)
-check_cotangent_p.jvp = lambda t, bar, arg, out, **_: t[0]
+check_cotangent_p = _identity_check("check_cotangent", cotangent_message, ShapeError, passes_cotangent=True)
 
 
 def _cotangent_batch(args, dims, **params):

@@ -25,6 +25,7 @@ from . import _eager
 from ._fpstate import quiet
 from ._rules import elementwise_dtype, elementwise_shape, refuse_float_mix, same_shape
 from .broadcasting import broadcast_like, sum_to
+from .conversion import convert, convert_p  # noqa: F401  (tlaloc._prims.elementwise.convert, as before the split)
 
 
 def _declare(name, impl, hlo, nargs, names=None):
@@ -364,47 +365,6 @@ def _ipow_deriv(x, y):
 integer_pow_p.vjp = lambda g, x, out, y: (None if y == 0 else safe_mul(g, _ipow_deriv(x, y)),)
 integer_pow_p.jvp = lambda t, x, out, y: (None if (y == 0 or t[0] is None)
                                           else safe_mul(t[0], _ipow_deriv(x, y)))
-
-
-# -- convert -------------------------------------------------------------------
-
-def _convert_impl(x, *, dtype):
-    x, dtype = np.asarray(x), np.dtype(dtype)
-    if dtype.kind in "iu" and _dt.is_float(x.dtype):
-        return _float_to_int(x, dtype)
-    return x.astype(dtype, copy=False)
-
-
-def _float_to_int(x, dtype):
-    """XLA's float -> integer conversion: truncate toward zero, saturate at the
-    integer range, NaN -> 0 (NumPy's cast is undefined there)."""
-    info = np.iinfo(dtype)
-    xf = x.astype(np.float64)                  # exact for every float dtype
-    nan = np.isnan(xf)
-    hi = ~nan & (xf >= float(info.max))        # float(info.max) may round up to 2**63
-    lo = ~nan & (xf <= float(info.min))
-    mid = np.where(nan | hi | lo, 0.0, np.trunc(xf)).astype(dtype)
-    return np.where(hi, dtype.type(info.max), np.where(lo, dtype.type(info.min), mid))
-
-
-convert_p = Primitive("convert", impl=_convert_impl, hlo="stablehlo.convert", shape_rule=same_shape,
-                      dtype_rule=lambda x, *, dtype: np.dtype(dtype))
-
-
-def convert(x, dtype):
-    return convert_p.bind(x, dtype=np.dtype(dtype))
-
-
-def _convert_vjp(g, x, out, dtype):
-    from .broadcasting import cast_like
-    if not np.issubdtype(np.dtype(dtype), np.floating):
-        return (None,)
-    return (cast_like(g, x),)
-
-
-convert_p.vjp = _convert_vjp
-convert_p.jvp = lambda t, x, out, dtype: (None if t[0] is None or not np.issubdtype(np.dtype(dtype), np.floating)
-                                          else convert(t[0], dtype))
 
 
 # -- rules of the NaN-safe products (second and higher derivatives go through them) --

@@ -64,25 +64,33 @@ def _scores(ix, atom, nodes):
     return None
 
 
+def _against_reduction(ix, atom, op, reduce, nodes):
+    """``op(x, reduce(x, -1, keepdims))`` producing ``atom`` (``x - max(x)``, ``e / sum(e)``):
+    returns (that node, x), or None."""
+    node = ix.op(atom, op)
+    if node is None:
+        return None
+    x = node.inputs[0]
+    if not same_var(reduce_last(ix, node.inputs[1], reduce, nodes), x):
+        return None
+    return node, x
+
+
 def match_attention(ix: Index, root) -> Match | None:
     if root.prim.name != "dot_general" or root.params["batch"] != _BH or \
             tuple(root.params["contracting"][0]) != (3,) or tuple(root.params["contracting"][1]) != (2,):
         return None
     p, v2 = root.inputs
     nodes = [root]
-    div = ix.op(p, "divide")
-    if div is None:
+    got = _against_reduction(ix, p, "divide", "reduce_sum", nodes)
+    if got is None:
         return None
-    e = div.inputs[0]
-    if not same_var(reduce_last(ix, div.inputs[1], "reduce_sum", nodes), e):
-        return None
+    div, e = got
     ex = ix.op(e, "exp")
-    sub = ix.op(ex.inputs[0], "subtract") if ex is not None else None
-    if sub is None:
+    got = _against_reduction(ix, ex.inputs[0], "subtract", "reduce_max", nodes) if ex is not None else None
+    if got is None:
         return None
-    s = sub.inputs[0]
-    if not same_var(reduce_last(ix, sub.inputs[1], "reduce_max", nodes), s):
-        return None
+    sub, s = got
     nodes.extend([div, ex, sub])
     mask, fill = None, None
     sel = ix.op(s, "select")
@@ -124,12 +132,10 @@ def _log_softmax(ix, atom, nodes):
     ex = ix.op(ex_in, "exp")
     if ex is None or not same_var(ex.inputs[0], s):
         return None
-    sh = ix.op(s, "subtract")
-    if sh is None:
+    got = _against_reduction(ix, s, "subtract", "reduce_max", nodes)
+    if got is None:
         return None
-    x = sh.inputs[0]
-    if not same_var(reduce_last(ix, sh.inputs[1], "reduce_max", nodes), x):
-        return None
+    sh, x = got
     nodes.extend([sub, log, ex, sh])
     return x
 

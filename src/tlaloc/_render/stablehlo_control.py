@@ -160,6 +160,35 @@ def _put_row(em, buf, y, k):
                  (buf.dtype, buf.shape))
 
 
+def _next_state(em, outs, carry_t, bufs, row):
+    """A loop body's results ``outs`` as the next state: the new carry in the carry's declared
+    types, and each stacked output buffer in ``bufs`` with the body's output written at ``row``."""
+    nc = len(carry_t)
+    new_carry = [em.value(o, dt, sh) for o, (dt, sh) in zip(outs[:nc], carry_t)]
+    return new_carry, [_put_row(em, b, y, row) for b, y in zip(bufs, outs[nc:])]
+
+
+def _end_body(em, rets, checked, start, code):
+    """Returns ``rets`` from a loop body; when ``checked``, the body's checks since ``start`` are
+    folded into the carried check ``code`` and appended. The folded messages, or None."""
+    messages = None
+    if checked:
+        code, messages = _fold_checks(em, start, code)
+        rets = rets + [code]
+    em.ret(rets)
+    return messages
+
+
+def _emit_while(em, state, types, regions, messages):
+    """``stablehlo.while`` over ``state``; after a checked body (``messages`` not None) the carried
+    check code is relayed as checks of the enclosing scope and dropped from the results."""
+    res = em.op("stablehlo.while", state, types, regions=regions)
+    if messages is None:
+        return res
+    _relay_checks(em, res[-1], messages)
+    return res[:-1]
+
+
 def _for_range(em, node, start, stop, step, *ops):
     p = node.params
     nc, nk = p["n_carry"], p["n_consts"]
@@ -192,18 +221,10 @@ def _for_range(em, node, start, stop, step, *ops):
         rows = [_take_row(em, x, kk) for x in xs]
         start = len(em.checks)
         outs = em.lower_graph(p["body"], [i] + list(carry) + consts + rows)
-        new_carry = [em.value(o, dt, sh) for o, (dt, sh) in zip(outs[:nc], carry_t)]
-        new_bufs = [_put_row(em, b, y, kk) for b, y in zip(bufs, outs[nc:])]
+        new_carry, new_bufs = _next_state(em, outs, carry_t, bufs, kk)
         rets = [em.binary("stablehlo.add", k, one)] + new_carry + new_bufs
-        if checked:
-            code, messages = _fold_checks(em, start, args[-1])
-            rets.append(code)
-        em.ret(rets)
-    res = em.op("stablehlo.while", state, types, regions=[cond_lines, body_lines])
-    if checked:
-        _relay_checks(em, res[-1], messages)
-        return res[1:-1]
-    return res[1:]
+        messages = _end_body(em, rets, checked, start, args[-1])
+    return _emit_while(em, state, types, [cond_lines, body_lines], messages)[1:]
 
 
 def _while_loop(em, node, *ops):
@@ -231,17 +252,10 @@ def _while_loop(em, node, *ops):
         carry, trips, bufs = args[:nc], args[nc], args[nc + 1:nc + 1 + len(ys_t)]
         start = len(em.checks)
         outs = em.lower_graph(p["body"], list(carry) + consts)
-        new_carry = [em.value(o, dt, sh) for o, (dt, sh) in zip(outs[:nc], carry_t)]
-        new_bufs = [_put_row(em, b, y, trips) for b, y in zip(bufs, outs[nc:])]
+        new_carry, new_bufs = _next_state(em, outs, carry_t, bufs, trips)
         rets = new_carry + [em.binary("stablehlo.add", trips, em.const(1, I64, ()))] + new_bufs
-        if checked:
-            code, messages = _fold_checks(em, start, args[-1])
-            rets.append(code)
-        em.ret(rets)
-    res = em.op("stablehlo.while", state, types, regions=[cond_lines, body_lines])
-    if checked:
-        _relay_checks(em, res[-1], messages)
-        res = res[:-1]
+        messages = _end_body(em, rets, checked, start, args[-1])
+    res = _emit_while(em, state, types, [cond_lines, body_lines], messages)
     if bound is not None:
         at_bound = em.compare("EQ", res[nc], em.const(bound, I64, ()))
         if isinstance(bound, GrowingBound):      # tl.jit's own capacity: it grows and reruns

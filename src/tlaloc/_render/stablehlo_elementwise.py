@@ -62,26 +62,29 @@ def _unary(hlo):
     return rule
 
 
-def _binary(hlo):
+def _on_both(apply, operand_dtype):
+    """A rule converting both operands to ``operand_dtype(node, x, y)`` at the output's shape,
+    then emitting ``apply(em, x, y)``."""
     def rule(em, node, x, y):
-        dt, sh = out_aval(node)
-        return em.binary(hlo, em.value(x, dt, sh), em.value(y, dt, sh))
+        _, sh = out_aval(node)
+        dt = operand_dtype(node, x, y)
+        return apply(em, em.value(x, dt, sh), em.value(y, dt, sh))
     return rule
+
+
+def _binary(hlo):
+    """``hlo`` on both operands in the result dtype."""
+    return _on_both(lambda em, x, y: em.binary(hlo, x, y), lambda node, x, y: out_aval(node)[0])
 
 
 def _compare(direction):
-    def rule(em, node, x, y):
-        _, sh = out_aval(node)
-        ct = common_dtype(x, y)
-        return em.compare(direction, em.value(x, ct, sh), em.value(y, ct, sh))
-    return rule
+    """A comparison in the operands' common dtype."""
+    return _on_both(lambda em, x, y: em.compare(direction, x, y), lambda node, x, y: common_dtype(x, y))
 
 
 def _logical(hlo):
-    def rule(em, node, x, y):
-        _, sh = out_aval(node)
-        return em.binary(hlo, em.value(x, BOOL, sh), em.value(y, BOOL, sh))
-    return rule
+    """``hlo`` on both operands as booleans."""
+    return _on_both(lambda em, x, y: em.binary(hlo, x, y), lambda node, x, y: BOOL)
 
 
 def _c(em, v: Val, c):

@@ -37,6 +37,11 @@ def _cos(x):
     return tnp.cos(x) if is_symbolic(x) else math.cos(x)
 
 
+def _require_positive(schedule, name, value):
+    if value <= 0:
+        raise ArgumentError(f"{schedule}: {name} must be positive, got {value}")
+
+
 @_frozen
 class constant:
     """``lr`` at every step."""
@@ -54,8 +59,7 @@ class step_decay:
     gamma: float = 0.1
 
     def __post_init__(self):
-        if self.step_size <= 0:
-            raise ArgumentError(f"step_decay: step_size must be positive, got {self.step_size}")
+        _require_positive("step_decay", "step_size", self.step_size)
 
     def __call__(self, step):
         return self.lr * _pow(self.gamma, _floor_div(step, self.step_size))
@@ -80,8 +84,7 @@ class cosine_decay:
     end_lr: float = 0.0
 
     def __post_init__(self):
-        if self.decay_steps <= 0:
-            raise ArgumentError(f"cosine_decay: decay_steps must be positive, got {self.decay_steps}")
+        _require_positive("cosine_decay", "decay_steps", self.decay_steps)
 
     def __call__(self, step):
         frac = _min(_f(step), float(self.decay_steps)) / self.decay_steps

@@ -98,6 +98,12 @@ class _Frozen:
         return bound
 
 
+def _without_cdf(needs):
+    """``missing`` for a distribution whose CDF family (cdf, logcdf, sf, logsf, ppf) needs
+    ``needs``, a function tlaloc lacks."""
+    return {m: f"it needs {needs}" for m in ("cdf", "logcdf", "sf", "logsf", "ppf")}
+
+
 def _valid(v, scale):
     return tnp.where(tnp.greater(scale, 0.0), v, tnp.multiply(v, float("nan")))
 
@@ -105,8 +111,7 @@ def _valid(v, scale):
 class _T(_Distribution):
     """Student's t with ``df`` degrees of freedom."""
     name = "t"
-    missing = {m: "it needs the regularized incomplete beta function (betainc)"
-               for m in ("cdf", "logcdf", "sf", "logsf", "ppf")}
+    missing = _without_cdf("the regularized incomplete beta function (betainc)")
 
     def logpdf(self, x, df, loc=0.0, scale=1.0):
         """``lgamma((ν+1)/2) - lgamma(ν/2) - ½log(νπ) - (ν+1)/2 · log1p(z²/ν) - log(scale)``."""
@@ -121,8 +126,7 @@ class _T(_Distribution):
 class _Gamma(_Distribution):
     """The gamma distribution with shape ``a``: density ``z^(a-1) e^(-z) / Γ(a)`` on z ≥ 0."""
     name = "gamma"
-    missing = {m: "it needs the regularized incomplete gamma function (gammainc)"
-               for m in ("cdf", "logcdf", "sf", "logsf", "ppf")}
+    missing = _without_cdf("the regularized incomplete gamma function (gammainc)")
 
     def logpdf(self, x, a, loc=0.0, scale=1.0):
         z = _standardize(x, loc, scale)
@@ -133,8 +137,7 @@ class _Gamma(_Distribution):
 class _Beta(_Distribution):
     """The beta distribution: density ``z^(a-1) (1-z)^(b-1) / B(a, b)`` on 0 ≤ z ≤ 1."""
     name = "beta"
-    missing = {m: "it needs the regularized incomplete beta function (betainc)"
-               for m in ("cdf", "logcdf", "sf", "logsf", "ppf")}
+    missing = _without_cdf("the regularized incomplete beta function (betainc)")
 
     def logpdf(self, x, a, b, loc=0.0, scale=1.0):
         z = _standardize(x, loc, scale)
@@ -147,8 +150,7 @@ class _Beta(_Distribution):
 class _Poisson(_Distribution):
     """The Poisson distribution: ``log p(k) = k log μ - μ - lgamma(k + 1)`` on k = 0, 1, 2, ..."""
     name = "poisson"
-    missing = {m: "it needs the regularized incomplete gamma function (gammaincc)"
-               for m in ("cdf", "logcdf", "sf", "logsf", "ppf")}
+    missing = _without_cdf("the regularized incomplete gamma function (gammaincc)")
 
     def logpmf(self, k, mu, loc=0):
         """``-inf`` off the integers ≥ 0; differentiable in ``mu`` (``k/μ - 1``), not in ``k``."""

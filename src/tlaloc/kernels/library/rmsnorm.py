@@ -13,6 +13,18 @@ from ..ptx import KernelTemplate, f32, inst, mem, param, pred, r32, shared, labe
 from .common import block_allreduce, block_threads, global_ptr, offset, strided, tail_pred, thread_ids
 
 
+def _row_sum(accumulate, t, lane, warp, dim, T):
+    """The f32 sum over one row of ``dim`` by a block of ``T`` threads (``t``: this thread).
+    ``accumulate(step, guard, acc)`` adds this thread's term of unrolled ``step`` into ``acc``
+    (``guard``: the tail predicate on a step some threads fall past, else None) and returns what
+    the step keeps for later. Returns (the block-wide sum, the kept values in step order)."""
+    tail = tail_pred(t, dim, T)
+    acc = f32()
+    inst("mov.f32", acc, 0.0)
+    kept = [accumulate(step, tail if masked else None, acc) for step, masked in strided(dim, T)]
+    block_allreduce(acc, shared("f32", "partial", T // 32), lane, warp, T // 32)
+    return acc, kept
+
 
 def _fwd(k, *, rows, dim, eps=1e-6, threads=None):
     T = threads or block_threads(dim)
@@ -22,17 +34,13 @@ def _fwd(k, *, rows, dim, eps=1e-6, threads=None):
     inst("mov.u32", row, ctaid.x)
     xr, yr = offset(x, row, dim * 4), offset(y, row, dim * 4)      # (dim,) rows
     xt, yt, wt = offset(xr, t, 4), offset(yr, t, 4), offset(w, t, 4)
-    tail = tail_pred(t, dim, T)
-    acc = f32()
-    inst("mov.f32", acc, 0.0)
-    vals = []
-    for step, masked in strided(dim, T):
-        g = tail if masked else None
+
+    def square(step, g, acc):                                   # acc += x * x
         v = f32()
         inst("ld.global.f32", v, mem(xt, 4 * step * T), guard=g)
         inst("fma.rn.f32", acc, v, v, acc, guard=g)
-        vals.append((v, g))
-    block_allreduce(acc, shared("f32", "partial", T // 32), lane, warp, T // 32)
+        return v, g
+    acc, vals = _row_sum(square, t, lane, warp, dim, T)
     r, s = f32(), f32()
     inst("div.rn.f32", acc, acc, float(dim))
     inst("add.rn.f32", acc, acc, float(np.float32(eps)))
@@ -60,20 +68,16 @@ def _bwd_dx(k, *, rows, dim, threads=None):
     gt = offset(offset(gp, row, dim * 4), t, 4)
     dxt = offset(offset(dx, row, dim * 4), t, 4)
     wt = offset(w, t, 4)
-    tail = tail_pred(t, dim, T)
-    dot = f32()
-    inst("mov.f32", dot, 0.0)
-    vals = []
-    for step, masked in strided(dim, T):
-        g = tail if masked else None
+
+    def gw_dot_x(step, g, dot):                                 # dot += (g * w) * x
         xv, gv, wv = f32(), f32(), f32()
         inst("ld.global.f32", xv, mem(xt, 4 * step * T), guard=g)
         inst("ld.global.f32", gv, mem(gt, 4 * step * T), guard=g)
         inst("ld.global.f32", wv, mem(wt, 4 * step * T), guard=g)
         inst("mul.rn.f32", gv, gv, wv, guard=g)                 # gw = g * w
         inst("fma.rn.f32", dot, gv, xv, dot, guard=g)
-        vals.append((xv, gv, g))
-    block_allreduce(dot, shared("f32", "partial", T // 32), lane, warp, T // 32)
+        return xv, gv, g
+    dot, vals = _row_sum(gw_dot_x, t, lane, warp, dim, T)
     r, c = f32(), f32()
     inst("ld.global.f32", r, mem(offset(rs, row, 4)))
     inst("mul.rn.f32", c, r, r)
