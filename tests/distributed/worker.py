@@ -1,7 +1,8 @@
 """One process of the multi-process tests (started two at a time by ``test_multiprocess.py``).
 
     python tests/distributed/worker.py train OUT        # DP f32 and f64, a wrong-shard control,
-                                                         # FSDP with a checkpoint at step 25, a mismatch
+                                                         # FSDP with a checkpoint at step 25, a mismatch,
+                                                         # DP with a tl.capture step, the FSDP transformer
     python tests/distributed/worker.py reference OUT    # one process: DP f64 on 2 virtual devices
     python tests/distributed/worker.py restore OUT CKPT # the FSDP run from CKPT's step to the end, then
                                                          # more steps until killed (prints "step k")
@@ -22,6 +23,7 @@ import numpy as np  # noqa: E402
 
 import tlaloc as tl  # noqa: E402
 from tlaloc import distributed as dist  # noqa: E402
+from tests.distributed import charlm as cl  # noqa: E402
 from tests.distributed import digits_mlp as dm  # noqa: E402
 
 P = tl.sharding.PartitionSpec
@@ -82,6 +84,32 @@ def fsdp(out, mesh, result):
     model, state, rest = dm.train(step, model, state, rows[CHECKPOINT_STEP:], x, y, shard_feed(mesh))
     result["fsdp"] = first + rest
     save_params(out, "fsdp", model)
+
+
+def capture_dp(mesh, result):
+    """The digits MLP data-parallel with its gradient from a ``tl.capture`` step on the global mesh."""
+    x, y = dm.data()
+    model, opt, state = dm.init()
+    step = dm.make_capture_step(opt, model, (x[:dm.BATCH], y[:dm.BATCH]), mesh=mesh, in_shardings=(P(), P("data")))
+    _, _, result["capture_dp"] = dm.train(step, model, state, dm.schedule(), x, y, shard_feed(mesh))
+    _, _, result["capture_wrong_shard"] = dm.train(step, model, state, dm.schedule()[:3], x, y,
+                                                   shard_feed(mesh, wrong=True))
+
+
+def fsdp_charlm(out, mesh, result):
+    """The small transformer with FSDP-sharded parameters and AdamW state; then the wrong-shard control."""
+    ids, targets, vocab = cl.data()
+    model, opt, state = cl.init(vocab)
+    specs = (dist.fsdp_shardings(model, mesh), dist.fsdp_shardings(state, mesh))
+    step = dm.make_step(opt, loss=cl.loss_fn, mesh=mesh, in_shardings=(*specs, P("data"), P("data")),
+                        out_shardings=(*specs, P()))
+    placed = dist.put(model, mesh, specs[0]), dist.put(state, mesh, specs[1])
+    rows = cl.schedule(len(ids))
+    trained, trained_state, result["charlm_fsdp"] = dm.train(step, *placed, rows, ids, targets, shard_feed(mesh))
+    result["charlm_param_bytes"] = dist.local_nbytes(trained)
+    result["charlm_state_bytes"] = dist.local_nbytes(trained_state)
+    save_params(out, "charlm_fsdp", trained)
+    _, _, result["charlm_wrong_shard"] = dm.train(step, *placed, rows[:3], ids, targets, shard_feed(mesh, wrong=True))
 
 
 def mismatch(mesh, result):
@@ -150,6 +178,8 @@ def main(argv):
     if mode == "train":
         timed("fsdp", fsdp, out, mesh, result)
         timed("mismatch", mismatch, mesh, result)
+        timed("capture_dp", capture_dp, mesh, result)
+        timed("charlm_fsdp", fsdp_charlm, out, mesh, result)
     if mode == "restore":
         restore(out, argv[2], mesh, result)
     if mode == "idle":
