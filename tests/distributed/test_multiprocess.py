@@ -282,6 +282,9 @@ def test_a_program_or_input_mismatch_is_refused_by_name(trained):
         assert host.startswith("tlaloc.distributed: process") and "inputs `train_step`" in host, host
         assert "argument 0 `" in host and "content sha256" in host and "tl.distributed.global_array" in host
         assert "argument 6 `" not in host          # the optimizer state is the same in both
+        program = r["program_mismatch"]            # the same argument types, another learning rate
+        assert program.startswith("tlaloc.distributed: process") and "compile `train_step`" in program, program
+        assert "the same 22 parts, but the compile differs (sha256" in program
 
 
 def test_the_launcher_prefixes_each_process_lines(trained):

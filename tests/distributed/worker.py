@@ -114,7 +114,8 @@ def fsdp_charlm(out, mesh, result):
 
 def mismatch(mesh, result):
     """Process 1 compiles the step for another batch size, then passes other host values to the
-    compiled data-parallel step: both processes refuse both by name."""
+    compiled data-parallel step, then compiles another program of the same shapes (another
+    learning rate): both processes refuse each by name."""
     x, y = dm.data()
     model, opt, state = dm.init()
     step = dm.make_step(opt, mesh=mesh, in_shardings=(P(), P(), P("data"), P("data")))
@@ -131,6 +132,13 @@ def mismatch(mesh, result):
         result["host_mismatch"] = "no error"
     except tl.DistributedError as e:
         result["host_mismatch"] = str(e)
+    other = tl.optim.AdamW(lr=1e-3 if dist.process_index() == 1 else 3e-3, weight_decay=1e-4)
+    step = dm.make_step(other, mesh=mesh, in_shardings=(P(), P(), P("data"), P("data")))
+    try:
+        step(*dm.init()[::2], *shard_feed(mesh)(x[:64], y[:64]))
+        result["program_mismatch"] = "no error"
+    except tl.DistributedError as e:
+        result["program_mismatch"] = str(e)
 
 
 def restore(out, ckpt, mesh, result):
