@@ -43,8 +43,8 @@ def _avals(leaves):
 
 def _program_shardings(mesh, in_shardings, trees, graph):
     """The ``tlaloc.sharding.Shardings`` of a captured bucket: inputs as ``in_shardings`` says
-    (``(model spec, batch spec)``, each a pytree prefix), the loss replicated, each gradient
-    sharded as its parameter."""
+    (``(model spec, batch spec)``, each a pytree prefix; ``None``: replicated), the loss
+    replicated, each gradient sharded as its parameter."""
     from .. import sharding as shd
     model_specs = shd.expand(in_shardings[0], trees[0], "capture: in_shardings[0] (model)")
     specs = model_specs + shd.expand(in_shardings[1], trees[1], "capture: in_shardings[1] (batch)")
@@ -56,7 +56,9 @@ def _program_shardings(mesh, in_shardings, trees, graph):
         ins.append(tuple(() for _ in shape) if dims is None else dims)
     outs = [()]                                          # the loss, a scalar: replicated
     for k, o in enumerate(graph.outputs[1:]):
-        outs.append(shd.resolve(mesh, model_specs[k], tuple(o.aval.shape), None, f"capture: gradient {k}"))
+        shape = tuple(o.aval.shape)
+        dims = shd.resolve(mesh, model_specs[k], shape, None, f"capture: gradient {k}")
+        outs.append(tuple(() for _ in shape) if dims is None else dims)
     return shd.Shardings(mesh, tuple(ins), tuple(outs))
 
 
@@ -177,7 +179,7 @@ def capture(model, example_inputs, loss_fn, backend="xla", *, mesh=None, in_shar
       mesh: a ``tl.sharding.Mesh``: the step is partitioned over its devices (across
         processes after ``tlaloc.distributed.initialize``), as with ``tl.jit(mesh=...)``.
       in_shardings: with ``mesh``, ``(model shardings, batch shardings)``, each a
-        ``PartitionSpec``, ``None`` (unspecified) or a pytree prefix of it:
+        ``PartitionSpec``, ``None`` (replicated) or a pytree prefix of it:
         ``(P(), P("data"))`` replicates the model and splits the batch's first axis
         (data parallel). Gradients are sharded as their parameters; the loss replicated.
 
