@@ -5,7 +5,7 @@ on one process is the oracle of a run on two.
 import numpy as np
 
 import tlaloc as tl
-from tlaloc import nn, optim
+from tlaloc import _pytree, nn, optim
 from tlaloc import random as tr
 
 BATCH = 64
@@ -43,14 +43,35 @@ def loss_fn(model, x, y):
     return nn.cross_entropy(model(x), y)
 
 
-def make_step(opt, **jit_options):
-    """``step(model, opt_state, x, y) -> (model, opt_state, loss)`` compiled by ``tl.jit``."""
+def make_step(opt, loss=loss_fn, **jit_options):
+    """``step(model, opt_state, x, y) -> (model, opt_state, loss)`` compiled by ``tl.jit``
+    (``loss(model, x, y)``: this MLP's by default)."""
     def train_step(model, opt_state, x, y):
-        loss, grads = tl.value_and_grad(loss_fn)(model, x, y)
+        value, grads = tl.value_and_grad(loss)(model, x, y)
+        grads, _ = optim.clip_by_global_norm(grads, 1.0)
+        model, opt_state = opt.update(model, grads, opt_state)
+        return model, opt_state, value
+    return tl.jit(train_step, **jit_options)
+
+
+def batch_loss(model, batch):
+    x, y = batch
+    return loss_fn(model, x, y)
+
+
+def make_capture_step(opt, model, example, **capture_options):
+    """``step(model, opt_state, x, y) -> (model, opt_state, loss)`` whose loss and gradients come
+    from ``tl.capture`` (one compiled program; with ``mesh=``, across processes) and whose clipping
+    and AdamW update run eagerly on the host. ``example``: an ``(x, y)`` batch of the global shapes."""
+    grad = tl.capture(model, example, batch_loss, **capture_options)
+
+    def capture_step(model, opt_state, x, y):
+        loss, grads = grad(model, (x, y))
+        grads = _pytree.tree_map(np.asarray, grads)      # replicated: whole in every process
         grads, _ = optim.clip_by_global_norm(grads, 1.0)
         model, opt_state = opt.update(model, grads, opt_state)
         return model, opt_state, loss
-    return tl.jit(train_step, **jit_options)
+    return capture_step
 
 
 def train(step, model, state, rows, x, y, feed=None):

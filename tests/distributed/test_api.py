@@ -177,3 +177,39 @@ def test_tlaloc_launch_passes_the_script_its_arguments(tmp_path):
     for i in range(2):
         assert any(ln.startswith(f"[{i}] hello from {i} of 2") and ln.endswith("['--flag', 'x', '-n', '5']")
                    for ln in lines), proc.stdout
+
+
+# -- tl.capture on a mesh -------------------------------------------------------------------------
+
+def _batch_loss(model, batch):
+    return _loss(model, batch)
+
+
+def test_a_capture_step_on_a_mesh_gives_the_one_device_loss_and_gradients():
+    """One process, a mesh of one device: the SPMD program of a capture step equals the plain one
+    (across 2 processes: test_multiprocess.py)."""
+    model, x = nn.MLP((4, 6, 2), key=1), np.linspace(-1.0, 1.0, 12, dtype=np.float32).reshape(3, 4)
+    mesh = tl.sharding.Mesh({"data": 1})
+    on_mesh = tl.capture(model, x, _batch_loss, mesh=mesh, in_shardings=(dist.fsdp_shardings(model, mesh), P("data")))
+    value, grads = on_mesh(model, dist.global_array(x, mesh, P("data")))
+    want_value, want_grads = tl.capture(model, x, _batch_loss)(model, x)
+    assert float(value) == float(want_value)
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(_pytree.leaves(grads),
+                                                                            _pytree.leaves(want_grads)))
+    assert all(hasattr(g, "sharding") for g in _pytree.leaves(grads))
+
+
+def test_capture_refuses_shardings_it_cannot_read_by_name():
+    model, x = nn.MLP((4, 6, 2), key=1), np.zeros((3, 4), np.float32)
+    mesh = tl.sharding.Mesh({"data": 1})
+    with pytest.raises(tl.ArgumentError, match="in_shardings name mesh axes; pass the mesh too"):
+        tl.capture(model, x, _batch_loss, in_shardings=(P(), P("data")))
+    with pytest.raises(tl.ArgumentError, match=r"in_shardings must be a pair \(model shardings, batch shardings\)"):
+        tl.capture(model, x, _batch_loss, mesh=mesh, in_shardings=P("data"))
+    with pytest.raises(tl.ArgumentError, match="a mesh needs backend='xla'"):
+        tl.capture(model, x, _batch_loss, backend="interpreter", mesh=mesh)
+    with pytest.raises(tl.ArgumentError, match="capture: mesh must be a tl.sharding.Mesh, got dict"):
+        tl.capture(model, x, _batch_loss, mesh={"data": 1})
+    step = tl.capture(model, x, _batch_loss, mesh=mesh, in_shardings=(P(), P("model")))
+    with pytest.raises(tl.ArgumentError, match=r"capture: in_shardings \(input `.*`\): mesh axis 'model' is not in"):
+        step(model, x)

@@ -3,8 +3,9 @@
 Four groups of processes, each bounded in time (``tests/distributed/worker.py``):
 
 * ``trained``: ``tlaloc.launch`` starts 2 processes that train the digits MLP for 50
-  steps data-parallel (f32, f64), with FSDP-sharded parameters (a sharded checkpoint
-  at step 25), and try a program mismatch; at the same time one process runs the same
+  steps data-parallel (f32, f64; ``tl.jit`` and ``tl.capture`` steps), with FSDP-sharded
+  parameters (a sharded checkpoint at step 25), try a program mismatch, and train the
+  small transformer FSDP-sharded for a few steps; at the same time one process runs the same
   f64 data-parallel program on 2 virtual devices (the reference for bit-identity).
 * ``restored``: 2 processes restore the checkpoint, continue to step 50, then keep
   training until the test kills one of them.
@@ -36,6 +37,7 @@ from tlaloc import distributed as dist  # noqa: E402
 from tlaloc import _pytree  # noqa: E402
 from tlaloc.launch import free_port, launch  # noqa: E402
 
+from . import charlm as cl  # noqa: E402
 from . import digits_mlp as dm  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -164,16 +166,29 @@ def trained(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
-    """The oracle: the same training on one process and one device (no mesh), f32 and f64."""
+    """The oracle: the same training on one process and one device (no mesh): the digits MLP in
+    f32 and f64 (``tl.jit``) and in f32 with a ``tl.capture`` step, and the small transformer."""
     def make(out):
         runs = {}
+
+        def keep(name, model, losses):
+            np.savez(out / f"params-{name}.npz", *[np.asarray(a) for a in _pytree.leaves(model)])
+            runs[name] = {"losses": losses, "params": str(out / f"params-{name}.npz")}
         for dtype in (np.float32, np.float64):
             x, y = dm.data(dtype)
             model, opt, state = dm.init(dtype)
             model, state, losses = dm.train(dm.make_step(opt), model, state, dm.schedule(), x, y)
-            name = np.dtype(dtype).name
-            np.savez(out / f"params-{name}.npz", *[np.asarray(a) for a in _pytree.leaves(model)])
-            runs[name] = {"losses": losses, "params": str(out / f"params-{name}.npz")}
+            keep(np.dtype(dtype).name, model, losses)
+        x, y = dm.data()
+        model, opt, state = dm.init()
+        model, state, losses = dm.train(dm.make_capture_step(opt, model, (x[:dm.BATCH], y[:dm.BATCH])), model, state,
+                                        dm.schedule(), x, y)
+        keep("capture", model, losses)
+        ids, targets, vocab = cl.data()
+        model, opt, state = cl.init(vocab)
+        model, state, losses = dm.train(dm.make_step(opt, loss=cl.loss_fn), model, state, cl.schedule(len(ids)), ids,
+                                        targets)
+        keep("charlm", model, losses)
         return runs
     runs = _once(tmp_path_factory, "single", make)
     for run in runs.values():
@@ -227,6 +242,35 @@ def test_fsdp_holds_half_the_parameters_per_process(trained, single):
     assert _params_rel(trained["out"] / "params-fsdp.npz", params) < 1e-5
 
 
+def test_a_capture_step_trains_data_parallel_like_the_single_process_run(trained, single):
+    """``tl.capture(..., mesh=..., in_shardings=(P(), P("data")))``: one program across the processes,
+    each feeding half of every batch, gives the one-device capture run's losses."""
+    r0, r1 = trained["results"]
+    losses = np.array(r0["capture_dp"])
+    assert len(losses) == dm.STEPS and r1["capture_dp"] == r0["capture_dp"]
+    assert _rel(losses, single["capture"]["losses"]) < 1e-6
+    assert losses[-1] < 0.5 * losses[0]
+    wrong = np.array(r0["capture_wrong_shard"])                   # the control: process 1 feeds process 0's rows
+    assert _rel(wrong, single["capture"]["losses"][:len(wrong)]) > 1e-3
+
+
+def test_fsdp_transformer_holds_half_the_parameters_per_process(trained, single):
+    """The small transformer (embedding, GQA attention with RoPE, SwiGLU, RMSNorm, head) with FSDP-sharded
+    parameters and AdamW state: half the bytes in each process, the one-process losses and parameters."""
+    r0, r1 = trained["results"]
+    params = single["charlm"]["params"]
+    full = sum(a.nbytes for a in params)
+    assert r0["charlm_param_bytes"] == r1["charlm_param_bytes"] == full // 2
+    assert r0["charlm_state_bytes"] == full + 4                                   # mu and nu halved, count whole
+    losses = np.array(r0["charlm_fsdp"])
+    assert len(losses) == cl.STEPS and r1["charlm_fsdp"] == r0["charlm_fsdp"]
+    assert _rel(losses, single["charlm"]["losses"]) < 1e-6
+    assert _params_rel(trained["out"] / "params-charlm_fsdp.npz", params) < 1e-5
+    assert losses[-1] < losses[0]
+    wrong = np.array(r0["charlm_wrong_shard"])                    # the control: process 1 feeds process 0's rows
+    assert _rel(wrong, single["charlm"]["losses"][:len(wrong)]) > 1e-3
+
+
 def test_a_program_or_input_mismatch_is_refused_by_name(trained):
     for r in trained["results"]:
         msg = r["mismatch"]
@@ -238,6 +282,9 @@ def test_a_program_or_input_mismatch_is_refused_by_name(trained):
         assert host.startswith("tlaloc.distributed: process") and "inputs `train_step`" in host, host
         assert "argument 0 `" in host and "content sha256" in host and "tl.distributed.global_array" in host
         assert "argument 6 `" not in host          # the optimizer state is the same in both
+        program = r["program_mismatch"]            # the same argument types, another learning rate
+        assert program.startswith("tlaloc.distributed: process") and "compile `train_step`" in program, program
+        assert "the same 22 parts, but the compile differs (sha256" in program
 
 
 def test_the_launcher_prefixes_each_process_lines(trained):

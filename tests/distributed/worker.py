@@ -1,7 +1,8 @@
 """One process of the multi-process tests (started two at a time by ``test_multiprocess.py``).
 
     python tests/distributed/worker.py train OUT        # DP f32 and f64, a wrong-shard control,
-                                                         # FSDP with a checkpoint at step 25, a mismatch
+                                                         # FSDP with a checkpoint at step 25, a mismatch,
+                                                         # DP with a tl.capture step, the FSDP transformer
     python tests/distributed/worker.py reference OUT    # one process: DP f64 on 2 virtual devices
     python tests/distributed/worker.py restore OUT CKPT # the FSDP run from CKPT's step to the end, then
                                                          # more steps until killed (prints "step k")
@@ -22,6 +23,7 @@ import numpy as np  # noqa: E402
 
 import tlaloc as tl  # noqa: E402
 from tlaloc import distributed as dist  # noqa: E402
+from tests.distributed import charlm as cl  # noqa: E402
 from tests.distributed import digits_mlp as dm  # noqa: E402
 
 P = tl.sharding.PartitionSpec
@@ -84,9 +86,36 @@ def fsdp(out, mesh, result):
     save_params(out, "fsdp", model)
 
 
+def capture_dp(mesh, result):
+    """The digits MLP data-parallel with its gradient from a ``tl.capture`` step on the global mesh."""
+    x, y = dm.data()
+    model, opt, state = dm.init()
+    step = dm.make_capture_step(opt, model, (x[:dm.BATCH], y[:dm.BATCH]), mesh=mesh, in_shardings=(P(), P("data")))
+    _, _, result["capture_dp"] = dm.train(step, model, state, dm.schedule(), x, y, shard_feed(mesh))
+    _, _, result["capture_wrong_shard"] = dm.train(step, model, state, dm.schedule()[:3], x, y,
+                                                   shard_feed(mesh, wrong=True))
+
+
+def fsdp_charlm(out, mesh, result):
+    """The small transformer with FSDP-sharded parameters and AdamW state; then the wrong-shard control."""
+    ids, targets, vocab = cl.data()
+    model, opt, state = cl.init(vocab)
+    specs = (dist.fsdp_shardings(model, mesh), dist.fsdp_shardings(state, mesh))
+    step = dm.make_step(opt, loss=cl.loss_fn, mesh=mesh, in_shardings=(*specs, P("data"), P("data")),
+                        out_shardings=(*specs, P()))
+    placed = dist.put(model, mesh, specs[0]), dist.put(state, mesh, specs[1])
+    rows = cl.schedule(len(ids))
+    trained, trained_state, result["charlm_fsdp"] = dm.train(step, *placed, rows, ids, targets, shard_feed(mesh))
+    result["charlm_param_bytes"] = dist.local_nbytes(trained)
+    result["charlm_state_bytes"] = dist.local_nbytes(trained_state)
+    save_params(out, "charlm_fsdp", trained)
+    _, _, result["charlm_wrong_shard"] = dm.train(step, *placed, rows[:3], ids, targets, shard_feed(mesh, wrong=True))
+
+
 def mismatch(mesh, result):
     """Process 1 compiles the step for another batch size, then passes other host values to the
-    compiled data-parallel step: both processes refuse both by name."""
+    compiled data-parallel step, then compiles another program of the same shapes (another
+    learning rate): both processes refuse each by name."""
     x, y = dm.data()
     model, opt, state = dm.init()
     step = dm.make_step(opt, mesh=mesh, in_shardings=(P(), P(), P("data"), P("data")))
@@ -103,6 +132,13 @@ def mismatch(mesh, result):
         result["host_mismatch"] = "no error"
     except tl.DistributedError as e:
         result["host_mismatch"] = str(e)
+    other = tl.optim.AdamW(lr=1e-3 if dist.process_index() == 1 else 3e-3, weight_decay=1e-4)
+    step = dm.make_step(other, mesh=mesh, in_shardings=(P(), P(), P("data"), P("data")))
+    try:
+        step(*dm.init()[::2], *shard_feed(mesh)(x[:64], y[:64]))
+        result["program_mismatch"] = "no error"
+    except tl.DistributedError as e:
+        result["program_mismatch"] = str(e)
 
 
 def restore(out, ckpt, mesh, result):
@@ -150,6 +186,8 @@ def main(argv):
     if mode == "train":
         timed("fsdp", fsdp, out, mesh, result)
         timed("mismatch", mismatch, mesh, result)
+        timed("capture_dp", capture_dp, mesh, result)
+        timed("charlm_fsdp", fsdp_charlm, out, mesh, result)
     if mode == "restore":
         restore(out, argv[2], mesh, result)
     if mode == "idle":

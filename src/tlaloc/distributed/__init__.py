@@ -21,8 +21,10 @@ the partitioner: a data-parallel step is the single-process step with its batch
 sharded. ``fsdp_shardings`` shards parameters and optimizer state over a mesh
 axis (FSDP) and ``put`` places them (the same value in every process, each
 keeping its shards); ``save_sharded``/``load_sharded`` write and read
-checkpoints whose shards each process writes itself. (A ``tl.capture`` step runs
-on one device: write the step as a ``tl.jit`` function to run it across processes.)
+checkpoints whose shards each process writes itself. A ``tl.capture`` step runs
+across processes the same way: ``tl.capture(model, batch, loss_fn, mesh=mesh,
+in_shardings=(P(), P("data")))`` gives the loss (replicated) and the gradients
+(sharded as their parameters) of the global batch.
 
 Failures: a collective whose peer process is gone raises ``DistributedError``
 at once; a mismatch of program or shapes across processes is refused by name
