@@ -104,16 +104,16 @@ def _direct(node, r: DirectRenderer):
         return None
     ins = node.inputs
     avals = [_aval(a) for a in ins]
-    ops = [r.operand(a) for a in ins]
     out = node.outputs[0].aval
-    if name in _UFUNCS and len(ins) == 2 and not node.params:
-        return _binary(name, ins, avals, ops)
+    if name in _UFUNCS and len(ins) == 2 and not node.params:       # fresh results: constants may be shared
+        return _binary(name, ins, avals, [r.operand(a) for a in ins])
+    if name in ("matmul", "matmul_t_lhs", "matmul_t_rhs"):
+        return _contraction(name, avals, [r.operand(a) for a in ins])
+    ops = [r.atom(a) for a in ins]          # a reshape or a same-shape sum_to may return a view of its operand
     if name == "negative" and _strong(avals[0]):
         return f"-{ops[0]}" if _array(avals[0]) else f"np.negative({ops[0]})"
     if name == "zeros_like" and _strong(avals[0]):
         return f"np.zeros_like({ops[0]})"
-    if name in ("matmul", "matmul_t_lhs", "matmul_t_rhs"):
-        return _contraction(name, avals, ops)
     if name == "reduce_sum" and _array(avals[0]) and _strong(out):
         call = (f"np.add.reduce({ops[0]}, axis={render_param(node.params['axes'])}, "
                 f"keepdims={node.params['keepdims']!r})")
@@ -169,7 +169,7 @@ def _sum_to(x: str, xshape, shape):
     if lead < 0:
         return None
     if tuple(xshape) == shape:
-        return x
+        return None              # folded away where x is an array (signature_fold)
     if lead > 0 and tuple(xshape[lead:]) == shape:
         call = f"np.add.reduce({x}, axis={render_param(tuple(range(lead)))})"
         return call if shape else f"np.asarray({call})"
