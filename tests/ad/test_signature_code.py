@@ -176,3 +176,22 @@ def test_jax_comparison_rejects_a_gradient_off_by_one_in_a_million():
     want = jax_grad(fn, argnums, args)
     with pytest.raises(AssertionError):
         assert_matches_jax([o * (1 + 1e-6) for o in got], want)
+
+
+def sqrt_of_where(x, w):
+    return np.sum(np.sqrt(np.where(x >= 0, x, 0.0)) * w)
+
+
+def test_a_product_seen_only_through_select_keeps_its_nan_test():
+    """Negative control for plain products: x_bar's product reaches the output only through
+    ``select``, which can drop a NaN, so it keeps ``safe_mul``; at x = -1 with w = 0 its
+    ``0 * inf`` is repaired to 0."""
+    g = tl.grad(sqrt_of_where, argnums=(0, 1))
+    x, w = np.array([-1.0, 1.0, 4.0]), np.array([0.0, 2.0, 3.0])
+    got = g(x, w)
+    (fn_built,) = specialised(g)
+    source = g._last_entry["signatures"].source(fn_built)
+    assert not fn_built.__name__.endswith("_checked") and "_plain_products" not in source
+    assert "lax.safe_mul" in source
+    assert digest(got) == digest(generic(sqrt_of_where, (0, 1), (x, w)))
+    np.testing.assert_array_equal(got[0], [0.0, 1.0, 0.75])

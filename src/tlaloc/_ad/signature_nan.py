@@ -30,6 +30,8 @@ _KEEPS_NAN = {"add", "subtract", "multiply", "divide", "negative", "sqrt", "exp"
               "abs", "sum_to", "reduce_sum", "broadcast_like", "expand_reduced", "reshape_like", "reshape",
               "transpose"}
 _PLAIN = {"safe_mul": "multiply", "safe_div": "divide"}
+#: of these only the first operand's values are read (the second gives a shape or dtype)
+_READS_SHAPE = {"sum_to", "broadcast_like", "expand_reduced", "reshape_like"}
 
 
 def plain_products(graph: Graph):
@@ -83,7 +85,7 @@ def _observe(graph: Graph, out_observed, plain, observed: set) -> None:
         if not any(o.id in observed for o in node.outputs) or node.prim.multiple_results:
             continue
         if name in _KEEPS_NAN or (name in _PLAIN and node.outputs[0].id in plain):
-            for a in node.inputs:
+            for a in node.inputs[:1] if name in _READS_SHAPE else node.inputs:
                 if isinstance(a, Var) and _sized_float(a.aval):
                     observed.add(a.id)
 

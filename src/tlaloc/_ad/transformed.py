@@ -4,7 +4,9 @@ It holds the primal function's lowering, builds the transformed DXIR graph per
 argument structure (once at definition time for array arguments; at the first
 call for pytree arguments, whose structure is not known before; and at the
 first call per signature where the code reads shapes or integer values,
-``_specialised``), renders it to Python, and runs the rendered code. Call-time
+``_specialised``), renders it to Python, and runs the rendered code: for a single
+function, a copy specialised to each argument signature at its first call
+(``signature_code.py``; same bits, fewer NumPy calls). Call-time
 actions (random draws, raise, side effects; ``_frontend/host.py``) are graph
 inputs whose getters run at every call, and folded globals are guarded.
 """
