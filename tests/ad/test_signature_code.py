@@ -103,7 +103,7 @@ def specialised(g) -> list:
     """The functions built per signature for ``g``'s latest call (none is the generic one)."""
     entry = g._last_entry
     fns = list(entry["signatures"].functions.values())
-    assert fns and all(f is not entry["fn"] for f in fns), "a signature fell back to the generic code"
+    assert fns and all(f is not entry["fn"] for f in fns), entry["signatures"].errors
     return fns
 
 

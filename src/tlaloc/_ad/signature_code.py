@@ -63,19 +63,21 @@ class SignatureCode:
         self.generic = generic            # the generic function (also what a failed build runs)
         self.functions: dict = {}         # signature -> function
         self.sources: dict = {}           # id(function) -> its source
+        self.errors: list = []            # why a build fell back to the generic code (for debugging)
 
     def function(self, flat):
         """The function to call on the leaves ``flat`` (built at the first call of a signature)."""
         key = signature(flat)
         fn = self.functions.get(key)
         if fn is None:
-            fn = self.generic
-            if ENABLED and len(self.functions) < MAX_SIGNATURES:
-                fn = self._build(flat)
+            if not ENABLED:
+                return self.generic
+            fn = self._build(flat) if len(self.functions) < MAX_SIGNATURES else self.generic
             self.functions[key] = fn
         return fn
 
     def source(self, fn):
+        """The generated source of a function this object built (None for the generic one)."""
         return self.sources.get(id(fn))
 
     def _build(self, flat):
@@ -91,7 +93,8 @@ class SignatureCode:
             title = f"{self.title}, for ({', '.join(str(a) for a in graph.in_avals())})"
             label = f"{self.name} signature {len(self.functions) + 1}"      # its own traceback lines
             source, namespace = render_and_load(functions, title, label, render=render_module_direct, dump=False)
-        except Exception:          # a construct the folding does not handle: the generic code is correct
+        except Exception as e:     # a construct the folding does not handle: the generic code is correct
+            self.errors.append(f"{type(e).__name__}: {e}")
             return self.generic
         fn = namespace[self.name]
         if plain is not None:

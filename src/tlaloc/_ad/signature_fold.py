@@ -66,6 +66,8 @@ class _Folder:
         self.stacks: dict = {}        # id of a stacked loop output -> its element aval
 
     def graph(self, g: Graph, in_avals):
+        if len(in_avals) != len(g.inputs):
+            raise ValueError(f"{g.name}: {len(g.inputs)} inputs, {len(in_avals)} avals")
         env = {}
         inputs = []
         for v, a in zip(g.inputs, in_avals):
