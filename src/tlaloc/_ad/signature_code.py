@@ -14,9 +14,15 @@ every argument leaf), a version of the code specialised to it:
 3. ``python_direct``: direct NumPy calls and operators where the avals say what
    the ``lax`` entry would call.
 
+4. ``signature_nan``: products whose NaN would reach an output are made plain;
+   that copy runs first with floating-point errors ignored, and the exact code
+   reruns where an output is not finite (``optimistic``).
+
 Later calls with that signature run the cached code. Results are the same
 bits as the generic code's (tests/ad/test_signature_code.py hashes both), up
-to the sign bit of a NaN where a negation was folded. A signature the build
+to the sign bit of a NaN where a negation was folded. Where step 4 applies, a
+floating-point warning (or, under ``np.seterr(all="raise")``, an error) about a
+value that reaches no output as an inf or NaN is not given. A signature the build
 cannot handle (it raises) runs the generic code; past ``MAX_SIGNATURES`` per
 function, new signatures run the generic code too.
 """
