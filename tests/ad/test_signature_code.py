@@ -4,7 +4,8 @@ The specialised code must return the generic code's bits (SHA-256 of each
 gradient's bytes, dtype and shape) and agree with JAX in float64. Programs:
 the eager benchmark's workloads, broadcasting, integer arguments, 0-d arrays,
 a loop, and a zero cotangent through an infinite derivative (the path where
-plain products see a NaN and the exact code reruns). Negative controls: each
+plain products see a NaN and the exact code reruns), and NaN and inf arguments
+(NaN sign bits and warnings as the generic code's). Negative controls: each
 signature gets its own code (code for one shape is wrong for another, and is
 not reused), and the JAX comparison rejects a gradient off by 1e-6.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import pathlib
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -130,7 +132,7 @@ def test_plain_products_rerun_the_exact_code_where_a_nan_appears():
     (fn_built,) = specialised(g)
     assert fn_built.__name__.endswith("_checked")      # the plain-products path was built
     source = g._last_entry["signatures"].source(fn_built)
-    assert "safe_mul" in source and "_plain_products" in source
+    assert "safe_mul" in source and "_fast" in source
     with np.errstate(all="raise"):                     # no FloatingPointError from 0 * inf
         x_bar, w_bar = g(*args)
     assert x_bar[0] == 0.0 and not np.signbit(x_bar[0])
@@ -191,7 +193,32 @@ def test_a_product_seen_only_through_select_keeps_its_nan_test():
     got = g(x, w)
     (fn_built,) = specialised(g)
     source = g._last_entry["signatures"].source(fn_built)
-    assert not fn_built.__name__.endswith("_checked") and "_plain_products" not in source
+    assert not fn_built.__name__.endswith("_checked") and "_fast" not in source
     assert "lax.safe_mul" in source
     assert digest(got) == digest(generic(sqrt_of_where, (0, 1), (x, w)))
     np.testing.assert_array_equal(got[0], [0.0, 1.0, 0.75])
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_nan_and_inf_arguments_give_the_generic_bits_and_warnings(value):
+    """The fast copy (negations folded, plain products) sees a non-finite output and the
+    exact code reruns: NaN sign bits and floating-point warnings are the generic code's."""
+    fn, argnums, args = CASES["integrator_n16"]
+    args = [a.copy() for a in args]
+    args[1][0, 0] = value
+    g = tl.grad(fn, argnums=argnums)
+    with np.errstate(all="ignore"):      # the build's call
+        g(*args)
+    assert specialised(g)[0].__name__.endswith("_checked")
+    with warnings.catch_warnings(record=True) as new:
+        warnings.simplefilter("always")
+        got = g(*args)
+    signature_code.ENABLED = False
+    try:
+        with warnings.catch_warnings(record=True) as old:
+            warnings.simplefilter("always")
+            want = tl.grad(fn, argnums=argnums)(*args)
+    finally:
+        signature_code.ENABLED = True
+    assert digest(got) == digest(want)
+    assert sorted(str(w.message) for w in new) == sorted(str(w.message) for w in old)

@@ -9,20 +9,20 @@ every argument leaf), a version of the code specialised to it:
 
 1. ``signature_fold.fold``: the shape-only helpers become identities or
    constants where the signature decides them;
-2. ``simplify``: CSE, pruning of loop stacks kept only for their shapes,
-   ``drop_broadcasts`` and ``fold_negations``, then dead-code elimination;
+2. ``simplify``: CSE, pruning of loop stacks kept only for their shapes and
+   ``drop_broadcasts``, then dead-code elimination;
 3. ``python_direct``: direct NumPy calls and operators where the avals say what
    the ``lax`` entry would call.
 
-4. ``signature_nan``: products whose NaN would reach an output are made plain;
-   that copy runs first with floating-point errors ignored, and the exact code
-   reruns where an output is not finite (``optimistic``).
-
-Later calls with that signature run the cached code. Results are the same
-bits as the generic code's (tests/ad/test_signature_code.py hashes both), up
-to the sign bit of a NaN where a negation was folded. Where step 4 applies, a
-floating-point warning (or, under ``np.seterr(all="raise")``, an error) about a
-value that reaches no output as an inf or NaN is not given. A signature the build
+That is the *exact* code: the generic code's bits, NaNs included. Where they
+apply, a *fast* copy also gets ``simplify.fold_negations`` (``x + -y`` as
+``x - y``, which can flip a NaN's sign bit) and ``signature_nan.plain_products``
+(products whose NaN would reach an output lose their NaN test); it runs first
+(plain products with floating-point errors ignored) and the exact code reruns
+where an output is not finite (``optimistic``). So results are always the
+generic code's bits (tests/ad/test_signature_code.py hashes both); what can
+differ is a floating-point warning (or, under ``np.seterr(all="raise")``, an
+error) about a value that reaches no output as an inf or NaN. A signature the build
 cannot handle (it raises) runs the generic code; past ``MAX_SIGNATURES`` per
 function, new signatures run the generic code too.
 """
@@ -89,13 +89,14 @@ class SignatureCode:
     def _build(self, flat):
         from .transformed import render_and_load
         try:
-            graph = specialise(self.graph, [leaf_aval(x) for x in flat])
-            verify(graph)
+            graph = verify(specialise(self.graph, [leaf_aval(x) for x in flat]))
             functions = [(graph, self.name, self.arg_names, self.doc)]
-            plain = signature_nan.plain_products(graph)
-            if plain is not None:
-                functions.append((verify(plain), f"{self.name}_plain_products", self.arg_names,
-                                  f"{self.doc} Plain products: run first, see {self.name}_checked."))
+            fast = _simplify.fold_negations(graph)
+            plain = signature_nan.plain_products(fast)
+            if plain is not None or fast is not graph:
+                fast = dce(plain or fast)
+                functions.append((verify(fast), f"{self.name}_fast", self.arg_names,
+                                  f"{self.doc} Run first, see {self.name}_checked."))
             title = f"{self.title}, for ({', '.join(str(a) for a in graph.in_avals())})"
             label = f"{self.name} signature {len(self.functions) + 1}"      # its own traceback lines
             source, namespace = render_and_load(functions, title, label, render=render_module_direct, dump=False)
@@ -103,22 +104,25 @@ class SignatureCode:
             self.errors.append(f"{type(e).__name__}: {e}")
             return self.generic
         fn = namespace[self.name]
-        if plain is not None:
-            fn = optimistic(namespace[functions[1][1]], fn)
+        if len(functions) == 2:
+            fn = optimistic(namespace[functions[1][1]], fn, quiet_fast=plain is not None)
         self.sources[id(fn)] = source
         return fn
 
 
-def optimistic(plain, exact):
-    """Run ``plain`` (``signature_nan.plain_products``) with floating-point errors ignored;
-    where an output is not finite, run ``exact`` instead (and let it warn or raise)."""
+def optimistic(fast, exact, quiet_fast: bool):
+    """Run ``fast`` (negations folded, and with ``quiet_fast`` plain products run with
+    floating-point errors ignored); where an output is not finite, run ``exact`` instead
+    (which then warns or raises as the generic code, and gives NaNs their sign bits)."""
+    if quiet_fast:
+        fast = quiet(fast)
+
     def checked(*args):
-        outs = plain(*args)
+        outs = fast(*args)
         for o in outs:
             if isinstance(o, _ARRAYS) and o.dtype.kind == "f" and not math.isfinite(np.vdot(o, o)):
-                return exact(*args)
+                return exact(*args)           # outside ``quiet``: warns and raises as the generic code
         return outs
-    checked = quiet(checked)
     checked.__name__ = checked.__qualname__ = f"{exact.__name__}_checked"
     return checked
 
@@ -127,7 +131,6 @@ def specialise(graph, in_avals):
     """``graph`` with what ``in_avals`` decides folded (steps 1 and 2 of the module docstring)."""
     g = signature_fold.fold(graph, in_avals)
     g = _simplify.simplify(dce(g))
-    g = _simplify.fold_negations(_simplify.drop_broadcasts(g))
-    g = dce(g)
+    g = dce(_simplify.drop_broadcasts(g))
     g = signature_fold.fold(g, [v.aval for v in g.inputs])      # safe_mul by a now-constant factor
     return _simplify.prune_loops(dce(g))

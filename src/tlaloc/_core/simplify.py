@@ -227,7 +227,7 @@ def fold_negations(graph: Graph) -> Graph:
       (IEEE defines ``x - y`` as ``x + (-y)``).
 
     Only on float values of known dtype; a NaN may come out with the other sign bit.
-    Unread nodes are left for ``passes.dce``."""
+    Unread nodes are left for ``passes.dce``; ``graph`` itself is returned where nothing folds."""
     from .primitive import REGISTRY
     uses: dict = {}
 
@@ -254,7 +254,8 @@ def _fold_neg(graph, uses, registry):
         if node.regions():
             params = {k: _fold_neg(v, uses, registry) if isinstance(v, Graph) else v
                       for k, v in node.params.items()}
-            node = Node(node.prim, node.inputs, node.outputs, params, node.loc)
+            if any(params[k] is not v for k, v in node.params.items()):
+                node = Node(node.prim, node.inputs, node.outputs, params, node.loc)
         elif name == "negative" and _float(node.outputs[0].aval):
             y = node.inputs[0]
             p = producers.get(y.id) if isinstance(y, Var) else None
@@ -273,6 +274,8 @@ def _fold_neg(graph, uses, registry):
             elif isinstance(x, Var) and x.id in negs:
                 node = Node(registry["subtract"], (y, negs[x.id]), node.outputs, {}, node.loc)
         nodes.append(node)
+    if all(a is b for a, b in zip(nodes, graph.nodes)):
+        return graph
     return Graph(graph.inputs, tuple(nodes), graph.outputs, graph.name)
 
 
