@@ -4,7 +4,9 @@ It holds the primal function's lowering, builds the transformed DXIR graph per
 argument structure (once at definition time for array arguments; at the first
 call for pytree arguments, whose structure is not known before; and at the
 first call per signature where the code reads shapes or integer values,
-``_specialised``), renders it to Python, and runs the rendered code. Call-time
+``_specialised``), renders it to Python, and runs the rendered code: for a single
+function, a copy specialised to each argument signature at its first call
+(``signature_code.py``; same bits, fewer NumPy calls). Call-time
 actions (random draws, raise, side effects; ``_frontend/host.py``) are graph
 inputs whose getters run at every call, and folded globals are guarded.
 """
@@ -23,6 +25,7 @@ from .._frontend import typing_hooks
 from .._frontend import specialise
 from .._frontend.structure import ShapeNeeded, StructureNeeded
 from .._render.python import render_module
+from .signature_code import SignatureCode
 from ..errors import ArgumentError, FenceError, TlalocError
 
 _LEAF = _pytree.TreeDef("leaf")
@@ -88,9 +91,12 @@ class Transformed:
         functions, as_lowered = self.build(lowered)
         for g, *_ in functions:
             verify(g)
-        source, namespace = render_and_load(functions, f"{self.kind} of {getattr(self.fn, '__name__', 'f')}",
-                                            self.name)
-        entry = {"source": source, "fn": namespace[functions[0][1]], "namespace": namespace,
+        title = f"{self.kind} of {getattr(self.fn, '__name__', 'f')}"
+        source, namespace = render_and_load(functions, title, self.name)
+        fn = namespace[functions[0][1]]
+        entry = {"source": source, "fn": fn, "namespace": namespace,
+                 # one function: code specialised per argument signature at its first call
+                 "signatures": SignatureCode(*functions[0], title, fn) if len(functions) == 1 else None,
                  "lowered": lowered, "graphs": functions, "as_lowered": as_lowered,
                  "ranges": _leaf_ranges(lowered), "n_args": len(lowered.arg_trees),
                  "leaf_trees": [_LEAF] * len(lowered.arg_trees),
@@ -113,9 +119,13 @@ class Transformed:
         if getters:
             flat = [*flat, *(g() for g in getters)]
         self._last_entry = entry
+        signatures = entry["signatures"]
+        fn = entry["fn"] if signatures is None else signatures.function(flat)
         try:
-            outs = entry["fn"](*flat)
+            outs = fn(*flat)
         except TlalocError as e:
+            if fn is not entry["fn"]:
+                raise _located(e, {"source": signatures.source(fn)}) from None
             raise _located(e, entry) from None
         if entry["check_render"]:
             _check_against_interpreter(entry, list(flat), outs)
@@ -246,16 +256,17 @@ def known_shapes(arg_trees, arg_avals) -> bool:
         a.shape is None or any(type(d) is not int for d in a.shape) for a in arg_avals)
 
 
-def render_and_load(functions, title: str, name: str):
-    """Render ``functions`` (``[(graph, name, arg_names, doc)]``) to one Python module,
-    register its text with ``linecache`` (tracebacks show it), run it, and dump it
+def render_and_load(functions, title: str, name: str, render=render_module, dump: bool = True):
+    """Render ``functions`` (``[(graph, name, arg_names, doc)]``) with ``render`` to one Python module,
+    register its text with ``linecache`` (tracebacks show it), run it, and (``dump``) write it
     where ``TLALOC_DUMP_SOURCE_DIR`` says. Returns ``(source, namespace)``."""
-    source = render_module(functions, title)
+    source = render(functions, title)
     code_name = f"<tlaloc {name}>"
     linecache.cache[code_name] = (len(source), None, source.splitlines(True), code_name)
     namespace = {"__name__": f"tlaloc_generated_{name}"}
     exec(compile(source, code_name, "exec"), namespace)
-    _dump(name, source)
+    if dump:
+        _dump(name, source)
     return source, namespace
 
 

@@ -20,7 +20,7 @@ the same operands), so results keep their bits.
 from __future__ import annotations
 
 from .control import for_range_p
-from .graph import Graph, Node, Var
+from .graph import Graph, Literal, Node, Var
 
 
 def simplify(graph: Graph) -> Graph:
@@ -150,3 +150,135 @@ def _needed(graph: Graph, outputs) -> set:
             need.update(a.id for a in node.inputs if isinstance(a, Var))
     return need
 
+
+
+# -- broadcasts and negations that NumPy makes unnecessary (graphs with concrete avals) ------
+
+_BROADCASTING = {"add", "subtract", "multiply", "divide", "safe_mul", "safe_div"}
+
+
+def drop_broadcasts(graph: Graph) -> Graph:
+    """``graph`` with ``broadcast_like(x, like)`` operands of binary elementwise nodes
+    replaced by ``x`` where the other operand already has the result's shape: NumPy's
+    broadcasting gives the same elements, so the same bits, without the copy. A size-1
+    ``x`` made by ``expand_reduced`` is replaced by the value it expands. Needs concrete
+    avals (``_ad/signature_fold.py``); unread broadcasts are left for ``passes.dce``."""
+    producers = {o.id: n for n in graph.nodes for o in n.outputs}
+    nodes = []
+    for node in graph.nodes:
+        if node.regions():
+            params = {k: drop_broadcasts(v) if isinstance(v, Graph) else v for k, v in node.params.items()}
+            node = Node(node.prim, node.inputs, node.outputs, params, node.loc)
+        elif node.prim.name in _BROADCASTING and len(node.inputs) == 2:
+            ins = [_unbroadcast(node.inputs[i], node.inputs[1 - i], node.outputs[0].aval, producers)
+                   for i in (0, 1)]
+            if ins != list(node.inputs):
+                node = Node(node.prim, tuple(ins), node.outputs, node.params, node.loc)
+        nodes.append(node)
+    return Graph(graph.inputs, tuple(nodes), graph.outputs, graph.name)
+
+
+def _unbroadcast(a, other, out, producers):
+    import numpy as np
+    p = producers.get(a.id) if isinstance(a, Var) else None
+    if p is None or p.prim.name != "broadcast_like" or not _strong(out) or not _strong(_aval(other)) \
+            or _aval(other).shape != out.shape:
+        return a
+    src = p.inputs[0]
+    q = producers.get(src.id) if isinstance(src, Var) else None
+    if q is not None and q.prim.name == "expand_reduced" and not q.params.get("keepdims") \
+            and _strong(_aval(q.inputs[0])) and int(np.prod(_aval(q.inputs[0]).shape)) == 1:
+        src = q.inputs[0]
+    if not _strong(_aval(src)) or _aval(src).dtype != a.aval.dtype or len(_aval(src).shape) > len(out.shape):
+        return a
+    try:
+        if tuple(np.broadcast_shapes(_aval(src).shape, _aval(other).shape)) != tuple(out.shape):
+            return a
+    except ValueError:
+        return a
+    return src
+
+
+def literal_aval(value):
+    """What a constant operand is at run time: a Python number is weak (NEP 50)."""
+    import numpy as np
+    from .aval import UNKNOWN, AbstractValue
+    if isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
+        return AbstractValue(np.asarray(value).dtype, (), weak=True)
+    if isinstance(value, (np.ndarray, np.generic)):
+        return AbstractValue(value.dtype, tuple(np.shape(value)))
+    return UNKNOWN
+
+
+def _aval(atom):
+    return atom.aval if isinstance(atom, Var) else literal_aval(atom.value)
+
+
+def _strong(a) -> bool:
+    return a is not None and a.is_concrete and not a.weak
+
+
+def fold_negations(graph: Graph) -> Graph:
+    """``graph`` with negations folded where the bits are the same:
+
+    * ``negative(multiply(x, c))`` for a Python float ``c`` whose product nothing else
+      reads becomes ``multiply(x, -c)`` (round-to-nearest is symmetric in sign);
+    * ``add(x, negative(y))`` and ``add(negative(y), x)`` become ``subtract(x, y)``
+      (IEEE defines ``x - y`` as ``x + (-y)``).
+
+    Only on float values of known dtype; a NaN may come out with the other sign bit.
+    Unread nodes are left for ``passes.dce``; ``graph`` itself is returned where nothing folds."""
+    from .primitive import REGISTRY
+    uses: dict = {}
+
+    def count(g):
+        for n in g.nodes:
+            for a in n.inputs:
+                if isinstance(a, Var):
+                    uses[a.id] = uses.get(a.id, 0) + 1
+            for r in n.regions():
+                count(r)
+        for o in g.outputs:
+            if isinstance(o, Var):
+                uses[o.id] = uses.get(o.id, 0) + 1
+    count(graph)
+    return _fold_neg(graph, uses, REGISTRY)
+
+
+def _fold_neg(graph, uses, registry):
+    producers = {o.id: n for n in graph.nodes for o in n.outputs}
+    negs = {}                           # id of a negative's result -> its operand
+    nodes = []
+    for node in graph.nodes:
+        name = node.prim.name
+        if node.regions():
+            params = {k: _fold_neg(v, uses, registry) if isinstance(v, Graph) else v
+                      for k, v in node.params.items()}
+            if any(params[k] is not v for k, v in node.params.items()):
+                node = Node(node.prim, node.inputs, node.outputs, params, node.loc)
+        elif name == "negative" and _float(node.outputs[0].aval):
+            y = node.inputs[0]
+            p = producers.get(y.id) if isinstance(y, Var) else None
+            if p is not None and p.prim.name == "multiply" and uses.get(y.id) == 1:
+                x, c = p.inputs
+                if isinstance(c, Literal) and type(c.value) is float:
+                    node = Node(p.prim, (x, Literal(-c.value, c.aval)), node.outputs, {}, node.loc)
+                elif isinstance(x, Literal) and type(x.value) is float:
+                    node = Node(p.prim, (Literal(-x.value, x.aval), c), node.outputs, {}, node.loc)
+            if node.prim.name == "negative":
+                negs[node.outputs[0].id] = y
+        elif name == "add" and _float(node.outputs[0].aval):
+            x, y = node.inputs
+            if isinstance(y, Var) and y.id in negs:
+                node = Node(registry["subtract"], (x, negs[y.id]), node.outputs, {}, node.loc)
+            elif isinstance(x, Var) and x.id in negs:
+                node = Node(registry["subtract"], (y, negs[x.id]), node.outputs, {}, node.loc)
+        nodes.append(node)
+    if all(a is b for a, b in zip(nodes, graph.nodes)):
+        return graph
+    return Graph(graph.inputs, tuple(nodes), graph.outputs, graph.name)
+
+
+def _float(a) -> bool:
+    import numpy as np
+    return _strong(a) and np.dtype(a.dtype).kind == "f"
