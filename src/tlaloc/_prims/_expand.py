@@ -37,10 +37,20 @@ def dtype(x):
     return np.dtype(dt)
 
 
+#: A body's operation on constants only is computed while building when its result has at
+#: most this many elements (``reshape(1.0, (1,))``); a larger one stays a node, so that
+#: ``broadcast_like(1.0, x)`` does not write an array of x's size into the program.
+FOLD_LIMIT = 16
+
+
 def node(name: str, *args, **params):
-    """Apply primitive ``name`` in the body: a node even when every operand is a constant
-    (a composite of a literal, e.g. ``broadcast_like(1.0, x)``, stays one operation)."""
-    return body_bind(REGISTRY[name], args, params)
+    """Apply primitive ``name`` in the body (see ``FOLD_LIMIT`` for constant operands)."""
+    prim = REGISTRY[name]
+    if not any(type(a) is Value for a in args):
+        out = prim.apply_impl(*args, **params)
+        if all(np.size(o) <= FOLD_LIMIT for o in (out if prim.multiple_results else (out,))):
+            return out
+    return body_bind(prim, args, params)
 
 
 def norm_axes(axes, rank: int) -> tuple:
