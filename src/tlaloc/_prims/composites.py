@@ -163,7 +163,8 @@ def matmul_t_rhs(g, x, y):
     elif xn == 1:
         res = node("multiply", reshape(x, shape(x) + (1,)), reshape(g, gs[:-1] + (1,) + gs[-1:]))
     elif yn == 1:
-        r = node("matmul", _swap_last(x), reshape(g, gs + (1,)))
+        column = reshape(g, gs + (1,))
+        r = node("matmul", _swap_last(x), column)
         res = reshape(r, shape(r)[:-1])
     else:
         res = node("matmul", _swap_last(x), g)
