@@ -209,19 +209,12 @@ def _iota(args, dims, **params):
     return _sh.iota_p.bind(**params), None       # no operands: never batched
 
 
-_sh.reshape_p.batch = _reshape
-_sh.transpose_p.batch = _transpose
-_sh.broadcast_to_p.batch = _broadcast_to
-_sh.broadcast_in_dim_p.batch = _broadcast_in_dim
-_sh.expand_dims_p.batch = _expand_dims
-_sh.squeeze_p.batch = _squeeze
-_sh.concatenate_p.batch = _concatenate
-_sh.pad_p.batch = _pad
-_sh.flip_p.batch = _flip
-_sh.iota_p.batch = _iota
-_sh.swapaxes_p.batch = _swapaxes
-_slc.slice_p.batch = _slice
-stack_ys_p.batch = _stack_ys
+for _p, _rule in {_sh.reshape_p: _reshape, _sh.transpose_p: _transpose, _sh.broadcast_to_p: _broadcast_to,
+                  _sh.broadcast_in_dim_p: _broadcast_in_dim, _sh.expand_dims_p: _expand_dims,
+                  _sh.squeeze_p: _squeeze, _sh.concatenate_p: _concatenate, _sh.pad_p: _pad, _sh.flip_p: _flip,
+                  _sh.iota_p: _iota, _sh.swapaxes_p: _swapaxes, _slc.slice_p: _slice,
+                  stack_ys_p: _stack_ys}.items():
+    _p.batch = _rule
 
 
 # -- misc --------------------------------------------------------------------------------------

@@ -204,6 +204,17 @@ def expansion_graph(prim, in_avals, params) -> Optional[Graph]:
         return b.finish(tuple(out) if prim.multiple_results else (out,))
 
 
+@contextlib.contextmanager
+def _thread_setting(name: str, value):
+    """Set ``_state.<name>`` for this thread while the block runs."""
+    old = getattr(_state, name, None)
+    setattr(_state, name, value)
+    try:
+        yield
+    finally:
+        setattr(_state, name, old)
+
+
 def body_bind(prim, args, params):
     """Apply ``prim`` inside a composite's body: a node of the active builder (even of
     constants), or, while ``rebinding(fn)`` is active, ``fn(prim, args, params)``."""
@@ -218,12 +229,8 @@ def rebinding(fn):
     """Route the primitives of composite bodies through ``fn(prim, args, params)`` while the
     block runs (specialisation applies its rules to them: a body's ``matmul`` becomes a
     ``dot_general``)."""
-    old = getattr(_state, "rebind", None)
-    _state.rebind = fn
-    try:
+    with _thread_setting("rebind", fn):
         yield fn
-    finally:
-        _state.rebind = old
 
 
 @contextlib.contextmanager
@@ -232,12 +239,8 @@ def node_hook(hook):
     while the block runs (``tlaloc._jit.bounded`` tracks padded axes this way); the hook
     adds nodes with ``builder.add_plain``. Nodes built elsewhere (control flow) and added
     with ``Builder.add_node`` are shown to ``hook.check_node(builder, node)`` first."""
-    old = getattr(_state, "node_hook", None)
-    _state.node_hook = hook
-    try:
+    with _thread_setting("node_hook", hook):
         yield hook
-    finally:
-        _state.node_hook = old
 
 
 _NAMES_HOOK = None

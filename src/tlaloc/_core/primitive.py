@@ -66,6 +66,17 @@ def _load_value_type():
     return Value
 
 
+def _node_rule_slot(slot: str, doc: str) -> property:
+    """A property that reads and sets slot ``slot`` as a ``NodeRule`` (``None`` clears it)."""
+    def get(self) -> Optional[Callable]:
+        rule = getattr(self, slot)
+        return rule.fn if type(rule) is NodeRule else None
+
+    def set_(self, fn: Optional[Callable]) -> None:
+        setattr(self, slot, None if fn is None else NodeRule(fn))
+    return property(get, set_, doc=doc)
+
+
 class Primitive:
     #: True for a primitive run for what it does, not what it returns (``print`` and ``assert``
     #: of computed values, ``_frontend/call_time.py``): dead-code elimination and CSE keep it.
@@ -94,23 +105,10 @@ class Primitive:
         REGISTRY[name] = self
 
     # Control flow and custom rules transform their regions themselves: one slot each.
-    @property
-    def reverse_rule(self) -> Optional[Callable]:
-        """``reverse(node, ins) -> (outs, backward)`` when ``vjp`` is a ``NodeRule``, else None."""
-        return self.vjp.fn if type(self.vjp) is NodeRule else None
-
-    @reverse_rule.setter
-    def reverse_rule(self, fn: Optional[Callable]) -> None:
-        self.vjp = None if fn is None else NodeRule(fn)
-
-    @property
-    def forward_rule(self) -> Optional[Callable]:
-        """``forward(node, ins, tangents) -> (outs, out_tangents)`` when ``jvp`` is a ``NodeRule``."""
-        return self.jvp.fn if type(self.jvp) is NodeRule else None
-
-    @forward_rule.setter
-    def forward_rule(self, fn: Optional[Callable]) -> None:
-        self.jvp = None if fn is None else NodeRule(fn)
+    reverse_rule = _node_rule_slot("vjp", "``reverse(node, ins) -> (outs, backward)`` when ``vjp`` is a "
+                                          "``NodeRule``, else None.")
+    forward_rule = _node_rule_slot("jvp", "``forward(node, ins, tangents) -> (outs, out_tangents)`` when "
+                                          "``jvp`` is a ``NodeRule``, else None.")
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"

@@ -40,6 +40,7 @@ from .passes import dce
 from .primitive import REGISTRY
 from .rules import ensure_rules
 from .verifier import verify
+from .._prims._expand import gives_up, shape  # noqa: F401  (shape: for the rules)
 
 #: Constant folding keeps results up to this many elements; larger ones stay
 #: nodes (a literal that big would be written into the program text).
@@ -265,13 +266,6 @@ def aval(x) -> AbstractValue | None:
     return _aval_of(x)
 
 
-def shape(x) -> tuple:
-    s = np.shape(x) if type(x) is not Value else x.aval.shape
-    if s is None or any(type(d) is not int for d in s):
-        raise _NotConcrete()
-    return tuple(s)
-
-
 def dtype(x):
     if type(x) is Value:
         return x.aval.dtype
@@ -282,20 +276,8 @@ def is_static(x) -> bool:
     return type(x) is not Value and x is not UNDEF
 
 
-class _NotConcrete(Exception):
-    """A rule met an operand of unknown shape (while iterating a loop's avals)."""
-
-
-def concrete_rule(fn):
-    """Decorator: the rule falls back to binding the node when a shape is unknown."""
-    def rule(*ins, **params):
-        try:
-            return fn(*ins, **params)
-        except _NotConcrete:
-            return NotImplemented
-    rule.__name__ = fn.__name__
-    rule.__doc__ = fn.__doc__
-    return rule
+#: Decorator: the rule falls back to binding the node when a shape is unknown (``shape``).
+concrete_rule = gives_up
 
 
 def register(*names):

@@ -112,32 +112,35 @@ def _finite_nonzero(c) -> bool:
     return bool(np.all(np.isfinite(a)) and np.all(a != 0)) if a.dtype.kind in "fc" else bool(np.all(a != 0))
 
 
+def _masked(op: str, a, b, zero_when):
+    """``op(a, b)`` with 0 where ``zero_when`` (operands that are exact zeros) holds; the mask is
+    left out where no NaN can arise (integers, or every such operand a finite non-zero constant)."""
+    if dtype(a) is None or dtype(b) is None:
+        return NotImplemented
+    out = emit(op, a, b)
+    if not _dt.is_inexact(dtype(out)):
+        return out
+    if all(is_static(x) and _finite_nonzero(x) for x in zero_when):
+        return out
+    zero = None
+    for x in zero_when:
+        eq = emit("equal", x, 0)
+        zero = eq if zero is None else emit("logical_or", zero, eq)
+    return emit("select", zero, emit("zeros_like", out), out)
+
+
 @register("safe_mul")
 def _safe_mul(a, b):
     """``a * b`` where an exact zero in either factor gives 0 (never 0 * inf = NaN)."""
-    if dtype(a) is None or dtype(b) is None:
-        return NotImplemented
-    prod = emit("multiply", a, b)
-    if not _dt.is_inexact(dtype(prod)):
-        return prod
     static = [x for x in (a, b) if is_static(x)]
-    if static and all(_finite_nonzero(c) for c in static):
-        return prod          # c * 0 = 0 and c * inf = inf: no NaN to mask
-    zero = emit("logical_or", emit("equal", a, 0), emit("equal", b, 0))
-    return emit("select", zero, emit("zeros_like", prod), prod)
+    unmasked = bool(static) and all(_finite_nonzero(c) for c in static)     # c * 0 = 0, c * inf = inf
+    return _masked("multiply", a, b, static if unmasked else (a, b))
 
 
 @register("safe_div")
 def _safe_div(a, b):
     """``a / b`` where ``a == 0`` gives 0 (also where ``b == 0``)."""
-    if dtype(a) is None or dtype(b) is None:
-        return NotImplemented
-    quot = emit("divide", a, b)
-    if not _dt.is_inexact(dtype(quot)):
-        return quot
-    if is_static(a) and _finite_nonzero(a):
-        return quot
-    return emit("select", emit("equal", a, 0), emit("zeros_like", quot), quot)
+    return _masked("divide", a, b, (a,))
 
 
 # -- indexing: operands that became constants move into the static spec -------------------

@@ -66,16 +66,21 @@ def reshape(x, s):
     return x if shape(x) == tuple(s) else node("reshape", x, shape=tuple(s))
 
 
+def gives_up(fn):
+    """Decorator: ``fn`` returns ``NotImplemented`` where ``shape``/``dtype`` met an unknown."""
+    def wrapped(*args, **params):
+        try:
+            return fn(*args, **params)
+        except _NotConcrete:
+            return NotImplemented
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
 def composite(prim):
     """Decorator: ``fn(*operands, **params)`` is ``prim``'s body (``prim.expansion``)."""
     def register(fn):
-        def expansion(*args, **params):
-            try:
-                return fn(*args, **params)
-            except _NotConcrete:
-                return NotImplemented
-        expansion.__name__ = fn.__name__
-        expansion.__doc__ = fn.__doc__
-        prim.expansion = expansion
+        prim.expansion = gives_up(fn)
         return fn
     return register

@@ -136,39 +136,37 @@ def _swap_last(x):
     return _transpose(x, tuple(range(r - 2)) + (r - 1, r - 2))
 
 
+def _matmul_adjoint(g, other, target, lhs: bool):
+    """The cotangent of ``target`` in ``target @ other`` (``lhs``) or ``other @ target``,
+    given ``g`` (shape of ``target``): a ``matmul`` with ``other`` transposed, or an outer
+    product where the target is a vector against a matrix, then ``sum_to``."""
+    tn, on, gs = len(shape(target)), len(shape(other)), shape(g)
+    x_vec, y_vec = (tn == 1, on == 1) if lhs else (on == 1, tn == 1)
+    if x_vec and y_vec:
+        res = node("multiply", g, other)
+    elif (x_vec if lhs else y_vec):             # the target is the vector: a matrix-vector product
+        column = reshape(g, gs + (1,))
+        r = node("matmul", other, column) if lhs else node("matmul", _swap_last(other), column)
+        res = reshape(r, shape(r)[:-1])
+    elif lhs and y_vec:                         # y is a vector: the outer product g y^T
+        res = node("multiply", reshape(g, gs + (1,)), other)
+    elif not lhs and x_vec:                     # x is a vector: the outer product x g
+        res = node("multiply", reshape(other, shape(other) + (1,)), reshape(g, gs[:-1] + (1,) + gs[-1:]))
+    else:
+        res = node("matmul", g, _swap_last(other)) if lhs else node("matmul", _swap_last(other), g)
+    return node("sum_to", res, target)
+
+
 @composite(matmul_t_lhs_p)
 def matmul_t_lhs(g, y, x):
     """The cotangent of ``x`` in ``x @ y`` (shape of ``x``)."""
-    xn, yn = len(shape(x)), len(shape(y))
-    gs = shape(g)
-    if xn == 1 and yn == 1:
-        res = node("multiply", g, y)
-    elif xn == 1:
-        r = node("matmul", y, reshape(g, gs + (1,)))
-        res = reshape(r, shape(r)[:-1])
-    elif yn == 1:
-        res = node("multiply", reshape(g, gs + (1,)), y)
-    else:
-        res = node("matmul", g, _swap_last(y))
-    return node("sum_to", res, x)
+    return _matmul_adjoint(g, y, x, lhs=True)
 
 
 @composite(matmul_t_rhs_p)
 def matmul_t_rhs(g, x, y):
     """The cotangent of ``y`` in ``x @ y`` (shape of ``y``)."""
-    xn, yn = len(shape(x)), len(shape(y))
-    gs = shape(g)
-    if xn == 1 and yn == 1:
-        res = node("multiply", g, x)
-    elif xn == 1:
-        res = node("multiply", reshape(x, shape(x) + (1,)), reshape(g, gs[:-1] + (1,) + gs[-1:]))
-    elif yn == 1:
-        column = reshape(g, gs + (1,))
-        r = node("matmul", _swap_last(x), column)
-        res = reshape(r, shape(r)[:-1])
-    else:
-        res = node("matmul", _swap_last(x), g)
-    return node("sum_to", res, y)
+    return _matmul_adjoint(g, x, y, lhs=False)
 
 
 @composite(dynamic_slice_like_p)
