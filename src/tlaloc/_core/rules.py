@@ -54,6 +54,7 @@ RULE_MODULES = (
     "tlaloc._core.specialize_control",
     "tlaloc._core.specialize_linalg",
     "tlaloc._jit.bounded_rules",
+    "tlaloc._jit.bounded_queries",
     "tlaloc._frontend.names",
     "tlaloc._render.stablehlo_rules",
     "tlaloc._render.stablehlo_serving",

@@ -43,7 +43,8 @@ from .._core.control import UNDEF
 from .._core.passes import dce
 from .._core.verifier import verify
 from ..errors import ArgumentError, TlalocError
-from .bounded_rules import Tracker, _as_node
+from .bounded_queries import _as_node
+from .bounded_rules import Tracker
 
 log = logging.getLogger("tlaloc.jit")
 MIN_BUCKET = 16

@@ -36,7 +36,7 @@ from .._core.builder import Value
 from .._core.primitive import REGISTRY
 from .._frontend.names import _BINARY
 from .._prims.elementwise import UNARY
-from ..errors import BoundedAxisError, TlalocError
+from ..errors import BoundedAxisError
 
 _ELEMENTWISE = set(UNARY) | _BINARY | {"integer_pow", "convert", "stop_gradient", "zeros_like", "copy",
                                        "cast_like", "name_axes"}
@@ -280,48 +280,6 @@ def _reshape(tr, b, prim, args, params, in_tags):
     return tr.tag(out, _reshape_tags(tr, b, prim, _shape(args[0]), _shape(out), in_tags[0]))
 
 
-# -- shape queries along a padded axis give the valid length ---------------------------------------
-
-def _dim_size(tr, b, prim, args, params, in_tags):
-    tags = in_tags[0]
-    name = tags[params["axis"] % len(tags)]
-    return b.add_plain(prim, args, params) if name is None else tr.length(name, np.int64)
-
-
-def _reduced_count(tr, b, prim, args, params, in_tags):
-    x, tags = args[0], in_tags[0]
-    axes = _axes(params, len(tags))
-    padded = [tags[a] for a in axes if tags[a] is not None]
-    if not padded:
-        return b.add_plain(prim, args, params)
-    dt = np.dtype(x.aval.dtype) if np.dtype(x.aval.dtype).kind == "f" else np.dtype(np.float64)
-    count = np.asarray(int(np.prod([_shape(x)[a] for a in axes if tags[a] is None])), dt)
-    for name in padded:
-        count = b.add_plain(REGISTRY["multiply"], [count, tr.length(name, dt)], {})
-    return count
-
-
-def _broadcast_like(tr, b, prim, args, params, in_tags):
-    out = b.add_plain(prim, args, params)
-    like, like_tags = args[1], in_tags[1]
-    if like_tags is not None and _shape(out) == _shape(like):
-        out = tr.tag(_as_node(out), like_tags)
-    return out
-
-
-def _as_node(x):
-    """``x`` as a value of the program: a constant (folded while specialising) becomes a
-    ``broadcast_to`` node, so that its padded axes can be tagged."""
-    if type(x) is Value:
-        return x
-    a = np.asarray(x)
-    scalar = a.reshape(-1)[:1].reshape(()) if a.size and np.all(a == a.reshape(-1)[0]) else None
-    if scalar is None:
-        raise TlalocError(f"bounded axes: a constant of shape {a.shape} spans a padded axis")
-    from .._core.builder import current_builder
-    return current_builder().add(REGISTRY["broadcast_to"], [scalar], {"shape": a.shape})
-
-
 # -- indexing -----------------------------------------------------------------------------------
 
 def _index_tags(tr, b, prim, tags, spec, dyn):
@@ -413,5 +371,5 @@ RULES = {
     "broadcast_to": _broadcast_to, "broadcast_in_dim": _broadcast_in_dim,
     "reshape": _reshape, "expand_dims": _reshape, "squeeze": _reshape,
     "getitem": _getitem, "index_add": _index_update, "index_set": _index_update,
-    "dim_size": _dim_size, "reduced_count": _reduced_count, "broadcast_like": _broadcast_like,
 }
+# shape queries along a padded axis (``dim_size``, ``reduced_count``, ``broadcast_like``): ``bounded_queries``
