@@ -24,10 +24,11 @@ LAYERS = {
     4: ["numpy", "random", "scipy"],
     5: ["_frontend", "typing", "_typecheck", "sharding", "_core.simplify", "_ad.reverse", "_ad.forward",
         "_ad.forward_rules", "_ad.control_rules", "_ad.batching", "_ad.batching_control", "_ad.batching_index",
-        "_ad.batching_linalg", "_ad.batching_rules", "_ad.custom", "_ad.custom_passes", "_ad.symbolic_zeros"],
+        "_ad.batching_linalg", "_ad.batching_rules", "_ad.custom", "_ad.custom_call", "_ad.custom_passes",
+        "_ad.symbolic_zeros"],
     6: ["_render", "_runtime", "_recognize", "kernels", "_core.specialize", "_core.specialize_control",
         "_core.specialize_linalg", "_core.specialize_rules", "_jit.bounded", "_jit.bounded_rules",
-        "_jit.bounded_export", "_jit.stages"],
+        "_jit.bounded_queries", "_jit.bounded_export", "_jit.stages"],
     7: ["_ad", "_jit", "checkpoint_io", "distributed", "extend"],
     8: ["nn", "optim", "misc", "models", "serving.export", "serving.manifest", "serving.errors"],
     9: ["serving", "cli", "launch"],        # serving/runtime/, server/, triton/ (no compiler: test_runtime_imports)

@@ -34,7 +34,7 @@ def test_required_primitive_is_fully_declared(name):
 
 
 def test_negative_control_missing_rule_is_noticed():
-    p = REGISTRY["prod_others_grad"]          # a helper primitive without lowering or rules
+    p = REGISTRY["prod_others_grad"]          # a composite: no StableHLO op of its own, no VJP
     assert p.hlo is None and p.vjp is None
 
 

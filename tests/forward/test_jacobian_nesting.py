@@ -18,10 +18,6 @@ from tests.forward.test_table_forward import ROWS
 jax.config.update("jax_enable_x64", True)
 RTOL, ATOL = 1e-9, 1e-10
 
-#: rows whose Hessian compiled code refuses by name (never a wrong value); eagerly they pass above
-_PROD = "the second derivative of prod is not compiled (docs/rule_table.md)"
-_JIT_REFUSED = {"reductions": _PROD, "subscript_read": _PROD}
-
 
 def _jargs(args):
     return [jnp.asarray(a) for a in args]
@@ -50,19 +46,40 @@ def test_vmap_of_jacrev_equals_jax(case, points):
     np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL)
 
 
-def _jit_rows():
-    return [pytest.param(*r.values, id=r.id, marks=[pytest.mark.xfail(strict=True, raises=tl.NoRuleError,
-                                                                      reason=_JIT_REFUSED[r.id])]
-                         if r.id in _JIT_REFUSED else []) for r in ROWS]
-
-
-@pytest.mark.parametrize("case,points", _jit_rows())
+@pytest.mark.parametrize("case,points", ROWS)
 def test_jit_of_hessian_equals_jax(case, points):
     args = points[0]
     a = case.argnums % len(args)
     got = tl.jit(tl.hessian(case.fn, argnums=a))(*args)
     want = jax.hessian(case.twin, argnums=a)(*_jargs(args))
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=RTOL, atol=ATOL)
+
+
+def _prod_rows(x):
+    return tnp.sum(tnp.prod(x, axis=1) * tnp.arange(1.0, 1.0 + x.shape[0]))
+
+
+def _prod_rows_jax(x):
+    return jnp.sum(jnp.prod(x, axis=1) * jnp.arange(1.0, 1.0 + x.shape[0]))
+
+
+#: no zero, one zero per row, two zeros in a row (the Hessian of a product is exact only without division)
+_PROD_POINTS = [np.array([[1.5, -2.0, 0.5], [0.7, 3.0, -1.1]]),
+                np.array([[1.5, 0.0, 0.5], [0.0, 3.0, -1.1]]),
+                np.array([[0.0, 0.0, 0.5], [0.7, 3.0, -1.1]])]
+
+
+@pytest.mark.parametrize("k", range(len(_PROD_POINTS)))
+def test_derivatives_of_prod_with_zeros_equal_jax(k):
+    """The second derivative of prod is a composite (a division-free product of all others):
+    compiled, and differentiated once more eagerly, it equals JAX where entries are zero."""
+    x = _PROD_POINTS[k]
+    want = np.asarray(jax.hessian(_prod_rows_jax)(jnp.asarray(x)))
+    np.testing.assert_allclose(np.asarray(tl.jit(tl.hessian(_prod_rows))(x)), want, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(tl.hessian(_prod_rows)(x), want, rtol=RTOL, atol=ATOL)
+    third = np.asarray(jax.jacfwd(jax.hessian(_prod_rows_jax))(jnp.asarray(x)))
+    np.testing.assert_allclose(tl.jacfwd(tl.hessian(_prod_rows))(x), third, rtol=RTOL, atol=ATOL)
+    assert np.abs(want).max() > 0 and np.abs(third).max() > 0       # negative control: not all zeros
 
 
 def _f(x):

@@ -41,7 +41,6 @@ RTOL = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-5}
 ALLOWED_REFUSALS = (
     "while loop needs a bound",            # tl.hessian of an unbounded while (ad_expected.REFUSED says where)
     "IREE (llvm-cpu) cannot compile",      # float64 tanh/sin/cos/atan2/fmod on IREE
-    "the second derivative of prod",       # prod_others_grad: a dense reference computation, not compiled
     "IREE could not compile the program",  # IREE's own compiler error (ad_expected.IREE_REFUSED says where)
 )
 

@@ -32,14 +32,14 @@ import numpy as np
 from .._core import aval as _aval
 from .._core.aval import AbstractValue
 from .._core.rules import ensure_rules
-from .._core.builder import Builder, Value, current_builder
+from .._core.builder import Builder, Value, current_builder, expansion_graph
 from .._core.control import undef_literal
 from .._core.graph import Graph, Literal
 from .._core.passes import dce
 from .._prims import elementwise as _ew
 from .._prims import shape_ops as _sh
 from .._prims._rules import _strong_float, _weak_sample
-from ..errors import ShapeError
+from ..errors import NoRuleError, ShapeError
 
 _state = threading.local()
 
@@ -209,6 +209,24 @@ def region_call(prim):
     return rule
 
 
+def composite(prim):
+    """The rule of a composite (``prim.expansion``: ``sum_to``, ``dim_size`` ...): its body
+    at the avals of one example, batched inline."""
+    def rule(args, dims, **params):
+        avals = [unbatched_aval(aval_of(a), d) for a, d in zip(args, dims)]
+        body = expansion_graph(prim, avals, params)
+        if body is None:
+            raise NoRuleError(f"no batching rule for `{prim.name}` where the shapes of its operands are not "
+                              f"known ({', '.join(str(a) for a in avals)}); it is batched through its body, "
+                              f"which needs them. Use fixed-size operations there")
+        pairs = batch_inline(body, list(args), list(dims))
+        if prim.multiple_results:
+            return tuple(v for v, _ in pairs), tuple(d for _, d in pairs)
+        return pairs[0]
+    rule.expands = True
+    return rule
+
+
 def install_rules() -> None:
     """Attach rules to primitives declared after the rule modules were imported."""
     from .._core.primitive import REGISTRY
@@ -218,6 +236,8 @@ def install_rules() -> None:
                 prim.batch = BY_NAME[name]
             elif getattr(prim, "inline_region", None):
                 prim.batch = region_call(prim)
+            elif prim.expansion is not None:
+                prim.batch = composite(prim)
 
 
 # -- the pass ------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Batching rules for indexing: ``getitem``, ``index_set``, ``index_add``,
-``dynamic_slice(_like)``, ``dynamic_update_slice``, ``gather``, ``scatter_add``.
+``dynamic_slice``, ``dynamic_update_slice``, ``gather``, ``scatter_add``.
 
 Two forms of a batched index:
 
@@ -27,7 +27,7 @@ from .._prims import shape_ops as _sh
 from .._prims.elementwise import add_p
 from .._prims.selection import clamp_p
 from ..errors import NoRuleError
-from .batching import (aval_of, axis_size, batched, emit, example_of, example_rank, example_shape,
+from .batching import (aval_of, axis_size, batched, emit, example_rank, example_shape,
                        expand_after_batch, is_value, rank, to_front)
 
 _ALL = ("s", None, None, None)
@@ -209,13 +209,6 @@ def _dynamic_slice(args, dims, *, sizes):
     return _ix.getitem_p.bind(xb, *idx, spec=spec), 0
 
 
-def _dynamic_slice_like(args, dims):
-    (x, like, *starts), (dx, dl, *sdims) = args, dims
-    if dx is None and all(d is None for d in sdims):
-        return _ix.dynamic_slice_like_p.bind(x, example_of(like, dl), *starts), None
-    return _dynamic_slice([x, *starts], [dx, *sdims], sizes=example_shape(like, dl))
-
-
 def _dynamic_update_slice(args, dims):
     (x, u, *starts), (dx, du, *sdims) = args, dims
     xb, ub = batched(x, dx), batched(u, du)
@@ -226,5 +219,4 @@ def _dynamic_update_slice(args, dims):
 
 
 _ix.dynamic_slice_p.batch = _dynamic_slice
-_ix.dynamic_slice_like_p.batch = _dynamic_slice_like
 _ix.dynamic_update_slice_p.batch = _dynamic_update_slice

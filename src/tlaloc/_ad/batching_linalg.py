@@ -1,6 +1,6 @@
 """Batching rules for contractions and linear algebra.
 
-* ``matmul`` and its adjoints ``matmul_t_lhs``/``matmul_t_rhs``: 1-D operands
+* ``matmul`` (its adjoints ``matmul_t_lhs``/``matmul_t_rhs`` are composites): 1-D operands
   become a row (lhs) or a column (rhs) matrix, batched operands get unit axes
   after the batch axis so that the batch lines up with NumPy's broadcasting of
   matmul's leading axes; the result is reshaped back.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import string
 
 from .._prims import decompositions as _dec
-from .._prims.broadcasting import reshape_like
 from .._prims import linalg as _la
 from .._prims import shape_ops as _sh
 from .._prims import sorting as _sort
@@ -63,35 +62,7 @@ def _matmul(args, dims):
     return (_sh.squeeze(z, ax) if ax else z), 0
 
 
-def _mm_cotangent(g, dg, rx, ry):
-    g = to_front(g, dg)
-    ax = _vector_axes(rx, ry)
-    return _sh.expand_dims(g, ax) if ax else g
-
-
-def _matmul_t_lhs(args, dims):
-    (g, y, x), (dg, dy, dx) = args, dims
-    if dg is None and dy is None:        # x only lends its shape
-        return _la.matmul_t_lhs(g, y, example_of(x, dx)), None
-    xb = batched(x, dx)
-    X, Y, rx, ry = _mm_operands(xb, 0, y, dy)
-    x_bar = _la.matmul_t_lhs(_mm_cotangent(g, dg, rx, ry), Y, X)
-    return reshape_like(x_bar, xb), 0
-
-
-def _matmul_t_rhs(args, dims):
-    (g, x, y), (dg, dx, dy) = args, dims
-    if dg is None and dx is None:        # y only lends its shape
-        return _la.matmul_t_rhs(g, x, example_of(y, dy)), None
-    yb = batched(y, dy)
-    X, Y, rx, ry = _mm_operands(x, dx, yb, 0)
-    y_bar = _la.matmul_t_rhs(_mm_cotangent(g, dg, rx, ry), X, Y)
-    return reshape_like(y_bar, yb), 0
-
-
 _la.matmul_p.batch = _matmul
-_la.matmul_t_lhs_p.batch = _matmul_t_lhs
-_la.matmul_t_rhs_p.batch = _matmul_t_rhs
 
 
 # -- einsum / dot_general ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Batching rules: elementwise, selection, reductions, shapes, broadcasting helpers, misc.
+"""Batching rules: elementwise, selection, reductions, shapes, misc.
 
 Each rule is ``rule(args, dims, **params) -> (out, out_dim)`` (see ``batching.py``)
 and puts the batch axis first (a unary elementwise op leaves it where it is).
@@ -9,16 +9,14 @@ Generic builders cover the families:
   they would for one example.
 * ``reduction`` / ``axis_param``: shift per-example axes past the batch axis
   (``None`` means every per-example axis, never the batch axis).
-* ``like`` operands (``sum_to(x, like)`` ...) only lend a shape: when only the
-  ``like`` is batched, the result is the same for every example and stays
-  unbatched.
+* the shape-only helpers of derivative code (``sum_to``, ``dim_size`` ...) are
+  composites: ``batching.install_rules`` gives them one rule that batches their
+  body (``batching.composite``).
 
 Linear algebra, indexing and control flow live in ``batching_linalg.py``,
 ``batching_index.py`` and ``batching_control.py``.
 """
 from __future__ import annotations
-
-import math
 
 from .._prims import broadcasting as _bc
 from .._prims import elementwise as _ew
@@ -31,8 +29,8 @@ from .._prims import slicing as _slc
 from .._prims import special as _special
 from .._core.control import stack_ys_p
 from .._prims._rules import normalize_axes
-from ..errors import GradientError, NoRuleError
-from .batching import (BY_NAME, axis_size, batched, example_of, example_rank, example_shape, expand_after_batch,
+from ..errors import NoRuleError
+from .batching import (BY_NAME, axis_size, batched, example_rank, example_shape, expand_after_batch,
                        rank, to_front)
 
 
@@ -83,14 +81,6 @@ def axis_param(prim):
     return rule
 
 
-def same_shape_axes(prim):
-    """``prim(*xs, axes=...)`` whose operands share one per-example shape (``prod_others_grad``)."""
-    def rule(args, dims, *, axes, **params):
-        xs = [batched(a, d) for a, d in zip(args, dims)]
-        return prim.bind(*xs, axes=shift_axes(axes, rank(xs[0]) - 1), **params), 0
-    return rule
-
-
 def batch_native(prim):
     """Operations that already treat leading axes as a batch (``cholesky``, ``inv`` ...)."""
     def rule(args, dims, **params):
@@ -120,7 +110,6 @@ _sel.select_p.batch = elementwise(_sel.select_p, 1)
 
 _register([_red.reduce_sum_p, _red.reduce_max_p, _red.reduce_min_p, _red.reduce_prod_p, _red.reduce_any_p,
            _red.reduce_all_p, _red.prod_others_p], reduction)
-_red.prod_others_grad_p.batch = same_shape_axes(_red.prod_others_grad_p)
 _register([_red.cumsum_p, _red.cumprod_p, _red.cummax_p, _red.cumprod_grad_p, _red.cumprod_jvp_p], axis_param)
 
 
@@ -183,17 +172,6 @@ def _concatenate(args, dims, *, axis):
     return _sh.concatenate(xs, shift_axis(axis, rank(xs[0]) - 1)), 0
 
 
-def _split_like(args, dims, *, axis):
-    (g, *likes), (dg, *dl) = args, dims
-    if dg is None:          # the pieces are the same for every example
-        outs = _sh.split_like(g, [example_of(x, d) for x, d in zip(likes, dl)], axis)
-        return tuple(outs), (None,) * len(likes)
-    g = to_front(g, dg)
-    likes = [batched(x, d) for x, d in zip(likes, dl)]
-    outs = _sh.split_like(g, likes, shift_axis(axis, rank(g) - 1))
-    return tuple(outs), (0,) * len(likes)
-
-
 def _pad(args, dims, *, pad_width, constant):
     x = to_front(args[0], dims[0])
     if len(pad_width) == 1:                              # one pair for every (unbatched) axis
@@ -231,98 +209,15 @@ def _iota(args, dims, **params):
     return _sh.iota_p.bind(**params), None       # no operands: never batched
 
 
-_sh.reshape_p.batch = _reshape
-_sh.transpose_p.batch = _transpose
-_sh.broadcast_to_p.batch = _broadcast_to
-_sh.broadcast_in_dim_p.batch = _broadcast_in_dim
-_sh.expand_dims_p.batch = _expand_dims
-_sh.squeeze_p.batch = _squeeze
-_sh.concatenate_p.batch = _concatenate
-_sh.split_like_p.batch = _split_like
-_sh.pad_p.batch = _pad
-_sh.flip_p.batch = _flip
-_sh.iota_p.batch = _iota
-_sh.swapaxes_p.batch = _swapaxes
-_slc.slice_p.batch = _slice
-stack_ys_p.batch = _stack_ys
-
-
-# -- broadcasting helpers (x, like): ``like`` lends its shape ----------------------------------------
-
-def _sum_to(args, dims):
-    (x, like), (dx, dl) = args, dims
-    if dx is None:
-        return _bc.sum_to(x, example_of(like, dl)), None
-    x, like = to_front(x, dx), batched(like, dl)
-    extra = (rank(x) - 1) - (rank(like) - 1)
-    if extra > 0:           # leading axes of one example: summed here, not across the batch
-        x = _red.reduce_sum(x, tuple(range(1, 1 + extra)))
-    return _bc.sum_to(x, like), 0
-
-
-def _broadcast_like(args, dims):
-    (x, like), (dx, dl) = args, dims
-    if dx is None:
-        return _bc.broadcast_like(x, example_of(like, dl)), None
-    x, like = to_front(x, dx), batched(like, dl)
-    return _bc.broadcast_like(expand_after_batch(x, rank(like) - rank(x)), like), 0
-
-
-def _reshape_like(args, dims):
-    (x, like), (dx, dl) = args, dims
-    if dx is None:
-        return _bc.reshape_like(x, example_of(like, dl)), None
-    return _bc.reshape_like(to_front(x, dx), batched(like, dl)), 0
-
-
-def _cast_like(args, dims):
-    (x, like), (dx, dl) = args, dims
-    return _bc.cast_like(x, like), dx          # only the dtype of ``like`` matters
-
-
-def _expand_reduced(args, dims, *, axes, keepdims):
-    (g, like), (dg, dl) = args, dims
-    if dg is None:
-        return _bc.expand_reduced(g, example_of(like, dl), axes, keepdims), None
-    g, like = to_front(g, dg), batched(like, dl)
-    return _bc.expand_reduced(g, like, shift_axes(axes, rank(like) - 1), keepdims), 0
-
-
-_bc.sum_to_p.batch = _sum_to
-_bc.broadcast_like_p.batch = _broadcast_like
-_bc.reshape_like_p.batch = _reshape_like
-_bc.cast_like_p.batch = _cast_like
-_bc.expand_reduced_p.batch = _expand_reduced
+for _p, _rule in {_sh.reshape_p: _reshape, _sh.transpose_p: _transpose, _sh.broadcast_to_p: _broadcast_to,
+                  _sh.broadcast_in_dim_p: _broadcast_in_dim, _sh.expand_dims_p: _expand_dims,
+                  _sh.squeeze_p: _squeeze, _sh.concatenate_p: _concatenate, _sh.pad_p: _pad, _sh.flip_p: _flip,
+                  _sh.iota_p: _iota, _sh.swapaxes_p: _swapaxes, _slc.slice_p: _slice,
+                  stack_ys_p: _stack_ys}.items():
+    _p.batch = _rule
 
 
 # -- misc --------------------------------------------------------------------------------------
-
-def _example_axis(axis, r, d):
-    """Per-example ``axis`` as an axis of the array batched at ``d``."""
-    a = normalize_axes(axis, r)[0]
-    return a if d is None or a < d else a + 1
-
-
-def _dim_size(args, dims, *, axis):
-    x, d = args[0], dims[0]
-    return _misc.dim_size(x, _example_axis(axis, example_rank(x, d), d)), None
-
-
-def _reduced_count(args, dims, *, axes):
-    x, d = args[0], dims[0]
-    x = to_front(x, d)
-    return _misc.reduced_count(x, shift_axes(axes, rank(x) - 1)), None     # a count: the same per example
-
-
-def _grad_seed(args, dims):
-    x, d = args[0], dims[0]
-    shape = tuple(example_shape(x, d))
-    if any(type(n) is not int for n in shape) or math.prod(shape) != 1:     # a scalar, or size 1 as (1,)
-        raise GradientError(f"grad requires a scalar output, but the function returns an array of shape "
-                            f"{shape} per example; reduce it (e.g. .sum()) or use tl.vjp")
-    seed = _misc.grad_seed_p.bind(_red.reduce_sum(to_front(x, d)))   # checks the dtype as for one example
-    return _sh.broadcast_to(seed, (axis_size(),) + shape), 0
-
 
 def _name_axes(args, dims, *, names):
     """Axis names belong to one example's axes; the batch axis stays unnamed."""
@@ -331,9 +226,6 @@ def _name_axes(args, dims, *, names):
     return REGISTRY["name_axes"].bind(x, names=None if names is None else (None,) + tuple(names)), 0
 
 
-_misc.dim_size_p.batch = _dim_size
-_misc.reduced_count_p.batch = _reduced_count
-_misc.grad_seed_p.batch = _grad_seed
 BY_NAME["name_axes"] = _name_axes          # declared by tlaloc.typing
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .._prims.reductions import reduce_sum
 from .batching import aval_of, batch_inline, batched, build_region, region, to_front
-from .custom import _closure_slices, custom_jvp_call_p, custom_vjp_call_p, custom_vjp_jvp_call_p, rule_p
+from .custom_call import _closure_slices, custom_jvp_call_p, custom_vjp_call_p, custom_vjp_jvp_call_p, rule_p
 
 _CALLS = (custom_vjp_call_p, custom_jvp_call_p, custom_vjp_jvp_call_p)
 

@@ -55,7 +55,8 @@ from .._core.graph import Graph, SourceLoc
 from .._core.interpreter import eval_graph
 from .._frontend.lower import LoweredFunction, lower_function
 from ..errors import ArgumentError
-from .custom import _RegionCall, lower_wrapped
+from .custom import lower_wrapped
+from .custom_call import _RegionCall
 from .reverse import forward_sweep, grad_loc
 
 

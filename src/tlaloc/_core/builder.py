@@ -98,7 +98,14 @@ class Builder:
         return self.add_plain(prim, args, params)
 
     def add_plain(self, prim, args, params):
-        """``add`` without the node hook (what a hook calls to add the node itself)."""
+        """``add`` without the node hook (what a hook calls to add the node itself).
+
+        A composite primitive (``prim.expansion``) whose operand shapes are known is
+        not added: its body is built in its place (its nodes go through ``add``)."""
+        if prim.expansion is not None:
+            out = self._expand(prim, args, params)
+            if out is not NotImplemented:
+                return out
         ins = tuple(self.atom(a) for a in args)
         try:
             out_avals = prim.abstract_eval(*(a.aval for a in ins), **params)
@@ -124,6 +131,24 @@ class Builder:
             self.producers[o.id] = node
         vals = tuple(Value(o, self) for o in outs)
         return vals if prim.multiple_results else vals[0]
+
+    def _expand(self, prim, args, params):
+        """The body of composite ``prim`` built here, or ``NotImplemented``."""
+        body_params = {k: v for k, v in params.items() if k != "_hint"}
+        try:
+            with self.active():
+                out = prim.expansion(*args, **body_params)
+        except (ShapeError, DTypeError) as e:
+            if self.loc is not None and not getattr(e, "_located", False):
+                e.args = (f"{self.loc}: {e.args[0] if e.args else ''}",) + e.args[1:]
+                e._located = True
+            raise
+        if out is not NotImplemented and "_hint" in params:
+            hint = params.pop("_hint")
+            for o in (out if prim.multiple_results else (out,)):
+                if type(o) is Value and o.builder is self and o.var.hint is None:
+                    o.var.hint = hint
+        return out
 
     def add_node(self, node: Node) -> None:
         hook = getattr(_state, "node_hook", None)
@@ -166,18 +191,56 @@ class Builder:
             self.loc = old
 
 
+def expansion_graph(prim, in_avals, params) -> Optional[Graph]:
+    """The body of composite ``prim`` at operand avals ``in_avals`` as a closed graph
+    (one input per operand), or ``None`` when the avals do not decide it. The generic
+    batching and lowering rules of composites read it."""
+    b = Builder(name=prim.name)
+    with b.active():
+        ins = [b.new_input(a) for a in in_avals]
+        out = b._expand(prim, ins, dict(params))
+        if out is NotImplemented:
+            return None
+        return b.finish(tuple(out) if prim.multiple_results else (out,))
+
+
+@contextlib.contextmanager
+def _thread_setting(name: str, value):
+    """Set ``_state.<name>`` for this thread while the block runs."""
+    old = getattr(_state, name, None)
+    setattr(_state, name, value)
+    try:
+        yield
+    finally:
+        setattr(_state, name, old)
+
+
+def body_bind(prim, args, params):
+    """Apply ``prim`` inside a composite's body: a node of the active builder (even of
+    constants), or, while ``rebinding(fn)`` is active, ``fn(prim, args, params)``."""
+    fn = getattr(_state, "rebind", None)
+    if fn is not None:
+        return fn(prim, args, params)
+    return current_builder().add(prim, args, params)
+
+
+@contextlib.contextmanager
+def rebinding(fn):
+    """Route the primitives of composite bodies through ``fn(prim, args, params)`` while the
+    block runs (specialisation applies its rules to them: a body's ``matmul`` becomes a
+    ``dot_general``)."""
+    with _thread_setting("rebind", fn):
+        yield fn
+
+
 @contextlib.contextmanager
 def node_hook(hook):
     """Route every ``Builder.add`` of this thread through ``hook(builder, prim, args, params)``
     while the block runs (``tlaloc._jit.bounded`` tracks padded axes this way); the hook
     adds nodes with ``builder.add_plain``. Nodes built elsewhere (control flow) and added
     with ``Builder.add_node`` are shown to ``hook.check_node(builder, node)`` first."""
-    old = getattr(_state, "node_hook", None)
-    _state.node_hook = hook
-    try:
+    with _thread_setting("node_hook", hook):
         yield hook
-    finally:
-        _state.node_hook = old
 
 
 _NAMES_HOOK = None

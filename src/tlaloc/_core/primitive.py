@@ -15,6 +15,9 @@ jvp            ``jvp(tangents, *primals, out=..., **params) -> tangent(s)``,
                or a ``NodeRule``
 batch          ``batch(args, dims, **params) -> (out, out_dim)``
 effectful      run for its effect (printing, raising): never removed or merged
+expansion      a composite: ``expansion(*operands, **params)`` builds the result
+               from other primitives, or returns ``NotImplemented`` when it needs
+               shapes or dtypes not yet known (see below)
 eager          what ``tlaloc.numpy.lax.<name>`` calls: ``impl`` without
                ``bind``'s checks where the operands are plain NumPy arrays
                (same bits), else ``bind`` (see ``_prims/_eager.py``)
@@ -25,6 +28,14 @@ the whole node instead: its ``vjp`` is a ``NodeRule`` wrapping
 ``reverse(node, ins) -> (outs, backward)`` and its ``jvp`` a ``NodeRule``
 wrapping ``forward(node, ins, tangents) -> (outs, out_tangents)``. Assigning
 ``prim.reverse_rule`` / ``prim.forward_rule`` sets that one slot.
+
+A composite (``expansion`` set: the shape-only helpers of derivative code such as
+``sum_to``) never reaches a graph whose operand shapes are known: ``Builder.add``
+builds its body in its place. When the shapes are unknown (a graph built at
+definition time) the node stays; specialisation re-binds it at concrete shapes (the
+body then inlines), and batching and lowering use one generic rule that expands the
+body at the node's avals (``expansion_graph``), so a composite needs no entry of its
+own in those tables.
 
 The rules other modules attach (batching, lowering, specialisation, bounded and
 named axes) are loaded by ``tlaloc._core.rules.ensure_rules()``, which every
@@ -55,6 +66,17 @@ def _load_value_type():
     return Value
 
 
+def _node_rule_slot(slot: str, doc: str) -> property:
+    """A property that reads and sets slot ``slot`` as a ``NodeRule`` (``None`` clears it)."""
+    def get(self) -> Optional[Callable]:
+        rule = getattr(self, slot)
+        return rule.fn if type(rule) is NodeRule else None
+
+    def set_(self, fn: Optional[Callable]) -> None:
+        setattr(self, slot, None if fn is None else NodeRule(fn))
+    return property(get, set_, doc=doc)
+
+
 class Primitive:
     #: True for a primitive run for what it does, not what it returns (``print`` and ``assert``
     #: of computed values, ``_frontend/call_time.py``): dead-code elimination and CSE keep it.
@@ -79,26 +101,14 @@ class Primitive:
         self.batch: Optional[Callable] = None
         self.lower: Optional[Callable] = None
         self.eager: Optional[Callable] = None
+        self.expansion: Optional[Callable] = None
         REGISTRY[name] = self
 
     # Control flow and custom rules transform their regions themselves: one slot each.
-    @property
-    def reverse_rule(self) -> Optional[Callable]:
-        """``reverse(node, ins) -> (outs, backward)`` when ``vjp`` is a ``NodeRule``, else None."""
-        return self.vjp.fn if type(self.vjp) is NodeRule else None
-
-    @reverse_rule.setter
-    def reverse_rule(self, fn: Optional[Callable]) -> None:
-        self.vjp = None if fn is None else NodeRule(fn)
-
-    @property
-    def forward_rule(self) -> Optional[Callable]:
-        """``forward(node, ins, tangents) -> (outs, out_tangents)`` when ``jvp`` is a ``NodeRule``."""
-        return self.jvp.fn if type(self.jvp) is NodeRule else None
-
-    @forward_rule.setter
-    def forward_rule(self, fn: Optional[Callable]) -> None:
-        self.jvp = None if fn is None else NodeRule(fn)
+    reverse_rule = _node_rule_slot("vjp", "``reverse(node, ins) -> (outs, backward)`` when ``vjp`` is a "
+                                          "``NodeRule``, else None.")
+    forward_rule = _node_rule_slot("jvp", "``forward(node, ins, tangents) -> (outs, out_tangents)`` when "
+                                          "``jvp`` is a ``NodeRule``, else None.")
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"

@@ -54,6 +54,7 @@ RULE_MODULES = (
     "tlaloc._core.specialize_control",
     "tlaloc._core.specialize_linalg",
     "tlaloc._jit.bounded_rules",
+    "tlaloc._jit.bounded_queries",
     "tlaloc._frontend.names",
     "tlaloc._render.stablehlo_rules",
     "tlaloc._render.stablehlo_serving",
@@ -84,6 +85,10 @@ KINDS = {
 _HELPER_2ND = ("a helper of {of}'s derivative; a derivative of it (the {nth} derivative of {of}) "
                "is not implemented")
 
+_COMPOSITE_3RD = ("a composite of prod's second derivative: once its operands' shapes are known its body "
+                  "(products of all others) replaces it and is differentiated; before that (a graph built "
+                  "at definition time) the third derivative of prod is not implemented")
+
 #: ``(primitive, kind) -> why the engine refuses it``: decisions, not gaps. Lowering
 #: refusals live with the lowering table (``tlaloc._render.stablehlo_rules.REFUSED``).
 REFUSALS = {
@@ -93,8 +98,8 @@ REFUSALS = {
     ("cumprod_grad", "jvp"): _HELPER_2ND.format(of="cumprod", nth="second"),
     ("cumprod_jvp", "vjp"): _HELPER_2ND.format(of="cumprod", nth="second"),
     ("cumprod_jvp", "jvp"): _HELPER_2ND.format(of="cumprod", nth="second"),
-    ("prod_others_grad", "vjp"): _HELPER_2ND.format(of="prod", nth="third"),
-    ("prod_others_grad", "jvp"): _HELPER_2ND.format(of="prod", nth="third"),
+    ("prod_others_grad", "vjp"): _COMPOSITE_3RD,
+    ("prod_others_grad", "jvp"): _COMPOSITE_3RD,
 }
 
 

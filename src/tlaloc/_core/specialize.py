@@ -5,10 +5,12 @@ Graphs built at definition time know neither ranks nor dtypes (avals with
 in_avals)`` re-binds every node through a fresh ``Builder`` with the argument
 avals (``f64[3,4]``), recursing into regions, and on the way
 
-* folds what concrete shapes decide: ``dim_size``, ``reduced_count`` become
+* inlines the composites of derivative code (``tlaloc._prims.composites``), as
+  the builder does once shapes are known: ``dim_size``, ``reduced_count`` become
   constants; ``sum_to``/``broadcast_like``/``reshape_like``/``expand_reduced``/
   ``cast_like`` become ``reduce_sum``/``broadcast_to``/``reshape``/``convert``
-  or vanish; ``matmul``, its adjoints and ``einsum`` become ``dot_general``
+  or vanish; ``matmul_t_lhs``/``matmul_t_rhs`` become a ``matmul``;
+* ``matmul`` and ``einsum`` become ``dot_general``
   with ``transpose``/``reshape``/``reduce_sum``; ``safe_mul``/``safe_div``
   become ``select(... == 0, 0, a * b)``; ``getitem`` operands that became
   constants move into the static index spec (see ``specialize_rules``);
@@ -31,13 +33,14 @@ import numpy as np
 from ..errors import DTypeError, GraphError, TlalocError
 from .aval import AbstractValue
 from .aval import of as _aval_of
-from .builder import Builder, Value, current_builder
+from .builder import Builder, Value, current_builder, rebinding
 from .control import UNDEF
 from .graph import Graph, Literal, Var
 from .passes import dce
 from .primitive import REGISTRY
 from .rules import ensure_rules
 from .verifier import verify
+from .._prims._expand import gives_up, shape  # noqa: F401  (shape: for the rules)
 
 #: Constant folding keeps results up to this many elements; larger ones stay
 #: nodes (a literal that big would be written into the program text).
@@ -78,7 +81,7 @@ def specialize(graph: Graph, in_avals, name: str | None = None) -> Graph:
     if len(in_avals) != len(graph.inputs):
         raise TypeError(f"specialize {graph.name}: {len(graph.inputs)} inputs, {len(in_avals)} avals")
     b = Builder(name=name or graph.name)
-    with b.active():
+    with b.active(), rebinding(rebind):
         ins = []
         for v, a in zip(graph.inputs, in_avals):
             if isinstance(a, Static):
@@ -187,6 +190,12 @@ _CONTROL = {"cond", "for_range", "while_loop"}
 _ALWAYS = _CONTROL | {"full"}          # rules that run even when every operand is a constant
 
 
+def rebind(prim, args, params):
+    """A primitive of a composite's body, through the rules (see ``builder.rebinding``)."""
+    out = apply(prim, list(args), dict(params))
+    return out if prim.multiple_results else out[0]
+
+
 def emit(name: str, *args, **params):
     """Apply the primitive ``name`` (through the rules) inside a rule."""
     prim = REGISTRY[name]
@@ -215,6 +224,8 @@ def add_node(prim, ins, params):
     """Add ``prim`` as a node even when its operands are constants."""
     out = current_builder().add(prim, list(ins), dict(params))
     outs = out if prim.multiple_results else (out,)
+    if not all(type(o) is Value for o in outs):
+        return out          # a composite's body gave a constant (a size, a count)
     weak = [_is_weak(x) for x in ins]
     if any(o.aval.dtype is None for o in outs) or (prim.name in ELEMENTWISE and any(weak)):
         _sample_dtypes(prim, ins, params, outs, all(weak))
@@ -279,13 +290,6 @@ def aval(x) -> AbstractValue | None:
     return _aval_of(x)
 
 
-def shape(x) -> tuple:
-    s = np.shape(x) if type(x) is not Value else x.aval.shape
-    if s is None or any(type(d) is not int for d in s):
-        raise _NotConcrete()
-    return tuple(s)
-
-
 def dtype(x):
     if type(x) is Value:
         return x.aval.dtype
@@ -296,20 +300,8 @@ def is_static(x) -> bool:
     return type(x) is not Value and x is not UNDEF
 
 
-class _NotConcrete(Exception):
-    """A rule met an operand of unknown shape (while iterating a loop's avals)."""
-
-
-def concrete_rule(fn):
-    """Decorator: the rule falls back to binding the node when a shape is unknown."""
-    def rule(*ins, **params):
-        try:
-            return fn(*ins, **params)
-        except _NotConcrete:
-            return NotImplemented
-    rule.__name__ = fn.__name__
-    rule.__doc__ = fn.__doc__
-    return rule
+#: Decorator: the rule falls back to binding the node when a shape is unknown (``shape``).
+concrete_rule = gives_up
 
 
 def register(*names):

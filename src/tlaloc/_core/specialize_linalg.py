@@ -1,10 +1,10 @@
 """Specialisation rules that turn contractions into ``dot_general``.
 
-``matmul`` (NumPy semantics: 1-D operands, batch broadcasting), its two
-adjoints ``matmul_t_lhs``/``matmul_t_rhs`` and ``einsum`` become
-``dot_general`` (StableHLO's one contraction: output axes are batch, lhs free,
-rhs free) plus ``reshape``/``broadcast_to``/``transpose``/``reduce_sum``/
-``sum_to`` where the shapes ask for them.
+``matmul`` (NumPy semantics: 1-D operands, batch broadcasting) and ``einsum``
+become ``dot_general`` (StableHLO's one contraction: output axes are batch, lhs free,
+rhs free) plus ``reshape``/``broadcast_to``/``transpose``/``reduce_sum``
+where the shapes ask for them. The adjoints ``matmul_t_lhs``/``matmul_t_rhs``
+are composites whose body is a ``matmul`` (``tlaloc._prims.composites``).
 """
 from __future__ import annotations
 
@@ -19,12 +19,6 @@ def _reshape(x, s):
 
 def _broadcast(x, s):
     return x if shape_of(x) == tuple(s) else emit("broadcast_to", x, shape=tuple(s))
-
-
-def _swap_last(x):
-    r = len(shape_of(x))
-    perm = tuple(range(r - 2)) + (r - 1, r - 2)
-    return emit("transpose", x, axes=perm)
 
 
 @register("matmul")
@@ -52,43 +46,6 @@ def matmul(x, y):
     if xn == 1:
         out = _reshape(out, tuple(batch) + (ys[-1],))
     return out
-
-
-@register("matmul_t_lhs")
-@concrete_rule
-def matmul_t_lhs(g, y, x):
-    """The cotangent of ``x`` in ``x @ y`` (shape of ``x``)."""
-    xn, yn = len(shape_of(x)), len(shape_of(y))
-    if xn == 1 and yn == 1:
-        res = emit("multiply", g, y)
-    elif xn == 1:
-        ge = _reshape(g, shape_of(g) + (1,))
-        r = matmul(y, ge)
-        res = _reshape(r, shape_of(r)[:-1])
-    elif yn == 1:
-        res = emit("multiply", _reshape(g, shape_of(g) + (1,)), y)
-    else:
-        res = matmul(g, _swap_last(y))
-    return emit("sum_to", res, x)
-
-
-@register("matmul_t_rhs")
-@concrete_rule
-def matmul_t_rhs(g, x, y):
-    """The cotangent of ``y`` in ``x @ y`` (shape of ``y``)."""
-    xn, yn = len(shape_of(x)), len(shape_of(y))
-    if xn == 1 and yn == 1:
-        res = emit("multiply", g, x)
-    elif xn == 1:
-        gs = shape_of(g)
-        res = emit("multiply", _reshape(x, shape_of(x) + (1,)), _reshape(g, gs[:-1] + (1,) + gs[-1:]))
-    elif yn == 1:
-        ge = _reshape(g, shape_of(g) + (1,))
-        r = matmul(_swap_last(x), ge)
-        res = _reshape(r, shape_of(r)[:-1])
-    else:
-        res = matmul(_swap_last(x), g)
-    return emit("sum_to", res, y)
 
 
 # -- einsum -------------------------------------------------------------------------------

@@ -1,5 +1,9 @@
 """Specialisation rules for primitives that concrete shapes decide.
 
+The shape-only helpers of derivative code (``sum_to``, ``dim_size``, ``grad_seed``
+...) need no rule here: they are composites (``tlaloc._prims.composites``), whose
+body the builder inlines when specialisation re-binds them at concrete shapes.
+
 Each rule takes the node's operands (values or constants) and params and
 returns its result(s) built with ``emit``, or ``NotImplemented`` to keep the
 node as it is. Rules run only when some operand is a value (nodes of
@@ -7,40 +11,12 @@ constants are folded instead).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import dtypes as _dt
-from ..errors import GradientError
 from .builder import Value
 from .specialize import concrete_rule, dtype, emit, is_static, register
 from .specialize import shape as shape_of
-
-
-def _norm_axes(axes, rank):
-    if axes is None:
-        return tuple(range(rank))
-    if isinstance(axes, (int, np.integer)):
-        axes = (axes,)
-    return tuple(sorted(int(a) % rank for a in axes)) if rank else ()
-
-
-# -- shape queries become constants -------------------------------------------------------
-
-@register("dim_size")
-@concrete_rule
-def _dim_size(x, *, axis):
-    return np.int64(shape_of(x)[axis])
-
-
-@register("reduced_count")
-@concrete_rule
-def _reduced_count(x, *, axes):
-    s = shape_of(x)
-    n = int(np.prod([s[a] for a in _norm_axes(axes, len(s))])) if s else 1
-    dt = dtype(x)
-    return np.asarray(n, dtype=dt if _dt.is_float(dt) else np.float64)
 
 
 @register("stop_gradient", "copy", "stack_ys")
@@ -91,59 +67,6 @@ def _host_solver(*ins, **params):
                       "iterations); tl.jit cannot compile them: call the gradient eagerly, without tl.jit")
 
 
-# -- the broadcasting helpers of derivative rules -------------------------------------------
-
-@register("sum_to")
-@concrete_rule
-def _sum_to(x, like):
-    xs, ls = shape_of(x), shape_of(like)
-    if xs == ls:
-        return x
-    lead = len(xs) - len(ls)
-    axes = tuple(range(lead)) + tuple(i + lead for i, d in enumerate(ls) if d == 1 and xs[i + lead] != 1)
-    out = emit("reduce_sum", x, axes=axes, keepdims=False) if axes else x
-    if shape_of(out) != ls:
-        out = emit("reshape", out, shape=ls)
-    return out
-
-
-@register("broadcast_like")
-@concrete_rule
-def _broadcast_like(x, like):
-    if shape_of(x) == shape_of(like):
-        return x
-    return emit("broadcast_to", x, shape=shape_of(like))
-
-
-@register("reshape_like")
-@concrete_rule
-def _reshape_like(x, like):
-    if shape_of(x) == shape_of(like):
-        return x
-    return emit("reshape", x, shape=shape_of(like))
-
-
-@register("expand_reduced")
-@concrete_rule
-def _expand_reduced(g, like, *, axes, keepdims):
-    if keepdims:
-        return g
-    ls = shape_of(like)
-    ax = _norm_axes(axes, len(ls))
-    target = tuple(1 if i in ax else d for i, d in enumerate(ls))
-    return g if shape_of(g) == target else emit("reshape", g, shape=target)
-
-
-@register("cast_like")
-def _cast_like(x, like):
-    dt = dtype(like)
-    if dt is None or dtype(x) is None:
-        return NotImplemented
-    if not _dt.is_float(dt) or dtype(x) == dt:
-        return x
-    return emit("convert", x, dtype=np.dtype(dt))
-
-
 # -- identities -----------------------------------------------------------------------
 
 @register("convert")
@@ -189,47 +112,35 @@ def _finite_nonzero(c) -> bool:
     return bool(np.all(np.isfinite(a)) and np.all(a != 0)) if a.dtype.kind in "fc" else bool(np.all(a != 0))
 
 
+def _masked(op: str, a, b, zero_when):
+    """``op(a, b)`` with 0 where ``zero_when`` (operands that are exact zeros) holds; the mask is
+    left out where no NaN can arise (integers, or every such operand a finite non-zero constant)."""
+    if dtype(a) is None or dtype(b) is None:
+        return NotImplemented
+    out = emit(op, a, b)
+    if not _dt.is_inexact(dtype(out)):
+        return out
+    if all(is_static(x) and _finite_nonzero(x) for x in zero_when):
+        return out
+    zero = None
+    for x in zero_when:
+        eq = emit("equal", x, 0)
+        zero = eq if zero is None else emit("logical_or", zero, eq)
+    return emit("select", zero, emit("zeros_like", out), out)
+
+
 @register("safe_mul")
 def _safe_mul(a, b):
     """``a * b`` where an exact zero in either factor gives 0 (never 0 * inf = NaN)."""
-    if dtype(a) is None or dtype(b) is None:
-        return NotImplemented
-    prod = emit("multiply", a, b)
-    if not _dt.is_inexact(dtype(prod)):
-        return prod
     static = [x for x in (a, b) if is_static(x)]
-    if static and all(_finite_nonzero(c) for c in static):
-        return prod          # c * 0 = 0 and c * inf = inf: no NaN to mask
-    zero = emit("logical_or", emit("equal", a, 0), emit("equal", b, 0))
-    return emit("select", zero, emit("zeros_like", prod), prod)
+    unmasked = bool(static) and all(_finite_nonzero(c) for c in static)     # c * 0 = 0, c * inf = inf
+    return _masked("multiply", a, b, static if unmasked else (a, b))
 
 
 @register("safe_div")
 def _safe_div(a, b):
     """``a / b`` where ``a == 0`` gives 0 (also where ``b == 0``)."""
-    if dtype(a) is None or dtype(b) is None:
-        return NotImplemented
-    quot = emit("divide", a, b)
-    if not _dt.is_inexact(dtype(quot)):
-        return quot
-    if is_static(a) and _finite_nonzero(a):
-        return quot
-    return emit("select", emit("equal", a, 0), emit("zeros_like", quot), quot)
-
-
-# -- grad_seed checks what the interpreter checks at run time ---------------------------------
-
-@register("grad_seed")
-def _grad_seed(out):
-    av = out.aval
-    if av.shape is not None and all(type(d) is int for d in av.shape) and math.prod(av.shape) != 1:
-        raise GradientError(f"grad requires a scalar output, but the function returns an array of "
-                            f"shape {tuple(av.shape)}; reduce it (e.g. .sum()) or use tl.vjp / tl.jacrev")
-    if av.dtype is not None and not _dt.is_float(av.dtype):
-        raise GradientError(f"grad requires a floating-point output, got {av.dtype}; "
-                            f"differentiate a float computation")
-    known = av.shape is not None and all(type(d) is int for d in av.shape)
-    return NotImplemented if av.dtype is None or not known else np.ones(tuple(av.shape), av.dtype)
+    return _masked("divide", a, b, (a,))
 
 
 # -- indexing: operands that became constants move into the static spec -------------------

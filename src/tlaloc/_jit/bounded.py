@@ -37,13 +37,13 @@ import numpy as np
 
 from .._core import specialize as _sp
 from .._core.aval import AbstractValue
-from .._core.primitive import REGISTRY
 from .._core.rules import ensure_rules
-from .._core.builder import Builder, Value, node_hook, _state
+from .._core.builder import Builder, Value, node_hook, rebinding, _state
 from .._core.control import UNDEF
 from .._core.passes import dce
 from .._core.verifier import verify
 from ..errors import ArgumentError, TlalocError
+from .bounded_queries import _as_node
 from .bounded_rules import Tracker
 
 log = logging.getLogger("tlaloc.jit")
@@ -169,7 +169,7 @@ def specialize_bounded(graph, in_avals, leaf_tags: dict, sizes: dict):
         tracker = Tracker(lengths, dict(sizes))
         for i, tags in leaf_tags.items():
             tracker.tag(ins[i], tags)
-        with node_hook(tracker):
+        with node_hook(tracker), rebinding(_sp.rebind):
             outs = _sp.run(graph, ins)
         for o, v in zip(outs, graph.outputs):
             if o is UNDEF:
@@ -187,31 +187,7 @@ def _active():
     return hook if isinstance(hook, Tracker) else None
 
 
-# -- shape queries along a padded axis: wrappers of the specialisation rules --------------------------
-
-def _dim_size(tr, orig, x, *, axis):
-    tags = tr.tags_of(x)
-    if tags is None or tags[axis % len(tags)] is None:
-        return orig(x, axis=axis)
-    return tr.length(tags[axis % len(tags)], np.int64)
-
-
-def _reduced_count(tr, orig, x, *, axes):
-    tags = tr.tags_of(x)
-    if tags is None:
-        return orig(x, axes=axes)
-    rank = len(tags)
-    ax = range(rank) if axes is None else sorted({int(a) % rank for a in ((axes,) if np.ndim(axes) == 0 else axes)})
-    padded = [tags[a] for a in ax if tags[a] is not None]
-    if not padded:
-        return orig(x, axes=axes)
-    shape = x.aval.shape
-    dt = np.asarray(orig(x, axes=axes)).dtype
-    count = np.asarray(int(np.prod([shape[a] for a in ax if tags[a] is None])), dt)
-    for name in padded:
-        count = _sp.emit("multiply", count, tr.length(name, dt))
-    return count
-
+# -- sizes known only at run time along a padded axis ---------------------------------------------
 
 def _full(tr, orig, *dims, fill_value, dtype):
     by_id = {v.var.id: n for n, per in tr._len64.items() for v in per.values()}
@@ -222,34 +198,12 @@ def _full(tr, orig, *dims, fill_value, dtype):
     return tr.tag(_as_node(orig(*dims, fill_value=fill_value, dtype=dtype)), tags)
 
 
-def _broadcast_like(tr, orig, x, like):
-    out = orig(x, like)
-    like_tags = tr.tags_of(like)
-    if like_tags is not None and tuple(np.shape(out) if type(out) is not Value else out.aval.shape) == \
-            tuple(like.aval.shape):
-        out = tr.tag(_as_node(out), like_tags)
-    return out
-
-
-def _as_node(x):
-    """``x`` as a value of the program: a constant (folded while specialising) becomes a
-    ``broadcast_to`` node, so that its padded axes can be tagged."""
-    if type(x) is Value:
-        return x
-    a = np.asarray(x)
-    scalar = a.reshape(-1)[:1].reshape(()) if a.size and np.all(a == a.reshape(-1)[0]) else None
-    if scalar is None:
-        raise TlalocError(f"bounded axes: a constant of shape {a.shape} spans a padded axis")
-    return _sp.add_node(REGISTRY["broadcast_to"], [scalar], {"shape": a.shape})
-
-
-_WRAPPERS = {"dim_size": _dim_size, "reduced_count": _reduced_count, "full": _full,
-             "broadcast_like": _broadcast_like}
+_WRAPPERS = {"full": _full}
 
 
 def install_rules() -> None:
-    """Wrap the shape-query specialisation rules so that they read valid lengths
-    (run by ``tlaloc._core.rules.ensure_rules``, after the specialisation tables load)."""
+    """Wrap the specialisation rule of ``full`` so that a size that is a valid length gives
+    a padded axis (shape queries along a padded axis are ``bounded_rules``' own rules; run by ``tlaloc._core.rules.ensure_rules``, after the specialisation tables load)."""
     for name, fn in _WRAPPERS.items():
         orig = _sp.RULES[name]
         if getattr(orig, "_bounded", False):

@@ -25,8 +25,8 @@ anything else               refused by name when an operand has a padded axis
 The invariant: a value's entries at valid positions depend only on valid
 entries of the arguments; padding entries are garbage, never read by a valid
 entry, and sliced off on the host. Shape queries (``x.shape[i]``, ``len(x)``,
-the count of ``mean``) along a padded axis give the valid length
-(``tlaloc._jit.bounded`` wraps those specialisation rules).
+the count of ``mean``) along a padded axis give the valid length. The shape-only
+helpers of derivative code are composites: their bodies come through the hook.
 """
 from __future__ import annotations
 
@@ -107,6 +107,8 @@ class Tracker:
         if name in _ELEMENTWISE:
             return _elementwise(self, b, prim, args, params, in_tags)
         rule = RULES.get(name)
+        if rule is None and prim.expansion is not None:
+            return b.add_plain(prim, args, params)      # a composite: its body's nodes come through here
         if rule is None:
             self.refuse(b, _refusal(prim, args, in_tags))
         return rule(self, b, prim, args, params, in_tags)
@@ -370,3 +372,4 @@ RULES = {
     "reshape": _reshape, "expand_dims": _reshape, "squeeze": _reshape,
     "getitem": _getitem, "index_add": _index_update, "index_set": _index_update,
 }
+# shape queries along a padded axis (``dim_size``, ``reduced_count``, ``broadcast_like``): ``bounded_queries``

@@ -227,22 +227,32 @@ def _cumprod_vjp(g, x, out, axis, reverse):
     return (cumprod_grad_p.bind(g, x, axis=axis, reverse=reverse),)
 
 
-def _cumprod_grad_impl(g, x, *, axis, reverse):
+def _cumprod_dense(v, x, axis, reverse, transpose):
+    """``sum_{pairs} v · prod_{k <= i, k != j} x_k`` along ``axis`` for ``j <= i``, exact with
+    zeros: into entry ``j`` from ``v_i`` (``transpose``, the VJP) or into ``i`` from ``v_j`` (the JVP)."""
     x = np.moveaxis(np.asarray(x), axis, -1)
-    g = np.moveaxis(np.asarray(g), axis, -1)
+    v = np.moveaxis(np.asarray(v), axis, -1)
     if reverse:
-        x, g = x[..., ::-1], g[..., ::-1]
+        x, v = x[..., ::-1], v[..., ::-1]
     n = x.shape[-1]
     out = np.zeros_like(x)
-    for j in range(n):
-        for i in range(j, n):
+    for i in range(n):
+        for j in range(i + 1):
             mask = np.zeros(n, bool)
             mask[:i + 1] = True
             mask[j] = False
-            out[..., j] += g[..., i] * np.prod(x[..., mask], axis=-1)
+            others = np.prod(x[..., mask], axis=-1)
+            if transpose:
+                out[..., j] += v[..., i] * others
+            else:
+                out[..., i] += v[..., j] * others
     if reverse:
         out = out[..., ::-1]
     return np.moveaxis(out, -1, axis)
+
+
+def _cumprod_grad_impl(g, x, *, axis, reverse):
+    return _cumprod_dense(g, x, axis, reverse, transpose=True)
 
 
 cumprod_grad_p = Primitive("cumprod_grad", impl=_cumprod_grad_impl, hlo=None,
@@ -257,21 +267,7 @@ def _cumprod_jvp(t, x, axis, reverse):
 
 
 def _cumprod_jvp_impl(t, x, *, axis, reverse):
-    x = np.moveaxis(np.asarray(x), axis, -1)
-    t = np.moveaxis(np.asarray(t), axis, -1)
-    if reverse:
-        x, t = x[..., ::-1], t[..., ::-1]
-    n = x.shape[-1]
-    out = np.zeros_like(x)
-    for i in range(n):
-        for j in range(i + 1):
-            mask = np.zeros(n, bool)
-            mask[:i + 1] = True
-            mask[j] = False
-            out[..., i] += t[..., j] * np.prod(x[..., mask], axis=-1)
-    if reverse:
-        out = out[..., ::-1]
-    return np.moveaxis(out, -1, axis)
+    return _cumprod_dense(t, x, axis, reverse, transpose=False)
 
 
 cumprod_jvp_p = Primitive("cumprod_jvp", impl=_cumprod_jvp_impl, hlo=None,

@@ -280,10 +280,6 @@ def _dynamic_slice(em, node, x, *starts):
     return em.op("stablehlo.dynamic_slice", [v] + st, (dt, sh), attrs={"slice_sizes": i64s(sh)})
 
 
-def _dynamic_slice_like(em, node, x, like, *starts):
-    return _dynamic_slice(em, node, x, *starts)
-
-
 def _dynamic_update_slice(em, node, x, u, *starts):
     dt, sh = out_aval(node)
     uv = em.value(u, dt)
@@ -357,7 +353,7 @@ def _diagonal_scatter(em, node, g, like):
 
 LOWERINGS = {
     "getitem": _getitem, "index_add": _index_update("add"), "index_set": _index_update("set"),
-    "dynamic_slice": _dynamic_slice, "dynamic_slice_like": _dynamic_slice_like,
+    "dynamic_slice": _dynamic_slice,
     "dynamic_update_slice": _dynamic_update_slice, "gather": _gather, "scatter_add": _scatter_add,
     "diagonal": _diagonal, "diagonal_scatter": _diagonal_scatter,
 }

@@ -8,6 +8,8 @@ name; ``tests/jit/test_lowering_table.py`` keeps the three lists in step.
 """
 from __future__ import annotations
 
+from .._core.builder import expansion_graph
+from .._core.specialize import specialize
 from .._core.primitive import REGISTRY
 from ..errors import NoRuleError
 from . import (stablehlo_coarse, stablehlo_control, stablehlo_elementwise, stablehlo_index, stablehlo_linalg,
@@ -31,11 +33,8 @@ _SPECTRAL = ("StableHLO has no eigen/singular-value/QR op (XLA reaches LAPACK on
 #: ``name -> why compiled code does not take it``.
 REFUSED = {
     "matmul": _SPECIALIZED,
-    "matmul_t_lhs": _SPECIALIZED,
-    "matmul_t_rhs": _SPECIALIZED,
     "einsum": ("einsum with '...' or a repeated index in one operand (a diagonal) is not compiled; "
                "write the indices out, or take tnp.diagonal first"),
-    "prod_others_grad": "the second derivative of prod is a dense O(n^3) reference computation; not compiled",
     "arange": "specialisation folds arange with static bounds into a constant; run-time bounds are refused there",
     "eigh": _SPECTRAL,
     "svd": _SPECTRAL,
@@ -61,19 +60,39 @@ def _refusal(name, why):
     return rule
 
 
+def _composite(prim):
+    """The lowering of a composite (``prim.expansion``: ``sum_to``, ``dim_size`` ...): its body
+    at the node's avals, lowered in its place. Specialisation already inlines it; this
+    covers a node kept by a graph that was not re-bound."""
+    def rule(em, node, *ins):
+        avals = [a.aval for a in node.inputs]
+        body = expansion_graph(prim, avals, node.params)
+        if body is None:
+            raise NoRuleError(f"no StableHLO lowering rule for `{prim.name}` at operand avals "
+                              f"{[str(a) for a in avals]}: its body needs concrete shapes")
+        outs = em.lower_graph(specialize(body, avals), list(ins))
+        return outs if prim.multiple_results else outs[0]
+    rule.expands = True
+    return rule
+
+
 def install() -> None:
-    """Set ``lower`` on every registered primitive that has a rule or a refusal."""
+    """Set ``lower`` on every registered primitive that has a rule or a refusal (a composite:
+    its body)."""
     for name, prim in REGISTRY.items():
         if name in LOWERINGS:
             prim.lower = LOWERINGS[name]
         elif name in REFUSED:
             prim.lower = _refusal(name, REFUSED[name])
+        elif prim.expansion is not None:
+            prim.lower = _composite(prim)
 
 
 def unlowered() -> list:
     """Registered primitives with neither a lowering nor a refusal (should be empty)."""
     install()
-    return sorted(n for n in REGISTRY if n not in LOWERINGS and n not in REFUSED)
+    return sorted(n for n in REGISTRY if n not in LOWERINGS and n not in REFUSED
+                  and REGISTRY[n].expansion is None)
 
 
 install()

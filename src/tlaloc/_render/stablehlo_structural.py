@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._core.graph import Literal
 from .stablehlo import BOOL, I64, i64s, out_aval
 
 
@@ -13,14 +12,6 @@ def _axes(axes, rank):
     if isinstance(axes, (int, np.integer)):
         axes = (axes,)
     return tuple(sorted(int(a) % rank for a in axes)) if rank else ()
-
-
-def _rank(x):
-    return len(x.aval.shape) if isinstance(x, Literal) else len(x.shape)
-
-
-def _shape(x):
-    return tuple(np.shape(x.value)) if isinstance(x, Literal) else x.shape
 
 
 def _extreme(dtype, low: bool):
@@ -156,22 +147,6 @@ def slice_(em, v, start, limit, strides=None):
                  attrs={"start_indices": i64s(start), "limit_indices": i64s(limit), "strides": i64s(strides)})
 
 
-def _split_like(em, node, g, *likes):
-    v = em.value(g)
-    axis = int(node.params["axis"]) % len(v.shape)
-    outs, at = [], 0
-    for k, like in enumerate(likes):
-        dt, sh = out_aval(node, k)
-        size = sh[axis]
-        start = [0] * len(v.shape)
-        start[axis] = at
-        limit = list(v.shape)
-        limit[axis] = at + size
-        outs.append(em.convert(slice_(em, v, start, limit), dt))
-        at += size
-    return outs
-
-
 def _pad(em, node, x):
     dt, sh = out_aval(node)
     pw = node.params["pad_width"]
@@ -203,14 +178,6 @@ def _slice(em, node, x):
 def _full(em, node, *dims):
     dt, sh = out_aval(node)
     return em.const(node.params["fill_value"], dt, sh)
-
-
-def _sum_to(em, node, x, like):
-    dt, sh = out_aval(node)
-    v = em.value(x, dt)
-    lead = len(v.shape) - len(sh)
-    axes = tuple(range(lead)) + tuple(i + lead for i, d in enumerate(sh) if d == 1 and v.shape[i + lead] != 1)
-    return em.reshape(reduce(em, v, axes, "stablehlo.add", 0), sh)
 
 
 def _const_rule(value_of):
@@ -279,16 +246,13 @@ def _triangular_solve(em, node, a, b):
 LOWERINGS = {name: _reduction(name) for name in _REDUCE}
 LOWERINGS.update({
     "argmax": _arg_reduction(True), "argmin": _arg_reduction(False),
-    "reshape": _reshape, "expand_dims": _reshape, "squeeze": _reshape, "reshape_like": _reshape,
-    "expand_reduced": _reshape, "transpose": _transpose, "swapaxes": _swapaxes,
-    "broadcast_to": _broadcast, "broadcast_like": _broadcast, "broadcast_in_dim": _broadcast_in_dim,
-    "cast_like": _broadcast, "stop_gradient": _broadcast, "sum_to": _sum_to,
+    "reshape": _reshape, "expand_dims": _reshape, "squeeze": _reshape,
+    "transpose": _transpose, "swapaxes": _swapaxes,
+    "broadcast_to": _broadcast, "broadcast_in_dim": _broadcast_in_dim,
+    "stop_gradient": _broadcast,
     "copy": _broadcast, "stack_ys": _broadcast, "name_axes": _broadcast, "slice": _slice, "full": _full,
-    "concatenate": _concatenate, "split_like": _split_like, "pad": _pad, "flip": _flip, "iota": _iota,
-    "zeros_like": _const_rule(lambda node, x: 0), "grad_seed": _const_rule(lambda node, x: 1),
-    "dim_size": _const_rule(lambda node, x: _shape(x)[node.params["axis"]]),
-    "reduced_count": _const_rule(lambda node, x: int(np.prod([_shape(x)[a] for a in
-                                                              _axes(node.params["axes"], _rank(x))]))),
+    "concatenate": _concatenate, "pad": _pad, "flip": _flip, "iota": _iota,
+    "zeros_like": _const_rule(lambda node, x: 0),
     "tril_mask": _mask("tril"), "diag_mask": _mask("diag"),
     "dot_general": _dot_general, "cholesky": _cholesky, "triangular_solve": _triangular_solve,
 })

@@ -11,13 +11,11 @@ def dclosure_and_call_dx_k(x, k_1):
     # golden_functions.py:38: for i in range(3):
     total = 0.0
     trips = range(0, 3, 1)
-    total_stack = [None] * len(trips)
     res_stack = [None] * len(trips)
     res_stack_1 = [None] * len(trips)
     res_stack_2 = [None] * len(trips)
     res_stack_3 = [None] * len(trips)
     res_stack_4 = [None] * len(trips)
-    res_stack_5 = [None] * len(trips)
     for k_2 in range(len(trips)):
         i = trips[k_2]
         # golden_functions.py:36: return t * t + k * t
@@ -31,13 +29,11 @@ def dclosure_and_call_dx_k(x, k_1):
         # golden_functions.py:39: total = total + scale(poly(x), i + 1.0).sum()
         v5 = lax.reduce_sum(v4, axes=None, keepdims=False)
         total_1 = lax.add(total, v5)
-        total_stack[k_2] = total
-        res_stack[k_2] = v5
-        res_stack_1[k_2] = v4
-        res_stack_2[k_2] = v3
-        res_stack_3[k_2] = v2
-        res_stack_4[k_2] = v0
-        res_stack_5[k_2] = v1
+        res_stack[k_2] = v4
+        res_stack_1[k_2] = v3
+        res_stack_2[k_2] = v2
+        res_stack_3[k_2] = v0
+        res_stack_4[k_2] = v1
         total = total_1
     total_bar = lax.grad_seed(total)
     # grad of: for i in range(3):
@@ -47,33 +43,29 @@ def dclosure_and_call_dx_k(x, k_1):
     trips_1 = range(0, 3, 1)
     for k_3 in reversed(range(len(trips_1))):
         i_1 = trips_1[k_3]
-        total_2 = total_stack[k_3]
         v9 = res_stack[k_3]
         v10 = res_stack_1[k_3]
         v11 = res_stack_2[k_3]
         v12 = res_stack_3[k_3]
         v13 = res_stack_4[k_3]
-        v14 = res_stack_5[k_3]
         # grad of: total = total + scale(poly(x), i + 1.0).sum()
-        total_bar_1 = lax.sum_to(v8, total_2)
-        v_bar = lax.sum_to(v8, v9)
-        v15 = lax.expand_reduced(v_bar, v10, axes=None, keepdims=False)
-        v_bar_1 = lax.broadcast_like(v15, v10)
+        v14 = lax.expand_reduced(v8, v9, axes=None, keepdims=False)
+        v_bar = lax.broadcast_like(v14, v9)
         # grad of: return v * factor
-        v16 = lax.safe_mul(v_bar_1, v11)
-        v_bar_2 = lax.sum_to(v16, v12)
+        v15 = lax.safe_mul(v_bar, v10)
+        v_bar_1 = lax.sum_to(v15, v11)
         # grad of: return t * t + k * t
-        v_bar_3 = lax.sum_to(v_bar_2, v13)
-        v_bar_4 = lax.sum_to(v_bar_2, v14)
-        v17 = lax.safe_mul(v_bar_4, x)
-        k_bar_1 = lax.sum_to(v17, k_1)
-        v18 = lax.safe_mul(v_bar_4, k_1)
-        x_bar_1 = lax.sum_to(v18, x)
-        v19 = lax.safe_mul(v_bar_3, x)
-        v20 = lax.sum_to(v19, x)
-        x_bar_2 = lax.add(x_bar_1, v20)
-        x_bar_3 = lax.add(x_bar_2, v20)
-        v21 = lax.add(x_bar, x_bar_3)
-        v22 = lax.add(k_bar, k_bar_1)
-        v8, x_bar, k_bar = total_bar_1, v21, v22
+        v_bar_2 = lax.sum_to(v_bar_1, v12)
+        v_bar_3 = lax.sum_to(v_bar_1, v13)
+        v16 = lax.safe_mul(v_bar_3, x)
+        k_bar_1 = lax.sum_to(v16, k_1)
+        v17 = lax.safe_mul(v_bar_3, k_1)
+        x_bar_1 = lax.sum_to(v17, x)
+        v18 = lax.safe_mul(v_bar_2, x)
+        v19 = lax.sum_to(v18, x)
+        x_bar_2 = lax.add(x_bar_1, v19)
+        x_bar_3 = lax.add(x_bar_2, v19)
+        v20 = lax.add(x_bar, x_bar_3)
+        v21 = lax.add(k_bar, k_bar_1)
+        x_bar, k_bar = v20, v21
     return (x_bar, k_bar)

@@ -32,48 +32,37 @@ def dhistogram_update_dx(x, idx):
         res_stack_3[k_1] = v3
         res_stack_4[k_1] = v2
         acc = acc_1
-    # golden_functions.py:47: return (acc * np.arange(1.0, 5.0)).sum()
-    v6 = lax.multiply(acc, np.asarray([1.0, 2.0, 3.0, 4.0], dtype=tnp.float64))
-    v7 = lax.reduce_sum(v6, axes=None, keepdims=False)
-    out_bar = lax.grad_seed(v7)
-    # grad of: return (acc * np.arange(1.0, 5.0)).sum()
-    v8 = lax.expand_reduced(out_bar, v6, axes=None, keepdims=False)
-    v_bar = lax.broadcast_like(v8, v6)
-    del v6, v8
-    v9 = lax.safe_mul(v_bar, np.asarray([1.0, 2.0, 3.0, 4.0], dtype=tnp.float64))
-    del v_bar
-    acc_bar = lax.sum_to(v9, acc)
-    del acc, v9
+    del acc
     # grad of: for j in range(len(idx)):
-    v10 = lax.zeros_like(x)
-    v11, x_bar = acc_bar, v10
+    v6 = lax.zeros_like(x)
+    v7, x_bar = np.asarray([1.0, 2.0, 3.0, 4.0], dtype=tnp.float64), v6
     trips_1 = range(0, int(v0), 1)
     for k_2 in reversed(range(len(trips_1))):
         i = trips_1[k_2]
-        v12 = res_stack[k_2]
-        v13 = res_stack_1[k_2]
-        v14 = res_stack_2[k_2]
-        v15 = res_stack_3[k_2]
-        v16 = res_stack_4[k_2]
+        v8 = res_stack[k_2]
+        v9 = res_stack_1[k_2]
+        v10 = res_stack_2[k_2]
+        v11 = res_stack_3[k_2]
+        v12 = res_stack_4[k_2]
         # grad of: acc[idx[j]] += x[j] ** 2
-        v17 = lax.getitem(v11, v12, spec=(('d', 0),))
-        v18 = lax.zeros_like(v17)
-        v19 = lax.add(v18, 1.0)
-        v20 = lax.reshape(v19, shape=(-1,))
-        v21 = lax.cumsum(v20, axis=0, reverse=False)
-        v22 = lax.reshape_like(v21, v17)
-        v23 = lax.zeros_like(v11)
-        v24 = lax.index_set(v23, v22, v12, spec=(('d', 0),))
-        v25 = lax.getitem(v24, v12, spec=(('d', 0),))
-        v26 = lax.equal(v25, v22)
-        v27 = lax.select(v26, v17, v18)
-        acc_bar_1 = lax.index_set(v11, 0.0, v12, spec=(('d', 0),))
-        v_bar_1 = lax.sum_to(v27, v13)
-        v_bar_2 = lax.sum_to(v_bar_1, v14)
-        v_bar_3 = lax.sum_to(v_bar_1, v15)
-        acc_bar_2 = lax.index_add(acc_bar_1, v_bar_2, v12, spec=(('d', 0),))
-        v28 = lax.multiply(2.0, v16)
-        v_bar_4 = lax.safe_mul(v_bar_3, v28)
-        v29 = lax.index_add(x_bar, v_bar_4, i, spec=(('d', 0),))
-        v11, x_bar = acc_bar_2, v29
+        v13 = lax.getitem(v7, v8, spec=(('d', 0),))
+        v14 = lax.zeros_like(v13)
+        v15 = lax.add(v14, 1.0)
+        v16 = lax.reshape(v15, shape=(-1,))
+        v17 = lax.cumsum(v16, axis=0, reverse=False)
+        v18 = lax.reshape_like(v17, v13)
+        v19 = lax.zeros_like(v7)
+        v20 = lax.index_set(v19, v18, v8, spec=(('d', 0),))
+        v21 = lax.getitem(v20, v8, spec=(('d', 0),))
+        v22 = lax.equal(v21, v18)
+        v23 = lax.select(v22, v13, v14)
+        acc_bar = lax.index_set(v7, 0.0, v8, spec=(('d', 0),))
+        v_bar = lax.sum_to(v23, v9)
+        v_bar_1 = lax.sum_to(v_bar, v10)
+        v_bar_2 = lax.sum_to(v_bar, v11)
+        acc_bar_1 = lax.index_add(acc_bar, v_bar_1, v8, spec=(('d', 0),))
+        v24 = lax.multiply(2.0, v12)
+        v_bar_3 = lax.safe_mul(v_bar_2, v24)
+        v25 = lax.index_add(x_bar, v_bar_3, i, spec=(('d', 0),))
+        v7, x_bar = acc_bar_1, v25
     return (x_bar,)

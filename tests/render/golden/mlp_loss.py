@@ -23,15 +23,14 @@ def dmlp_loss_dw1_w2(w1, w2, x, y):
     v4 = lax.divide(v2, v3)
     out_bar = lax.grad_seed(v4)
     # grad of: return np.mean(err ** 2)
-    v5 = lax.safe_div(out_bar, v3)
-    v_bar = lax.sum_to(v5, v2)
-    v6 = lax.expand_reduced(v_bar, v1, axes=None, keepdims=False)
-    v_bar_1 = lax.broadcast_like(v6, v1)
-    del v1, v6
-    v7 = lax.multiply(2.0, err)
+    v_bar = lax.safe_div(out_bar, v3)
+    v5 = lax.expand_reduced(v_bar, v1, axes=None, keepdims=False)
+    v_bar_1 = lax.broadcast_like(v5, v1)
+    del v1, v5
+    v6 = lax.multiply(2.0, err)
     del err
-    err_bar = lax.safe_mul(v_bar_1, v7)
-    del v_bar_1, v7
+    err_bar = lax.safe_mul(v_bar_1, v6)
+    del v_bar_1, v6
     # grad of: err = pred - y
     pred_bar = lax.sum_to(err_bar, pred)
     del pred, err_bar
@@ -40,11 +39,11 @@ def dmlp_loss_dw1_w2(w1, w2, x, y):
     w2_bar = lax.matmul_t_rhs(pred_bar, h, w2)
     del pred_bar
     # grad of: h = np.tanh(x @ w1)
-    v8 = lax.multiply(h, h)
+    v7 = lax.multiply(h, h)
     del h
-    v9 = lax.subtract(1.0, v8)
-    del v8
-    v_bar_2 = lax.safe_mul(h_bar, v9)
-    del h_bar, v9
+    v8 = lax.subtract(1.0, v7)
+    del v7
+    v_bar_2 = lax.safe_mul(h_bar, v8)
+    del h_bar, v8
     w1_bar = lax.matmul_t_rhs(v_bar_2, x, w1)
     return (w1_bar, w2_bar)
