@@ -80,3 +80,7 @@ def inner_2d(a, v):
 
 def rounded_weights(x):
     return np.sum(np.round(x, 1) * x + np.around(x, -1) * x)
+
+
+def einsum_implicit(a):
+    return np.sum(np.einsum("ij,kj", a, a) ** 2) + np.einsum("ij,ij", a, a)

@@ -229,3 +229,17 @@ def test_regression_round_with_decimals():
     assert not np.allclose(want, 2 * x[:5])                 # negative control: not the derivative of x**2
     np.testing.assert_array_equal(tl.grad(E.rounded_weights)(x[:5]), want)
     np.testing.assert_array_equal(tl.jit(tl.grad(E.rounded_weights))(x[:5]), want)
+
+
+def test_regression_einsum_implicit_output():
+    """Was: refused ("write the output explicitly"). NumPy's implicit output: the indices that
+    appear once, alphabetically, after '...'; 'ba' is a transpose, not the identity."""
+    rng = np.random.default_rng(5)
+    a, b, c = rng.standard_normal((3, 4)), rng.standard_normal((4, 5)), rng.standard_normal((2, 3, 4))
+    for spec, ops in (("ij,jk", (a, b)), ("ba", (a,)), ("...ij,jk", (c, b)), ("ij,ij", (a, a))):
+        np.testing.assert_allclose(tnp.einsum(spec, *ops), np.einsum(spec, *ops), rtol=1e-13)
+    assert tnp.einsum("ba", a).shape == (4, 3)                    # negative control of the order
+    twin = lambda a: jnp.sum(jnp.einsum("ij,kj", a, a) ** 2) + jnp.einsum("ij,ij", a, a)
+    want = jax.grad(twin)(a)
+    np.testing.assert_allclose(tl.grad(E.einsum_implicit)(a), want, rtol=1e-12)
+    np.testing.assert_allclose(tl.jit(tl.grad(E.einsum_implicit))(a), want, rtol=1e-12)

@@ -57,8 +57,19 @@ def outer(a, b):
 
 
 def einsum(subscripts, *operands):
-    """Einstein summation with an explicit output (``'ij,jk->ik'``)."""
-    return _la.einsum(subscripts, *operands)
+    """Einstein summation, NumPy's subscripts: an explicit output (``'ij,jk->ik'``), or NumPy's
+    implicit one (``'ij,jk'``: the indices that appear once, in alphabetical order, after the
+    broadcast ``...`` axes). Regression: the implicit form was refused."""
+    return _la.einsum(_explicit_output(subscripts), *operands)
+
+
+def _explicit_output(subscripts: str) -> str:
+    spec = subscripts.replace(" ", "")
+    if "->" in spec:
+        return spec
+    letters = spec.replace("...", "").replace(",", "")
+    once = sorted(c for c in set(letters) if letters.count(c) == 1)
+    return spec + "->" + ("..." if "..." in spec else "") + "".join(once)
 
 
 def tensordot(a, b, axes=2):
