@@ -145,3 +145,16 @@ def test_global_dict_items_change_at_call_time_and_computed_arrays_are_refused_a
                     (stores_an_array_in_a_global_dict, "CALLS['last'] =")):
         with pytest.raises(tl.errors.FenceError, match=r"test_regressions\.py:\d+:\d+: `" + re.escape(text)):
             tl.grad(f)(np.ones(2))
+
+
+def scaled_dot(x, y):
+    return tnp.sum(x * y)
+
+
+def test_a_list_or_string_operand_is_refused_at_the_users_line():
+    # was `TypeError: cannot use list [Value(...), ...] as an array operand`, with no location
+    for bad, kind in (([1.0, 2.0, 3.0], "a Python list of 3 items"), ("abc", "a str")):
+        with pytest.raises(tl.errors.FenceError,
+                           match=r"test_regressions\.py:\d+:\d+: `x \* y` combines " + kind + " and an array"):
+            tl.grad(scaled_dot)(bad, np.ones(3))
+    np.testing.assert_array_equal(tl.grad(scaled_dot)(np.ones(3), np.arange(3.0)), [0.0, 1.0, 2.0])
