@@ -75,3 +75,29 @@ def test_a_rebound_global_is_read_again_under_jit():
         assert jf.cache_size() == 1                          # the stale program was dropped
     finally:
         SCALE, WEIGHTS = 2.0, np.array([1.0, 2.0, 3.0])
+
+
+def scaled_square(x):
+    return (x ** 2).sum() * SCALE
+
+
+def test_a_rebound_global_is_read_again_by_every_transform():
+    # was: vmap, jacfwd, hessian (its inner grad), jvp and their tl.jit kept the folded old value
+    global SCALE
+    x = np.ones(3)
+    built = {"vmap": tl.vmap(scaled_square), "jacfwd": tl.jacfwd(scaled_square),
+             "hessian": tl.hessian(scaled_square), "jit_vmap": tl.jit(tl.vmap(scaled_square)),
+             "jit_hessian": tl.jit(tl.hessian(scaled_square))}
+
+    def values():
+        return {"vmap": float(built["vmap"](x[None])[0]), "jacfwd": float(built["jacfwd"](x)[0]),
+                "hessian": float(built["hessian"](x)[0, 0]), "jvp": float(tl.jvp(scaled_square, (x,), (x,))[1]),
+                "jit_vmap": float(built["jit_vmap"](x[None])[0]), "jit_hessian": float(built["jit_hessian"](x)[0, 0])}
+    try:
+        assert values() == {"vmap": 6.0, "jacfwd": 4.0, "hessian": 4.0, "jvp": 12.0, "jit_vmap": 6.0,
+                            "jit_hessian": 4.0}
+        SCALE = 3.0                                   # analytic: every value scales by 3/2
+        assert values() == {"vmap": 9.0, "jacfwd": 6.0, "hessian": 6.0, "jvp": 18.0, "jit_vmap": 9.0,
+                            "jit_hessian": 6.0}
+    finally:
+        SCALE = 2.0
