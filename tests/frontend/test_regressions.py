@@ -1,4 +1,6 @@
 """Regression tests for bugs found while building on the engine (one test per bug)."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -89,3 +91,70 @@ def test_list_append_in_an_if_on_an_array_is_refused():
     with pytest.raises(tl.FenceError, match="`append` on a Python list") as e:
         tl.grad(list_in_array_if)
     assert f"{__file__}:{list_in_array_if.__code__.co_firstlineno + 3}:" in str(e.value)
+
+
+def dict_built_in_a_loop(w):
+    d = {}
+    for k, i in (("a", 0), ("b", 1)):
+        d[k] = w[i] ** 2
+    d["a"] += d["b"]
+    return d["a"] * w[2]
+
+
+def list_argument_item_assign(w, lst):
+    lst[0] = w[0] * 2.0
+    return lst[0] * w[1]
+
+
+def test_item_assignment_into_a_local_dict_or_a_list_argument():
+    # `d[k] = v` reached index_set: `TypeError: cannot use dict {} as an array operand`, no location
+    w = np.array([0.3, -0.7, 1.1])
+    want = jax.grad(lambda w: (w[0] ** 2 + w[1] ** 2) * w[2])(w)
+    np.testing.assert_allclose(tl.grad(dict_built_in_a_loop)(w), want, rtol=1e-13)
+    assert not np.allclose(want, jax.grad(lambda w: w[0] ** 2 * w[2])(w))       # negative control
+    np.testing.assert_allclose(tl.grad(list_argument_item_assign)(w, [1.0, 2.0]),
+                               jax.grad(lambda w: w[0] * 2.0 * w[1])(w), rtol=1e-13)
+
+
+CALLS = {"n": 0, "last": 0.0}
+
+
+def writes_a_global_dict(w):
+    CALLS["n"] += 1
+    CALLS["last"] = 5.0
+    return tnp.sum(w ** 2)
+
+
+def accumulates_an_array_in_a_global_dict(w):
+    CALLS["last"] += tnp.sum(w)
+    return tnp.sum(w ** 2)
+
+
+def stores_an_array_in_a_global_dict(w):
+    CALLS["last"] = tnp.sum(w)
+    return tnp.sum(w ** 2)
+
+
+def test_global_dict_items_change_at_call_time_and_computed_arrays_are_refused_at_the_line():
+    CALLS.update(n=0, last=0.0)
+    g = tl.grad(writes_a_global_dict)
+    g(np.ones(2)), g(np.ones(2))
+    assert CALLS == {"n": 2, "last": 5.0}
+    # `+=` of an array failed with "a symbolic value was used outside the function being lowered"
+    for f, text in ((accumulates_an_array_in_a_global_dict, "CALLS['last'] +="),
+                    (stores_an_array_in_a_global_dict, "CALLS['last'] =")):
+        with pytest.raises(tl.errors.FenceError, match=r"test_regressions\.py:\d+:\d+: `" + re.escape(text)):
+            tl.grad(f)(np.ones(2))
+
+
+def scaled_dot(x, y):
+    return tnp.sum(x * y)
+
+
+def test_a_list_or_string_operand_is_refused_at_the_users_line():
+    # was `TypeError: cannot use list [Value(...), ...] as an array operand`, with no location
+    for bad, kind in (([1.0, 2.0, 3.0], "a Python list of 3 items"), ("abc", "a str")):
+        with pytest.raises(tl.errors.FenceError,
+                           match=r"test_regressions\.py:\d+:\d+: `x \* y` combines " + kind + " and an array"):
+            tl.grad(scaled_dot)(bad, np.ones(3))
+    np.testing.assert_array_equal(tl.grad(scaled_dot)(np.ones(3), np.arange(3.0)), [0.0, 1.0, 2.0])

@@ -46,3 +46,7 @@ def lu_family(a, b):
     x = np.linalg.solve(m, b)
     sign, logdet = np.linalg.slogdet(m)
     return (x * x).sum() + logdet * sign + np.linalg.inv(m).sum()
+
+
+def empty_scans(x):
+    return np.sum(x ** 2) + np.prod(x[3:3]) + np.sum(np.cumsum(x[2:2])) + np.sum(np.cumprod(x[:0]))

@@ -35,3 +35,18 @@ def test_forward_and_grad(name, fn, args, argnums):
     df = tl.grad(fn, argnums=argnums)
     for g, w in zip(tl._pytree.flatten(tl.jit(df)(*args))[0], tl._pytree.flatten(df(*args))[0]):
         np.testing.assert_allclose(np.asarray(g), w, rtol=1e-11, atol=1e-12)
+
+
+def test_scans_and_prod_over_an_empty_axis_compile():
+    # was: GraphError "expects window to have positive value for 0-th window dimension, but got 0"
+    # (prod's derivative and cumsum/cumprod are reduce_window scans with a window as long as the axis)
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    x = np.arange(1.0, 7.0)
+    twin = lambda x: (jnp.sum(x ** 2) + jnp.prod(x[3:3]) + jnp.sum(jnp.cumsum(x[2:2]))
+                      + jnp.sum(jnp.cumprod(x[:0])))
+    want = jax.grad(twin)(x)
+    assert not np.allclose(want, np.ones(6))                 # negative control
+    np.testing.assert_array_equal(tl.jit(tl.grad(S.empty_scans))(x), want)
+    assert tl.jit(S.empty_scans)(x) == twin(x) == 92.0

@@ -271,3 +271,13 @@ def test_float32_compiles_and_serialize_names_the_chlo_ops():
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
     with pytest.raises(NoRuleError, match="chlo.digamma.*chlo.erfc.*chlo.lgamma.*chlo.polygamma"):
         tl.jit(special_f32).lower(x).serialize()
+
+
+def test_frozen_distribution_with_array_parameters():
+    # `norm(theta[0], theta[1])` crashed inside the front end: AttributeError: 'norm_gen' object has no
+    # attribute '__name__'
+    theta, x = np.array([0.3, 1.7]), np.array([0.1, -0.4, 2.2, 0.9])
+    want = jax.grad(lambda t: jst.norm.logpdf(x, t[0], t[1]).sum())(theta)
+    assert not np.allclose(want, 0.0)                              # negative control: a real gradient
+    np.testing.assert_allclose(tl.grad(P.frozen_norm_of_params)(theta, x), want, rtol=1e-12)
+    np.testing.assert_allclose(tl.jit(tl.grad(P.frozen_norm_of_params))(theta, x), want, rtol=1e-12)

@@ -68,3 +68,19 @@ def fft_inside(x):
 
 def unique_inside(x):
     return np.unique_values(x)
+
+
+def dot_nd(a, b):
+    return np.sum(np.dot(a, b) ** 2)
+
+
+def inner_2d(a, v):
+    return np.sum(np.inner(a, a) ** 2) + np.sum(np.inner(a, v))
+
+
+def rounded_weights(x):
+    return np.sum(np.round(x, 1) * x + np.around(x, -1) * x)
+
+
+def einsum_implicit(a):
+    return np.sum(np.einsum("ij,kj", a, a) ** 2) + np.einsum("ij,ij", a, a)

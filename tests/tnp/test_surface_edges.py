@@ -197,3 +197,49 @@ def test_hessian_of_sort_and_of_qr_match_jax():
         q, r = jnp.linalg.qr(m)
         return jnp.sum(r * r * jnp.array([1.0, 2.0, 3.0])) + jnp.sum(q[:, 0] * jnp.diagonal(r)[0])
     np.testing.assert_allclose(tl.hessian(E.qr_loss)(a), jax.hessian(twin)(a), rtol=1e-8, atol=1e-10)
+
+
+def test_regression_dot_and_inner_above_one_dimension_follow_numpy():
+    """Was: np.dot of 3-D operands broadcast as matmul ((2,3,4)·(2,4,5) -> (2,3,5), not NumPy's
+    (2,3,2,5)) and np.inner of 2-D operands broadcast the leading axes ((3,) not (3,3)): silently
+    wrong values and gradients."""
+    rng = np.random.default_rng(3)
+    a, b, m, v = (rng.standard_normal(s) for s in ((2, 3, 4), (2, 4, 5), (3, 4), (4,)))
+    np.testing.assert_allclose(tnp.dot(a, b), np.dot(a, b), rtol=1e-13)          # shape (2, 3, 2, 5)
+    np.testing.assert_allclose(tnp.inner(m, m), np.inner(m, m), rtol=1e-13)      # shape (3, 3)
+    jdot = lambda a, b: jnp.sum(jnp.dot(a, b) ** 2)
+    jinner = lambda a, v: jnp.sum(jnp.inner(a, a) ** 2) + jnp.sum(jnp.inner(a, v))
+    for f, twin, args in ((E.dot_nd, jdot, (a, b)), (E.inner_2d, jinner, (m, v))):
+        want = jax.grad(twin, argnums=(0, 1))(*args)
+        for got in (tl.grad(f, argnums=(0, 1))(*args), tl.jit(tl.grad(f, argnums=(0, 1)))(*args)):
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=1e-12)
+    # negative control: matmul's batch broadcasting, the old reading, has another gradient
+    assert not np.allclose(jax.grad(lambda a, b: jnp.sum((a @ b) ** 2))(a, b), jax.grad(jdot)(a, b))
+
+
+def test_regression_round_with_decimals():
+    """Was: np.round(x, 1) refused with "_unary.<locals>.fn() takes 1 positional argument but 2
+    were given". Same bits as NumPy for every sign of `decimals`; the rounded values are constants."""
+    x = np.random.default_rng(4).standard_normal(40) * 30
+    for d in (0, 1, 2, -1):
+        assert_same_values(tnp.round(x, d), np.round(x, d))
+    twin = lambda x: jnp.sum(jax.lax.stop_gradient(jnp.round(x, 1) + jnp.round(x, -1)) * x)
+    want = jax.grad(twin)(x[:5])
+    assert not np.allclose(want, 2 * x[:5])                 # negative control: not the derivative of x**2
+    np.testing.assert_array_equal(tl.grad(E.rounded_weights)(x[:5]), want)
+    np.testing.assert_array_equal(tl.jit(tl.grad(E.rounded_weights))(x[:5]), want)
+
+
+def test_regression_einsum_implicit_output():
+    """Was: refused ("write the output explicitly"). NumPy's implicit output: the indices that
+    appear once, alphabetically, after '...'; 'ba' is a transpose, not the identity."""
+    rng = np.random.default_rng(5)
+    a, b, c = rng.standard_normal((3, 4)), rng.standard_normal((4, 5)), rng.standard_normal((2, 3, 4))
+    for spec, ops in (("ij,jk", (a, b)), ("ba", (a,)), ("...ij,jk", (c, b)), ("ij,ij", (a, a))):
+        np.testing.assert_allclose(tnp.einsum(spec, *ops), np.einsum(spec, *ops), rtol=1e-13)
+    assert tnp.einsum("ba", a).shape == (4, 3)                    # negative control of the order
+    twin = lambda a: jnp.sum(jnp.einsum("ij,kj", a, a) ** 2) + jnp.einsum("ij,ij", a, a)
+    want = jax.grad(twin)(a)
+    np.testing.assert_allclose(tl.grad(E.einsum_implicit)(a), want, rtol=1e-12)
+    np.testing.assert_allclose(tl.jit(tl.grad(E.einsum_implicit))(a), want, rtol=1e-12)

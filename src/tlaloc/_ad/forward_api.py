@@ -58,6 +58,8 @@ class _JVPTransform(Transformed):
             trees.append(pt)
         # built per structure, specialised to shapes or integer values where the code reads them
         entry = self._specialised(trees, flat, [np.asarray(x) for x in flat])
+        if self.drop_if_stale(entry["lowered"]):    # a folded global changed since: build again
+            entry = self._specialised(trees, flat, [np.asarray(x) for x in flat])
         from .._frontend import typing_hooks
         if typing_hooks.check_call is not None:
             typing_hooks.check_call(self.fn, tuple(primals))

@@ -160,7 +160,7 @@ class JacobianTransform(ShapeDependent):
             raise ArgumentError(f"{self.name}: the function must return one array, got structure {low.out_tree!r}")
         closure_avals = [_aval.of(np.asarray(g())) for g in low.closure_getters]
         key = (tuple(avals), tuple(closure_avals))
-        if key in self._entries:
+        if key in self._entries and not self.drop_if_stale(self._entries[key]["lowered"]):
             return self._entries[key]
         g = verify(jacobian_graph(low.graph, list(avals) + closure_avals, argnums, self.mode, self.name))
         arg_names = [v.hint for v in low.graph.inputs]
@@ -169,7 +169,7 @@ class JacobianTransform(ShapeDependent):
                                             self.name)
         out_tree = _LEAF if self.single else _pytree.TreeDef("tuple", None, tuple(_LEAF for _ in argnums))
         as_lowered = LoweredFunction(g, low.fn, low.arg_names, low.arg_trees, low.closure_getters, out_tree,
-                                     low.src)
+                                     low.src, tuple(low.guards))
         entry = {"source": source, "fn": namespace[self.name], "lowered": low,
                  "graphs": [(g, self.name, arg_names, doc)], "as_lowered": as_lowered}
         self._entries[key] = entry

@@ -81,9 +81,11 @@ class Transformed:
     def _entry(self, arg_trees, arg_avals=None):
         key = (None if arg_trees is None else tuple(arg_trees),
                None if arg_avals is None else tuple(arg_avals))
-        if key in self._entries:
+        if key in self._entries and not self.drop_if_stale(self._entries[key]["lowered"]):
             return self._entries[key]
         base = self._entries.get((None, None))
+        if base is not None and self.drop_if_stale(base["lowered"]):
+            base = None
         if (arg_avals is None and arg_trees is not None and all(t == _LEAF for t in arg_trees)
                 and base is not None and len(arg_trees) == len(base["lowered"].arg_trees)):
             return base
@@ -150,14 +152,21 @@ class Transformed:
             if len(args) != len(lowered.arg_trees):
                 raise ArgumentError(f"{self.name}: takes {len(lowered.arg_trees)} positional arguments "
                                     f"({', '.join(lowered.arg_names[:len(lowered.arg_trees)])}), got {len(args)}")
-        guards = entry["guards"]
-        if guards and not all(g() for g in guards):
-            stale = next(g.name for g in guards if not g())
-            specialise.log_build(self.name, f"`{stale}` changed since the function was lowered")
-            self._entries.clear()
-            self._levels.clear()
+        if self.drop_if_stale(entry["lowered"]):
             return self._select(args)
         return entry, trees, flat
+
+    def drop_if_stale(self, lowered) -> bool:
+        """True (and every build of this transform forgotten) when a global or closure value folded
+        into ``lowered`` was rebound or mutated since (frontend/host.py guards)."""
+        stale = changed_guard(lowered)
+        if stale is None:
+            return False
+        specialise.log_build(self.name, f"`{stale}` changed since the function was lowered")
+        for cache in (self._entries, getattr(self, "_levels", None), getattr(self, "_lowerings", None)):
+            if isinstance(cache, dict):
+                cache.clear()
+        return True
 
     def _specialised(self, trees, raw, flat, objects=False):
         """The entry for these trees, specialised as far as the lowering needs (structure.ShapeNeeded):
@@ -248,6 +257,14 @@ class ShapeDependent(Transformed):
 
     def build(self, lowered):                 # pragma: no cover (the Transformed hook is unused)
         raise NotImplementedError
+
+
+def changed_guard(lowered):
+    """The name of the first folded global/closure value of ``lowered`` that changed, or None."""
+    for g in getattr(lowered, "guards", ()):
+        if not g():
+            return g.name
+    return None
 
 
 def known_shapes(arg_trees, arg_avals) -> bool:

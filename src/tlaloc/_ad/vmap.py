@@ -126,6 +126,8 @@ class _VmapTransform(ShapeDependent):
     # -- building ---------------------------------------------------------------------------
     def _lowering(self, trees, ex_avals) -> LoweredFunction:
         key = (tuple(trees), tuple(ex_avals))
+        if key in self._lowerings and self.drop_if_stale(self._lowerings[key]):
+            pass                                    # a folded global changed: lowered again below
         if key not in self._lowerings:
             self._check_examples(trees, ex_avals)
             inner = getattr(self.fn, "__tlaloc_transformed__", None)
@@ -215,7 +217,7 @@ class _VmapTransform(ShapeDependent):
         source, namespace = render_and_load([(g, self.name, arg_names, doc)], f"vmap of {_fn_label(self.fn)}",
                                             self.name)
         as_lowered = LoweredFunction(g, low.fn, low.arg_names, low.arg_trees, low.closure_getters,
-                                     low.out_tree, low.src)
+                                     low.out_tree, low.src, tuple(low.guards))
         return {"source": source, "fn": namespace[self.name], "lowered": low,
                 "graphs": [(g, self.name, arg_names, doc)], "as_lowered": as_lowered}
 

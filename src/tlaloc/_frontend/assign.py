@@ -12,6 +12,9 @@ from ..errors import TypeAnnotationError
 from .expr import binop
 from .values import Undefined, is_symbolic
 
+_OP_TEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.FloorDiv: "//",
+            ast.Mod: "%", ast.MatMult: "@"}
+
 
 class AssignLowerer:
     """Mixin of ``Lowerer``."""
@@ -71,15 +74,17 @@ class AssignLowerer:
             idx = self.index(t.slice)
             v = self.expr(node.value)
             if isinstance(base, (list, dict)) and not is_symbolic(idx):      # counts[k] += 1
-                new = binop(type(node.op), base[idx], v)
                 if not self.is_outside(base):
-                    base[idx] = new
+                    base[idx] = binop(type(node.op), base[idx], v)
                 else:
                     op = type(node.op)
-                    def update(base=base, idx=idx, op=op, v=v):
+                    def update(v, base=base, idx=idx, op=op):
                         base[idx] = binop(op, base[idx], v)
                     update.__self__ = base
-                    self.external_mutation(update, [], {}, node)
+                    update.__name__ = f"{ast.unparse(t)} {_OP_TEXT.get(op, 'op')}="
+                    # v goes in as an argument, so that an array computed here is refused by name
+                    # (regression: `LOG["s"] += np.sum(w)` on a global dict failed with no location)
+                    self.external_mutation(update, [v], {}, node)
                 return
             if isinstance(node.op, ast.Add) and _scalar_index(idx):
                 # one element or a slice: NumPy's read-add-write is an add in place
@@ -110,7 +115,11 @@ class AssignLowerer:
         elif isinstance(target, ast.Subscript):
             from .._prims.indexing import index_set
             base = self.expr(target.value)
-            new = index_set(base, self.index(target.slice), value)
+            idx = self.index(target.slice)
+            if isinstance(base, (list, dict)) and not is_symbolic(idx):      # d[k] = v, lst[0] = v
+                self._store_item(base, idx, value, target)
+                return
+            new = index_set(base, idx, value)
             self._store_subscript_base(target.value, new)
         elif isinstance(target, ast.Attribute):
             self._attribute_effect(target, value, target)
@@ -120,6 +129,20 @@ class AssignLowerer:
             raise self.src.error(target, f"assignment to {type(target).__name__} is not supported inside a "
                                          f"differentiated function (objects are immutable here); build a "
                                          f"new value instead, e.g. dataclasses.replace")
+
+    def _store_item(self, base, idx, value, node):
+        """``d[k] = v`` / ``lst[i] = v`` on a Python container: a local one (or an argument's
+        pytree) changes here; one that outlives the call (a global's) changes at call time, and an
+        array computed here is refused by name. (Regression: this reached index_set and failed with
+        `TypeError: cannot use dict {} as an array operand`, with no location.)"""
+        if not self.is_outside(base):
+            base[idx] = value
+            return
+        def store(v, base=base, idx=idx):
+            base[idx] = v
+        store.__self__ = base
+        store.__name__ = f"{ast.unparse(node)} ="
+        self.external_mutation(store, [value], {}, node)
 
     def _store_subscript_base(self, base_node, new):
         """``a[i] = v`` rebinds ``a`` (functional update); ``a[i][j] = v`` nests.

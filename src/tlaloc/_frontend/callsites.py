@@ -100,10 +100,12 @@ class CallLowerer:
         if calls.is_numpy_callable(fn):
             if not symbolic and not getattr(fn, "__name__", "") in ("zeros_like", "ones_like"):
                 return self._static_call(fn, args, kwargs, node)
-            if (args and isinstance(args[0], (list, tuple)) and fn.__name__ not in _SEQUENCE_FUNCTIONS
+            # a SciPy distribution object (`norm(mu, s)` with an array `mu`) has no __name__
+            name = getattr(fn, "__name__", None)
+            if (args and isinstance(args[0], (list, tuple)) and name not in _SEQUENCE_FUNCTIONS
                     and not calls.is_scipy_callable(fn)):     # cho_solve((c, lower), b) takes a real tuple
                 args = [_stacked(args[0])] + list(args[1:])     # np.sum([a, b]), np.array([[a, b], [c, d]])
-            eq = _OVERRIDES.get(fn.__name__) or calls.numpy_equivalent(fn)
+            eq = _OVERRIDES.get(name) or calls.numpy_equivalent(fn)
             if eq is None:
                 raise self.src.error(node, calls.no_equivalent_message(fn))
             return self._checked(eq, args, kwargs, node)

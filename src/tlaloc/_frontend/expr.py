@@ -114,6 +114,14 @@ class ExprLowerer:
         except KeyError:
             raise self.src.error(node, f"the operator {type(node.op).__name__} is not supported on arrays; "
                                        f"use + - * / ** @ // %") from None
+        except TypeError:
+            # an operand that is not an array: a list or tuple argument (a pytree of its items, where
+            # NumPy would convert it), a string, None. Regression: `TypeError: cannot use list [...]
+            # as an array operand`, raised with no location.
+            kinds = " and ".join(_operand_kind(v) for v in (a, b))
+            raise self.src.error(node, f"`{ast.unparse(node)}` combines {kinds}; pass arrays, "
+                                       f"e.g. np.asarray(...) of a list before calling, or convert it "
+                                       f"here with np.asarray") from None
 
     def expr_UnaryOp(self, node):
         v = self.expr(node.operand)
@@ -305,6 +313,14 @@ class ExprLowerer:
 
     def expr_Lambda(self, node):
         return LocalFunction(node, self.src, self.env, self.scope, "<lambda>")
+
+
+def _operand_kind(v) -> str:
+    if is_symbolic(v):
+        return "an array"
+    if isinstance(v, (list, tuple)):
+        return f"a Python {type(v).__name__} of {len(v)} items"
+    return "None" if v is None else f"a {type(v).__name__}"
 
 
 def _unlocated(msg: str) -> str:

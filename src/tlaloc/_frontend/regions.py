@@ -70,7 +70,11 @@ def lower_region(lowerer, fn, arg_trees, arg_avals, node, what):
     try:
         lowered = lower_function(fn, arg_trees=list(arg_trees), arg_avals=list(arg_avals))
     except FenceError as e:
-        raise src.error(node, f"{what} `{fn.__name__}` could not be lowered: {e}") from None
+        from .structure import ShapeNeeded
+        # the region needs a rank or a size its arguments do not carry yet (np.dot of arguments of
+        # unknown rank): specialise the enclosing function, which gives the region concrete avals
+        cls = ShapeNeeded if isinstance(e, ShapeNeeded) and lowerer.ctx.specialisable else FenceError
+        raise src.error(node, f"{what} `{fn.__name__}` could not be lowered: {e}", cls) from None
     closure = []
     for k, getter in enumerate(lowered.closure_getters):
         if getattr(getter, "__tlaloc_call_time__", False):

@@ -90,6 +90,7 @@ class Jitted:
         self._static = frozenset(self.static_argnums)
         dispatch.know_array_types(self._array_types)
         self._sources: dict = {}
+        self._guards: list = []         # of every source lowered: all true while no folded global changed
         self._seen: list = []           # keys compiled so far, for the recompile reason
         self._rows: dict = {}           # key -> residual rows of reverse-mode whiles (tlaloc._jit.residuals)
         name = getattr(fun, "__name__", "f")
@@ -132,7 +133,25 @@ class Jitted:
                                      f"use tlaloc.random (keys passed as arguments), or draw outside the "
                                      f"jitted function and pass the noise in")
             self._sources[key] = src
+            self._guards.extend(src.guards)
         return src
+
+    def _forget_stale(self):
+        """A global or closure value folded into the program was rebound or mutated: lower and
+        compile again, as tl.grad rebuilds. (Regression: `SCALE = 3.0` after the first call left
+        tl.jit(f) and tl.jit(tl.grad(f)) returning the old program's values.)"""
+        stale = next(g.name for g in self._guards if not g())
+        log.log(logging.WARNING if os.environ.get("TLALOC_LOG_COMPILES", "") not in ("", "0") else logging.DEBUG,
+                "tlaloc.jit: lowering %s again: `%s` changed since it was lowered", self.__name__, stale)
+        self._sources.clear()
+        self._cache.clear()
+        self._hits.clear()
+        self._guards = []
+        t = getattr(self.fun, "__tlaloc_transformed__", None)       # tl.jit(tl.grad(f)): its builds too
+        for attr in ("_entries", "_levels"):
+            cache = getattr(t, attr, None)
+            if isinstance(cache, dict):
+                cache.clear()
 
     def _prepare(self, args):
         statics, trees, flat = self._split(args)
@@ -196,6 +215,8 @@ class Jitted:
                                 f"(got keywords {sorted(kwargs)})")
         if self._plan is not None:
             return bounded.call(self, self._plan, args)
+        if self._guards and not all(g() for g in self._guards):
+            self._forget_stale()
         sig = None
         if self.backend != "interpreter":
             sig = dispatch.signature(args, self._static)

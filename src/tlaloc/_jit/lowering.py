@@ -31,6 +31,11 @@ class Source:
     finish: Callable          # (args, trees, flat outputs) -> the function's result
     check: Callable           # (args, trees, leaves) -> None or raise
     out_tree: object = None   # the result's structure where known (for out_shardings)
+    guards: tuple = ()        # folded globals/closure values: true while unchanged (frontend/host.py)
+
+
+def _guards(lowered) -> tuple:
+    return tuple(getattr(lowered, "guards", ()))
 
 
 class _Globals(dict):
@@ -94,7 +99,7 @@ def source_for(fun, trees, statics: dict, arg_avals=None) -> Source:
         if len(args) > n_params:
             raise ArgumentError(f"{fun.__name__}: takes {n_params} positional arguments, got {len(args)}")
 
-    return Source(lowered.graph, list(lowered.closure_getters), finish, check, out_tree)
+    return Source(lowered.graph, list(lowered.closure_getters), finish, check, out_tree, _guards(lowered))
 
 
 def _static_transformed_source(t, trees, statics, arg_avals=None) -> Source:
@@ -137,7 +142,8 @@ def _static_transformed_source(t, trees, statics, arg_avals=None) -> Source:
             raise ArgumentError(f"{t.name}: takes {len(lowered.arg_trees)} positional arguments, got {len(args)}")
 
     as_lowered = entry.get("as_lowered")
-    return Source(graph, list(lowered.closure_getters), finish, check, getattr(as_lowered, "out_tree", None))
+    return Source(graph, list(lowered.closure_getters), finish, check, getattr(as_lowered, "out_tree", None),
+                  _guards(lowered))
 
 
 def _transformed_source(t, trees, statics, arg_avals=None) -> Source:
@@ -170,4 +176,5 @@ def _transformed_source(t, trees, statics, arg_avals=None) -> Source:
             t.check_args(args, trees, flat, lowered)
 
     as_lowered = entry.get("as_lowered")
-    return Source(graph, list(lowered.closure_getters), finish, check, getattr(as_lowered, "out_tree", None))
+    return Source(graph, list(lowered.closure_getters), finish, check, getattr(as_lowered, "out_tree", None),
+                  _guards(lowered))

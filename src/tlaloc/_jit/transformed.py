@@ -68,7 +68,8 @@ def _jvp_source(t, trees, Source):
         return (_pytree.unflatten(out_tree, outs[:n_out]), _pytree.unflatten(out_tree, outs[n_out:]))
 
     return Source(graph, list(lowered.closure_getters), finish, _arity_check(t.name, 2),
-                  out_tree=_pytree.TreeDef("tuple", None, (out_tree, out_tree)))
+                  out_tree=_pytree.TreeDef("tuple", None, (out_tree, out_tree)),
+                  guards=tuple(getattr(lowered, "guards", ())))
 
 
 # -- vmap, jacfwd, jacrev, hessian: the transform's own graph for these shapes ------------------------
@@ -81,7 +82,7 @@ def _lowered_source(t, trees, arg_avals, Source):
         return _pytree.unflatten(out_tree, list(outs))
 
     return Source(low.graph, list(low.closure_getters), finish, _arity_check(t.name, len(trees)),
-                  out_tree=out_tree)
+                  out_tree=out_tree, guards=tuple(getattr(low, "guards", ())))
 
 
 __all__ = ["transformed_source", "shape_dependent"]

@@ -21,6 +21,8 @@ from .stablehlo_structural import _axes, _extreme, reduce
 def cumulative(em, v, axis, op_name, init, reverse=False):
     """Inclusive scan of ``v`` along ``axis`` with ``stablehlo.reduce_window``."""
     n = v.shape[axis]
+    if n == 0:             # an empty axis: nothing to scan (a window of 0 does not verify)
+        return v
     if reverse:
         v = em.op("stablehlo.reverse", [v], (v.dtype, v.shape), attrs={"dimensions": i64s([axis])})
     r = len(v.shape)

@@ -15,11 +15,17 @@ def matmul(x1, x2):
 
 
 def dot(a, b):
-    """NumPy ``dot``: a product when either operand is a scalar (0-d), else
-    matmul semantics for 1-D and 2-D operands."""
+    """NumPy ``dot``: a product when either operand is a scalar (0-d); matmul for 1-D and 2-D
+    operands; above 2-D a sum over the last axis of ``a`` and the second-to-last of ``b``
+    (``a.shape[:-1] + b.shape[:-2] + b.shape[-1:]``, not matmul's batch broadcasting). The ranks
+    must be known (an operand of unknown rank specialises the function at its first call).
+    Regression: (2,3,4)·(2,4,5) gave matmul's (2,3,5), not NumPy's (2,3,2,5)."""
     if _known_scalar(a) or _known_scalar(b):
         return multiply(a, b)
-    return _la.matmul(a, b)
+    ra, rb = _rank(a, "dot"), _rank(b, "dot")
+    if ra <= 2 and rb <= 2:
+        return _la.matmul(a, b)
+    return _la.dot_general(a, b, ((ra - 1,), (max(rb - 2, 0),)))
 
 
 def _known_scalar(x) -> bool:
@@ -34,7 +40,16 @@ def vdot(a, b):
 
 
 def inner(a, b):
-    return _la.einsum("...i,...i->...", a, b)
+    """NumPy ``inner``: a product when either operand is a scalar (0-d), else a sum over the last
+    axes with shape ``a.shape[:-1] + b.shape[:-1]``. The ranks must be known (an operand of unknown
+    rank specialises the function at its first call). Regression: ``inner`` of two (3, 4) arrays
+    broadcast the leading axes, (3,) not (3, 3)."""
+    if _known_scalar(a) or _known_scalar(b):
+        return multiply(a, b)
+    ra, rb = _rank(a, "inner"), _rank(b, "inner")
+    if ra == 1 and rb == 1:
+        return _la.einsum("i,i->", a, b)
+    return _la.dot_general(a, b, ((ra - 1,), (rb - 1,)))
 
 
 def outer(a, b):
@@ -42,8 +57,19 @@ def outer(a, b):
 
 
 def einsum(subscripts, *operands):
-    """Einstein summation with an explicit output (``'ij,jk->ik'``)."""
-    return _la.einsum(subscripts, *operands)
+    """Einstein summation, NumPy's subscripts: an explicit output (``'ij,jk->ik'``), or NumPy's
+    implicit one (``'ij,jk'``: the indices that appear once, in alphabetical order, after the
+    broadcast ``...`` axes). Regression: the implicit form was refused."""
+    return _la.einsum(_explicit_output(subscripts), *operands)
+
+
+def _explicit_output(subscripts: str) -> str:
+    spec = subscripts.replace(" ", "")
+    if "->" in spec:
+        return spec
+    letters = spec.replace("...", "").replace(",", "")
+    once = sorted(c for c in set(letters) if letters.count(c) == 1)
+    return spec + "->" + ("..." if "..." in spec else "") + "".join(once)
 
 
 def tensordot(a, b, axes=2):
