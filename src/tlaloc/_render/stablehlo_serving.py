@@ -7,7 +7,9 @@
   identical updates: XLA CPU turns a one-row scatter into a dynamic-update-slice, fuses a
   copy of it into the attention's gather as well, and then copies the donated pool
   (three to four copies of every pool at every batch-1 decode step). Written this way
-  the pool is updated in place and read once.
+  the pool is updated in place and read once. A bfloat16 pool is scattered as its int16
+  bit patterns (``bitcast_convert`` both ways, free): XLA CPU has no bfloat16 scatter and
+  would otherwise convert the whole pool to float32 and back at every step.
 * ``sort_descending``: ``stablehlo.sort`` of (values, iota) on the last axis with a
   ``GT`` comparator, stable, so ties keep the lower index first.
 * ``paged_attention``: its definition (``paged_attention_reference``, written with
@@ -21,6 +23,7 @@ lowering table (``stablehlo_rules``) is left as it is.
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from .._core.aval import AbstractValue
@@ -29,6 +32,10 @@ from .._prims import serving as _sp
 from .stablehlo import I64, out_aval
 
 I32 = np.dtype(np.int32)
+I16 = np.dtype(np.int16)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+#: scatter bfloat16 pools as int16 bits (False: as bfloat16, the earlier programs; for benchmarks)
+BF16_AS_BITS = True
 
 
 def _kv_cache_write(em, node, cache, new, slots):
@@ -47,11 +54,17 @@ def _kv_cache_write(em, node, cache, new, slots):
         upd = em.op("stablehlo.concatenate", [upd, upd], (dt, (2, K, E)), attrs={"dimension": "0 : i64"})
     dims = ("#stablehlo.scatter<update_window_dims = [1, 2], inserted_window_dims = [0, 1], "
             "scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 1>")
-    with em.region([(dt, ()), (dt, ())]) as ((_, b), body):
+    pool, st = em.value(cache), dt
+    if dt == BF16 and BF16_AS_BITS:                                           # see the module docstring
+        st = I16
+        pool = em.op("stablehlo.bitcast_convert", [pool], (st, sh))
+        upd = em.op("stablehlo.bitcast_convert", [upd], (st, tuple(upd.shape)))
+    with em.region([(st, ()), (st, ())]) as ((_, b), body):
         em.ret([b])                                                           # overwrite
-    return em.op("stablehlo.scatter", [em.value(cache), idx, upd], (dt, sh),
-                 attrs={"scatter_dimension_numbers": dims, "indices_are_sorted": "false",
-                        "unique_indices": "false"}, regions=[body])
+    out = em.op("stablehlo.scatter", [pool, idx, upd], (st, sh),
+                attrs={"scatter_dimension_numbers": dims, "indices_are_sorted": "false",
+                       "unique_indices": "false"}, regions=[body])
+    return out if st == dt else em.op("stablehlo.bitcast_convert", [out], (dt, sh))
 
 
 def _sort_descending(em, node, x):
