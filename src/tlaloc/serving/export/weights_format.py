@@ -168,7 +168,8 @@ def stored_tensors(flat: dict, fmt: str) -> dict[str, np.ndarray]:
 def dequantize(stored: dict) -> dict:
     """The weights pytree a program computes with, from its weight inputs (traced or eager).
 
-    Quantized (in, out) matrices become :class:`QuantizedMatrix`; everything else float32.
+    bf16 and per-channel int8 (in, out) matrices become :class:`~tlaloc.models.lowp.LowpMatrix`
+    (while ``lowp.ENABLED``), other quantized ones :class:`QuantizedMatrix`; everything else float32.
     """
     flat = {name: _weight(name, v, stored.get(name + ".scale"), stored.get(name + ".offset"))
             for name, v in stored.items() if not name.endswith(SIDE)}
