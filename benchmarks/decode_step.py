@@ -11,8 +11,10 @@ Each variant is an artifact exported from the same GGUF (default: the Q4_1 SmolL
   <fmt>-whole            quantized matrices converted whole before one dot (``quantized.CHUNK = 0``)
   <fmt>-convert          int8/bf16 weights converted to float32 before float32 dots (``lowp.ENABLED =
                          False``: the programs before the low-precision dots)
+  <fmt>-kvbits           a bf16 KV pool written by a scatter of its int16 bits, not by
+                         dynamic_update_slice (``stablehlo_serving.BF16_WRITE = "scatter"``)
   <fmt>-kvconvert        a bf16 KV pool scattered as bf16 (XLA CPU converts the pool to float32 and
-                         back), not as its int16 bits (``stablehlo_serving.BF16_AS_BITS = False``)
+                         back: the earlier programs; ``BF16_WRITE = "scatter"``, ``BF16_AS_BITS = False``)
 
 Every repeat runs every variant at every batch size in turn (interleaved, one process):
 ``Engine.generate`` on B copies of a 16-token prompt, greedy, EOS ignored, ``--new-tokens``
@@ -47,10 +49,12 @@ def _options(variant: str) -> dict:
         opts["chunk"] = 0
     elif rest == "convert":
         opts["lowp"] = False
+    elif rest == "kvbits":
+        opts["kv_write"] = "scatter"
     elif rest == "kvconvert":
-        opts["kv_bits"] = False
+        opts["kv_write"], opts["kv_bits"] = "scatter", False
     elif rest:
-        raise SystemExit(f"decode_step: unknown variant {variant!r}; use <format>[-unfused|-whole|-convert|-kvconvert]")
+        raise SystemExit(f"decode_step: unknown variant {variant!r}; use <format>[-unfused|-whole|-convert|-kvbits|-kvconvert]")
     return opts
 
 
@@ -103,8 +107,10 @@ def main(argv=None) -> int:
             quantized.CHUNK = opts.pop("chunk", default_chunk)        # read when the programs are traced
             lowp.ENABLED = opts.pop("lowp", True)
             stablehlo_serving.BF16_AS_BITS = opts.pop("kv_bits", True)
+            stablehlo_serving.BF16_WRITE = opts.pop("kv_write", "update")
             export(gguf, out, batch=tuple(batches), context=(CONTEXT,), progress=False, **opts)
             quantized.CHUNK, lowp.ENABLED, stablehlo_serving.BF16_AS_BITS = default_chunk, True, True
+            stablehlo_serving.BF16_WRITE = "update"
             engines[v] = Engine(out)
             for b in batches:
                 decode_rate(engines[v], b, 3)                 # compiles the buckets

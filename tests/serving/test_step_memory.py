@@ -160,18 +160,23 @@ def test_int8_and_bf16_weights_reach_their_dots_unconverted(options, narrow, tin
     assert re.search(rf"\b{narrow}\[2,64\]", fast), "no two-row narrow activation operand"
 
 
-def test_bf16_pools_are_written_without_converting_them(tiny, tmp_path, monkeypatch):
-    """A bfloat16 KV pool is scattered as its int16 bits: no float32 copy of a pool in the decode
-    step. Scattered as bfloat16 (``BF16_AS_BITS = False``), XLA CPU converts each whole pool to
-    float32 and back (the negative control)."""
+def test_bf16_pools_are_written_in_place(tiny, tmp_path, monkeypatch):
+    """A bfloat16 KV pool takes a decode step's rows by dynamic_update_slice: no copy of a pool,
+    float32 or int16, in the decode step. Scattered as bfloat16 (``BF16_WRITE = "scatter"``,
+    ``BF16_AS_BITS = False``), XLA CPU converts each whole pool to float32 and back; scattered
+    as int16 bits, it copies the pool for the bitcasts (the negative controls)."""
     from tlaloc._render import stablehlo_serving
-    eng, bits = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16"), "bits")
+    eng, update = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16"), "update")
     P, BS, K, E = eng.manifest["kv"]["slots"][0]["shape"]
     pool_f32 = re.compile(rf"\bf32\[({P},{BS},{K},{E}|{P * BS},{K},{E})\]")
+    pool_s16 = re.compile(rf"\bs16\[({P},{BS},{K},{E}|{P * BS},{K},{E})\]")
+    monkeypatch.setattr(stablehlo_serving, "BF16_WRITE", "scatter")
+    _, bits = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16"), "bits")
     monkeypatch.setattr(stablehlo_serving, "BF16_AS_BITS", False)
     _, converted = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16"), "converted")
     assert pool_f32.search(converted), "control: a bf16 scatter converts the pool"
-    assert not pool_f32.search(bits), "a float32 copy of a bf16 KV pool"
+    assert pool_s16.search(bits) and not pool_f32.search(bits), "control: the int16 scatter copies, not converts"
+    assert not pool_f32.search(update) and not pool_s16.search(update), "a copy of a bf16 KV pool"
     pointers = eng.kv_pool_pointers()
     [r] = eng.generate([PROMPTS[1]], max_new_tokens=4)
     assert eng.kv_pool_pointers() == pointers and len(r.token_ids) == 4

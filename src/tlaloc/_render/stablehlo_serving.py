@@ -7,9 +7,12 @@
   identical updates: XLA CPU turns a one-row scatter into a dynamic-update-slice, fuses a
   copy of it into the attention's gather as well, and then copies the donated pool
   (three to four copies of every pool at every batch-1 decode step). Written this way
-  the pool is updated in place and read once. A bfloat16 pool is scattered as its int16
-  bit patterns (``bitcast_convert`` both ways, free): XLA CPU has no bfloat16 scatter and
-  would otherwise convert the whole pool to float32 and back at every step.
+  the pool is updated in place and read once. XLA CPU has no bfloat16 scatter: it converts
+  the whole pool to float32 and back at every step. So a bfloat16 pool takes up to DUS_MAX
+  rows (decode) as one ``dynamic_update_slice`` each, in place (a padding row goes to the
+  scratch page 0), and more rows (prefill) as a scatter of its int16 bit patterns
+  (``bitcast_convert`` both ways: XLA CPU copies the pool twice, still half the bytes of
+  the float32 round trip).
 * ``sort_descending``: ``stablehlo.sort`` of (values, iota) on the last axis with a
   ``GT`` comparator, stable, so ties keep the lower index first.
 * ``paged_attention``: its definition (``paged_attention_reference``, written with
@@ -36,6 +39,11 @@ I16 = np.dtype(np.int16)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 #: scatter bfloat16 pools as int16 bits (False: as bfloat16, the earlier programs; for benchmarks)
 BF16_AS_BITS = True
+#: how a bfloat16 pool takes up to DUS_MAX new rows: "update" (one dynamic_update_slice per
+#: row, in place: no copy of the pool) or "scatter" (as int16 bits; XLA CPU copies the pool for
+#: each bitcast_convert); more rows (prefill) always scatter
+BF16_WRITE = "update"
+DUS_MAX = 16
 
 
 def _kv_cache_write(em, node, cache, new, slots):
@@ -45,6 +53,8 @@ def _kv_cache_write(em, node, cache, new, slots):
     upd = em.value(new, dt)                                                   # (N, K, E) in the pool dtype
     s = em.value(slots, I64)                                                  # (N,)
     pad = em.compare("LT", s, em.const(0, I64, (n,)))
+    if dt == BF16 and BF16_WRITE == "update" and n <= DUS_MAX:
+        return _write_by_updates(em, cache, upd, s, pad, sh)
     page = em.select(pad, em.const(P, I64, (n,)), em.binary("stablehlo.divide", s, em.const(BS, I64, (n,))))
     offset = em.select(pad, em.const(0, I64, (n,)), em.binary("stablehlo.remainder", s, em.const(BS, I64, (n,))))
     idx = em.op("stablehlo.concatenate", [em.reshape(page, (n, 1)), em.reshape(offset, (n, 1))], (I64, (n, 2)),
@@ -65,6 +75,29 @@ def _kv_cache_write(em, node, cache, new, slots):
                 attrs={"scatter_dimension_numbers": dims, "indices_are_sorted": "false",
                        "unique_indices": "false"}, regions=[body])
     return out if st == dt else em.op("stablehlo.bitcast_convert", [out], (dt, sh))
+
+
+def _write_by_updates(em, cache, upd, s, pad, sh):
+    """The N token rows written one ``dynamic_update_slice`` each, in order (XLA CPU updates
+    the pool in place, whatever its dtype); a padding token (slot < 0) goes to slot 0 of the
+    scratch page 0, which no sequence reads."""
+    P, BS, K, E = sh
+    n = s.shape[0]
+    zero = em.const(0, I64, ())
+    slot = em.select(pad, em.const(0, I64, (n,)), s)                          # (N,)
+    pool = em.value(cache)
+    for i in range(n):
+        si = em.reshape(em.op("stablehlo.slice", [slot], (I64, (1,)),
+                              attrs={"start_indices": f"array<i64: {i}>", "limit_indices": f"array<i64: {i + 1}>",
+                                     "strides": "array<i64: 1>"}), ())
+        page = em.binary("stablehlo.divide", si, em.const(BS, I64, ()))
+        offset = em.binary("stablehlo.remainder", si, em.const(BS, I64, ()))
+        row = em.op("stablehlo.slice", [upd], (upd.dtype, (1, K, E)),
+                    attrs={"start_indices": f"array<i64: {i}, 0, 0>", "limit_indices": f"array<i64: {i + 1}, {K}, {E}>",
+                           "strides": "array<i64: 1, 1, 1>"})
+        pool = em.op("stablehlo.dynamic_update_slice", [pool, em.reshape(row, (1, 1, K, E)), page, offset, zero, zero],
+                     (pool.dtype, sh))
+    return pool
 
 
 def _sort_descending(em, node, x):
