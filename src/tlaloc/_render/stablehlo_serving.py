@@ -8,9 +8,9 @@
   copy of it into the attention's gather as well, and then copies the donated pool
   (three to four copies of every pool at every batch-1 decode step). Written this way
   the pool is updated in place and read once. XLA CPU has no bfloat16 scatter: it converts
-  the whole pool to float32 and back at every step. So a bfloat16 pool takes up to DUS_MAX
-  rows (decode) as one ``dynamic_update_slice`` each, in place (a padding row goes to the
-  scratch page 0), and more rows (prefill) as a scatter of its int16 bit patterns
+  the whole pool to float32 and back at every step. So a bfloat16 pool takes one row
+  (batch-1 decode) by a ``dynamic_update_slice``, in place (a padding row goes to the
+  scratch page 0), and more rows as a scatter of its int16 bit patterns
   (``bitcast_convert`` both ways: XLA CPU copies the pool twice, still half the bytes of
   the float32 round trip).
 * ``sort_descending``: ``stablehlo.sort`` of (values, iota) on the last axis with a
@@ -41,9 +41,10 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 BF16_AS_BITS = True
 #: how a bfloat16 pool takes up to DUS_MAX new rows: "update" (one dynamic_update_slice per
 #: row, in place: no copy of the pool) or "scatter" (as int16 bits; XLA CPU copies the pool for
-#: each bitcast_convert); more rows (prefill) always scatter
+#: each bitcast_convert); more rows always scatter. DUS_MAX = 1: a chain of 16 updates (batch-16
+#: decode) ran 13x slower than the int16 scatter (benchmarks/RESULTS.md, issue 18)
 BF16_WRITE = "update"
-DUS_MAX = 16
+DUS_MAX = 1
 
 
 def _kv_cache_write(em, node, cache, new, slots):
