@@ -9,6 +9,12 @@ Each variant is an artifact exported from the same GGUF (default: the Q4_1 SmolL
   f32, bf16, int8        ``export(..., dtype=/weights=)``: the weight formats
   <fmt>-unfused          the same without ``fuse=True``: q/k/v and gate/up as separate dots
   <fmt>-whole            quantized matrices converted whole before one dot (``quantized.CHUNK = 0``)
+  <fmt>-convert          int8/bf16 weights converted to float32 before float32 dots (``lowp.ENABLED =
+                         False``: the programs before the low-precision dots)
+  <fmt>-kvbits           a bf16 KV pool written by a scatter of its int16 bits, not by
+                         dynamic_update_slice (``stablehlo_serving.BF16_WRITE = "scatter"``)
+  <fmt>-kvconvert        a bf16 KV pool scattered as bf16 (XLA CPU converts the pool to float32 and
+                         back: the earlier programs; ``BF16_WRITE = "scatter"``, ``BF16_AS_BITS = False``)
 
 Every repeat runs every variant at every batch size in turn (interleaved, one process):
 ``Engine.generate`` on B copies of a 16-token prompt, greedy, EOS ignored, ``--new-tokens``
@@ -41,8 +47,14 @@ def _options(variant: str) -> dict:
         opts["fuse"] = False
     elif rest == "whole":
         opts["chunk"] = 0
+    elif rest == "convert":
+        opts["lowp"] = False
+    elif rest == "kvbits":
+        opts["kv_write"] = "scatter"
+    elif rest == "kvconvert":
+        opts["kv_write"], opts["kv_bits"] = "scatter", False
     elif rest:
-        raise SystemExit(f"decode_step: unknown variant {variant!r}; use <format>[-unfused|-whole]")
+        raise SystemExit(f"decode_step: unknown variant {variant!r}; use <format>[-unfused|-whole|-convert|-kvbits|-kvconvert]")
     return opts
 
 
@@ -77,7 +89,8 @@ def main(argv=None) -> int:
     if args.threads is None:
         common.limit_threads(2)
     from quantization import default_model
-    from tlaloc.models import quantized
+    from tlaloc._render import stablehlo_serving
+    from tlaloc.models import lowp, quantized
     from tlaloc.serving import Engine
     from tlaloc.serving.export import export
     default_chunk = quantized.CHUNK
@@ -92,8 +105,12 @@ def main(argv=None) -> int:
             out = os.path.join(tmp, v)
             opts = _options(v)
             quantized.CHUNK = opts.pop("chunk", default_chunk)        # read when the programs are traced
+            lowp.ENABLED = opts.pop("lowp", True)
+            stablehlo_serving.BF16_AS_BITS = opts.pop("kv_bits", True)
+            stablehlo_serving.BF16_WRITE = opts.pop("kv_write", "update")
             export(gguf, out, batch=tuple(batches), context=(CONTEXT,), progress=False, **opts)
-            quantized.CHUNK = default_chunk
+            quantized.CHUNK, lowp.ENABLED, stablehlo_serving.BF16_AS_BITS = default_chunk, True, True
+            stablehlo_serving.BF16_WRITE = "update"
             engines[v] = Engine(out)
             for b in batches:
                 decode_rate(engines[v], b, 3)                 # compiles the buckets

@@ -82,7 +82,9 @@ def test_f32_score_equals_transformers(name, tiny, engine):
 def test_quantized_score_equals_the_numpy_model_on_the_stored_weights(fmt, tiny, artifact, engine):
     art = artifact("llama", score=True, **FORMATS[fmt])
     r = engine("llama", score=True, **FORMATS[fmt]).score(IDS)
-    atol = 2e-4 if fmt == "int8" else 1e-3          # bf16 KV: a last-bit f32 difference can flip one rounding
+    # bf16 KV: a last-bit f32 difference can flip one rounding; int8: the programs split each
+    # activation row into two int8 terms (models.lowp, resolution max|x| / 64516), ~5e-4 nats here
+    atol = 1e-3
     np.testing.assert_allclose(r.logprobs, _numpy_logprobs(art, tiny("llama")[1], IDS), rtol=0, atol=atol)
 
 

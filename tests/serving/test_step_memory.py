@@ -82,16 +82,19 @@ def test_bf16_weights_are_converted_one_at_a_time(xla_flags, one_at_a_time):
 # fuse=False: the fused gate/up matrix (D, 2F) = (64, 256) would have the head's shape
 @pytest.mark.parametrize("name, options", [("qwen3_tied", dict(dtype="bf16", fuse=False)),
                                            ("qwen3_untied", dict(weights="int8", fuse=False))])
-def test_bf16_and_int8_heads_are_converted_a_slice_at_a_time(name, options, tiny, engine, tmp_path, monkeypatch):
-    """No float32 copy of the whole output head: with HEAD_CHUNK below the vocabulary, the
-    optimised decode step holds (chunk, D) slices only, and its greedy ids are bit-identical to
-    the one-slice program (HEAD_CHUNK above the vocabulary: the whole table converted, the
-    negative control)."""
+def test_bf16_and_int8_heads_are_converted_a_slice_at_a_time(name, options, tiny, tmp_path, monkeypatch):
+    """Without the low-precision dots (``lowp.ENABLED = False``), no float32 copy of the whole
+    output head: with HEAD_CHUNK below the vocabulary, the optimised decode step holds
+    (chunk, D) slices only, and its greedy ids are bit-identical to the one-slice program
+    (HEAD_CHUNK above the vocabulary: the whole table converted, the negative control)."""
+    from tlaloc.models import lowp
     from tlaloc.serving import Engine
     from tlaloc.serving.export import programs
     from tlaloc.serving.export import export
     from .fixtures import LADDER
-    whole = engine(name, **options)
+    monkeypatch.setattr(lowp, "ENABLED", False)
+    export(tiny(name)[1], tmp_path / "whole", **LADDER, **options, progress=False)
+    whole = Engine(tmp_path / "whole", fast_compile=True)
     V, D = whole.config["vocab_size"], whole.config["hidden_size"]
     chunk = 32
     assert V > chunk and V % chunk == 0 and programs.HEAD_CHUNK >= V
@@ -111,14 +114,15 @@ def test_bf16_and_int8_heads_are_converted_a_slice_at_a_time(name, options, tiny
 
 @pytest.mark.parametrize("options", [dict(weights="q8_0"), dict(weights="int8")])
 def test_quantized_matrices_are_converted_a_chunk_of_rows_at_a_time(options, tiny, tmp_path, monkeypatch):
-    """No float32 copy of a whole quantized (in, out) matrix in the optimised decode step: with
-    quantized.CHUNK = 32, only (32, out) slices are converted (the one-dot program, CHUNK = 0,
+    """No float32 copy of a whole quantized (in, out) matrix in the optimised decode step (int8:
+    without the low-precision dots, ``lowp.ENABLED = False``): with quantized.CHUNK = 32, only (32, out) slices are converted (the one-dot program, CHUNK = 0,
     holds the whole matrices in float32: the negative control). Tiny llama: D 64, F 128,
     q/k/v (64, 128) fused, down (128, 64); the output head is sliced by HEAD_CHUNK instead."""
-    from tlaloc.models import quantized
+    from tlaloc.models import lowp, quantized
     from tlaloc.serving import Engine
     from tlaloc.serving.export import export
     from .fixtures import LADDER
+    monkeypatch.setattr(lowp, "ENABLED", False)                       # int8: the chunked float32 path
     whole = re.compile(r"\bf32\[(64,128|128,64)\]")                    # wqkv, w_down
     hlo = {}
     for chunk in (0, 32):
@@ -129,3 +133,50 @@ def test_quantized_matrices_are_converted_a_chunk_of_rows_at_a_time(options, tin
     assert whole.search(hlo[0]), "control: the one-dot program converts whole matrices"
     assert not whole.search(hlo[32]), f"{options}: a float32 copy of a whole quantized matrix"
     assert re.search(r"\bf32\[32,(128|64)\]", hlo[32]), "no (32, out) converted slice"
+
+
+def _decode_hlo(tiny, tmp_path, name, options, tag):
+    from tlaloc.serving import Engine
+    from tlaloc.serving.export import export
+    from .fixtures import LADDER
+    export(tiny(name)[1], tmp_path / tag, **LADDER, **options, progress=False)
+    eng = Engine(tmp_path / tag, fast_compile=True)
+    return eng, _entry(_compiled(eng, "decode", 1, 16).get_hlo_text())
+
+
+@pytest.mark.parametrize("options, narrow", [(dict(weights="int8"), "s8"), (dict(dtype="bf16"), "bf16")])
+def test_int8_and_bf16_weights_reach_their_dots_unconverted(options, narrow, tiny, tmp_path, monkeypatch):
+    """With the low-precision dots (models.lowp), the decode step never holds a float32 copy of a
+    weight matrix or of the head, and its dots take the stored weights: int8 x int8 -> s32, bf16 x
+    bf16 -> f32. The programs with ``lowp.ENABLED = False`` convert them (the negative control).
+    Tiny untied qwen3: D 64, fused q/k/v (64, 128), gate/up (64, 256), down (128, 64), head (64, 256)."""
+    from tlaloc.models import lowp
+    f32_matrix = re.compile(r"\bf32\[(64,128|128,64|64,256|256,64)\]")
+    _, fast = _decode_hlo(tiny, tmp_path, "qwen3_untied", dict(options, fuse=True), "lowp")
+    monkeypatch.setattr(lowp, "ENABLED", False)
+    _, slow = _decode_hlo(tiny, tmp_path, "qwen3_untied", dict(options, fuse=True), "convert")
+    assert f32_matrix.search(slow), "control: the converting programs hold float32 weights"
+    assert not f32_matrix.search(fast), f"{options}: a float32 copy of a weight matrix"
+    assert re.search(rf"\b{narrow}\[2,64\]", fast), "no two-row narrow activation operand"
+
+
+def test_bf16_pools_are_written_in_place(tiny, tmp_path, monkeypatch):
+    """A bfloat16 KV pool takes a decode step's rows by dynamic_update_slice: no copy of a pool,
+    float32 or int16, in the decode step. Scattered as bfloat16 (``BF16_WRITE = "scatter"``,
+    ``BF16_AS_BITS = False``), XLA CPU converts each whole pool to float32 and back; scattered
+    as int16 bits, it copies the pool for the bitcasts (the negative controls)."""
+    from tlaloc._render import stablehlo_serving
+    eng, update = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16"), "update")
+    P, BS, K, E = eng.manifest["kv"]["slots"][0]["shape"]
+    pool_f32 = re.compile(rf"\bf32\[({P},{BS},{K},{E}|{P * BS},{K},{E})\]")
+    pool_s16 = re.compile(rf"\bs16\[({P},{BS},{K},{E}|{P * BS},{K},{E})\]")
+    monkeypatch.setattr(stablehlo_serving, "BF16_WRITE", "scatter")
+    _, bits = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16"), "bits")
+    monkeypatch.setattr(stablehlo_serving, "BF16_AS_BITS", False)
+    _, converted = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16"), "converted")
+    assert pool_f32.search(converted), "control: a bf16 scatter converts the pool"
+    assert pool_s16.search(bits) and not pool_f32.search(bits), "control: the int16 scatter copies, not converts"
+    assert not pool_f32.search(update) and not pool_s16.search(update), "a copy of a bf16 KV pool"
+    pointers = eng.kv_pool_pointers()
+    [r] = eng.generate([PROMPTS[1]], max_new_tokens=4)
+    assert eng.kv_pool_pointers() == pointers and len(r.token_ids) == 4

@@ -96,19 +96,20 @@ _einsum.handles_unbatched = True
 _la.einsum_p.batch = _einsum
 
 
-def _dot_general(args, dims, *, contracting, batch):
+def _dot_general(args, dims, *, contracting, batch, preferred_element_type=None):
     (x, y), (dx, dy) = args, dims
     (lc, rc), (lb, rb) = contracting, batch
+    pref = {} if preferred_element_type is None else {"preferred_element_type": preferred_element_type}
     up = lambda axes: tuple(a + 1 for a in axes)            # noqa: E731
     if dx is not None and dy is not None:
         out = _la.dot_general(to_front(x, dx), to_front(y, dy), (up(lc), up(rc)),
-                              ((0,) + up(lb), (0,) + up(rb)))
+                              ((0,) + up(lb), (0,) + up(rb)), **pref)
         return out, 0
     if dx is not None:       # the batch axis is lhs's first free axis
-        out = _la.dot_general(to_front(x, dx), y, (up(lc), rc), (up(lb), rb))
+        out = _la.dot_general(to_front(x, dx), y, (up(lc), rc), (up(lb), rb), **pref)
         return to_front(out, len(lb)), 0
     free_x = rank(x) - len(lc) - len(lb)
-    out = _la.dot_general(x, to_front(y, dy), (lc, up(rc)), (lb, up(rb)))
+    out = _la.dot_general(x, to_front(y, dy), (lc, up(rc)), (lb, up(rb)), **pref)
     return to_front(out, len(lb) + free_x), 0
 
 

@@ -22,7 +22,7 @@ from ..errors import NoRuleError, ShapeError
 from . import _eager
 from ._rules import broadcast_shapes, refuse_float_mix
 from .broadcasting import _sum_to_impl, broadcast_like, sum_to
-from .elementwise import add, multiply, negative
+from .elementwise import add, convert, multiply, negative
 from .shape_ops import transpose
 
 
@@ -252,7 +252,18 @@ def _dot_general_impl(x, y, *, contracting, batch):
     return np.einsum(_dot_general_spec(np.ndim(x), np.ndim(y), contracting, batch), x, y)
 
 
-def _dot_general_shape(x, y, *, contracting, batch):
+#: operand dtype -> the wider result dtype ``preferred_element_type`` may ask for
+_PREFERRED = {np.dtype(np.int8): np.dtype(np.int32), _dt.bfloat16: np.dtype(np.float32)}
+
+
+def _preferred_impl(x, y, *, contracting, batch, preferred_element_type):
+    """int8 x int8 -> int32 exactly; bfloat16 x bfloat16 -> float32 (products exact, sums in float32)."""
+    want = np.dtype(preferred_element_type)
+    spec = _dot_general_spec(np.ndim(x), np.ndim(y), contracting, batch)
+    return np.asarray(np.einsum(spec, np.asarray(x, want), np.asarray(y, want)), want)
+
+
+def _dot_general_shape(x, y, *, contracting, batch, preferred_element_type=None):
     if x.shape is None or y.shape is None:
         return None
     (lc, rc), (lb, rb) = contracting, batch
@@ -264,27 +275,80 @@ def _dot_general_shape(x, y, *, contracting, batch):
             + tuple(d for i, d in enumerate(y.shape) if i not in rc and i not in rb))
 
 
-dot_general_p = Primitive("dot_general", impl=_contraction("dot_general", _dot_general_impl, ("lhs", "rhs")),
+def _check_preferred(xd, yd, preferred_element_type):
+    """The result dtype of a ``dot_general`` with ``preferred_element_type``, or ValueError."""
+    want = np.dtype(preferred_element_type)
+    xd, yd = np.dtype(xd), np.dtype(yd)
+    if xd == yd == want:
+        return want
+    wider = _PREFERRED.get(xd)
+    if xd != yd or wider is None or wider != want:      # (np.dtype(None) is float64: test None first)
+        pairs = ", ".join(f"{k.name} x {k.name} -> {v.name}" for k, v in _PREFERRED.items())
+        raise TypeError(f"dot_general: preferred_element_type={want.name} with operands {xd.name} and {yd.name}; "
+                        f"supported: {pairs} (or the operands' own dtype). Convert the operands first")
+    return want
+
+
+def _dot_general_dtype(x, y, *, contracting, batch, preferred_element_type=None):
+    if preferred_element_type is None:
+        return _mm_dtype("dot_general")(x, y)
+    return _check_preferred(x.dtype, y.dtype, preferred_element_type)
+
+
+_plain_dot_general = _contraction("dot_general", _dot_general_impl, ("lhs", "rhs"))
+
+
+def _dot_general_any(x, y, *, contracting, batch, preferred_element_type=None):
+    if preferred_element_type is None:
+        return _plain_dot_general(x, y, contracting=contracting, batch=batch)
+    _check_preferred(np.asarray(x).dtype, np.asarray(y).dtype, preferred_element_type)
+    return _preferred_impl(x, y, contracting=contracting, batch=batch,
+                           preferred_element_type=preferred_element_type)
+
+
+dot_general_p = Primitive("dot_general", impl=_dot_general_any,
                           hlo="stablehlo.dot_general",
-                          shape_rule=_dot_general_shape, dtype_rule=_mm_dtype("dot_general"))
+                          shape_rule=_dot_general_shape, dtype_rule=_dot_general_dtype)
 
 
-def dot_general(x, y, contracting, batch=((), ())):
+def dot_general(x, y, contracting, batch=((), ()), preferred_element_type=None):
     """StableHLO ``dot_general`` (spec §4.8): ``contracting=((lhs axes), (rhs axes))``,
-    ``batch`` likewise; output axes are batch, lhs free, rhs free."""
+    ``batch`` likewise; output axes are batch, lhs free, rhs free.
+
+    ``preferred_element_type`` (None: the operands' result dtype) asks for a wider result,
+    accumulated in that type: int8 x int8 -> int32 (exact) or bfloat16 x bfloat16 -> float32.
+    Both operands must have the same dtype; any other pair raises TypeError. Integer dots
+    have no derivative; bfloat16 ones differentiate with float32 cotangents rounded to
+    bfloat16 for the operands.
+    """
     norm = lambda p: (tuple(int(a) for a in p[0]), tuple(int(a) for a in p[1]))
-    return dot_general_p.bind(x, y, contracting=norm(contracting), batch=norm(batch))
+    params = dict(contracting=norm(contracting), batch=norm(batch))
+    if preferred_element_type is not None:
+        params["preferred_element_type"] = np.dtype(preferred_element_type).name
+    return dot_general_p.bind(x, y, **params)
 
 
-def _dot_general_vjp(g, x, y, out, contracting, batch):
+def _dot_general_vjp(g, x, y, out, contracting, batch, preferred_element_type=None):
     if x.aval.rank is None or y.aval.rank is None:
         raise NoRuleError("no VJP rule for `dot_general` with operands of unknown rank; "
                           "use matmul or einsum, or annotate the argument ranks")
     spec = _dot_general_spec(x.aval.rank, y.aval.rank, contracting, batch)
-    return _einsum_vjp(g, x, y, out=out, spec=spec)
+    if preferred_element_type is None:
+        return _einsum_vjp(g, x, y, out=out, spec=spec)
+    if not np.issubdtype(np.dtype(preferred_element_type), np.floating):
+        raise NoRuleError(f"no VJP rule for an integer `dot_general` (preferred_element_type="
+                          f"{preferred_element_type}): integer operands have no derivative")
+    # the cotangents in float32 (x and y widened exactly), rounded once to the operands' dtype
+    want = np.dtype(preferred_element_type)
+    gx, gy = _einsum_vjp(g, convert(x, want), convert(y, want), out=out, spec=spec)
+    return convert(gx, x.aval.dtype), convert(gy, y.aval.dtype)
+
+
+def _dot_general_jvp(t, x, y, out, contracting, batch, preferred_element_type=None):
+    pref = {} if preferred_element_type is None else {"preferred_element_type": preferred_element_type}
+    return _sum2(None if t[0] is None else dot_general(t[0], y, contracting, batch, **pref),
+                 None if t[1] is None else dot_general(x, t[1], contracting, batch, **pref))
 
 
 dot_general_p.vjp = _dot_general_vjp
-dot_general_p.jvp = lambda t, x, y, out, contracting, batch: _sum2(
-    None if t[0] is None else dot_general(t[0], y, contracting, batch),
-    None if t[1] is None else dot_general(x, t[1], contracting, batch))
+dot_general_p.jvp = _dot_general_jvp

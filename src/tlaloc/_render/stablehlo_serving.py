@@ -7,7 +7,12 @@
   identical updates: XLA CPU turns a one-row scatter into a dynamic-update-slice, fuses a
   copy of it into the attention's gather as well, and then copies the donated pool
   (three to four copies of every pool at every batch-1 decode step). Written this way
-  the pool is updated in place and read once.
+  the pool is updated in place and read once. XLA CPU has no bfloat16 scatter: it converts
+  the whole pool to float32 and back at every step. So a bfloat16 pool takes one row
+  (batch-1 decode) by a ``dynamic_update_slice``, in place (a padding row goes to the
+  scratch page 0), and more rows as a scatter of its int16 bit patterns
+  (``bitcast_convert`` both ways: XLA CPU copies the pool twice, still half the bytes of
+  the float32 round trip).
 * ``sort_descending``: ``stablehlo.sort`` of (values, iota) on the last axis with a
   ``GT`` comparator, stable, so ties keep the lower index first.
 * ``paged_attention``: its definition (``paged_attention_reference``, written with
@@ -21,6 +26,7 @@ lowering table (``stablehlo_rules``) is left as it is.
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from .._core.aval import AbstractValue
@@ -29,6 +35,16 @@ from .._prims import serving as _sp
 from .stablehlo import I64, out_aval
 
 I32 = np.dtype(np.int32)
+I16 = np.dtype(np.int16)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+#: scatter bfloat16 pools as int16 bits (False: as bfloat16, the earlier programs; for benchmarks)
+BF16_AS_BITS = True
+#: how a bfloat16 pool takes up to DUS_MAX new rows: "update" (one dynamic_update_slice per
+#: row, in place: no copy of the pool) or "scatter" (as int16 bits; XLA CPU copies the pool for
+#: each bitcast_convert); more rows always scatter. DUS_MAX = 1: a chain of 16 updates (batch-16
+#: decode) ran 13x slower than the int16 scatter (benchmarks/RESULTS.md, issue 18)
+BF16_WRITE = "update"
+DUS_MAX = 1
 
 
 def _kv_cache_write(em, node, cache, new, slots):
@@ -38,6 +54,8 @@ def _kv_cache_write(em, node, cache, new, slots):
     upd = em.value(new, dt)                                                   # (N, K, E) in the pool dtype
     s = em.value(slots, I64)                                                  # (N,)
     pad = em.compare("LT", s, em.const(0, I64, (n,)))
+    if dt == BF16 and BF16_WRITE == "update" and n <= DUS_MAX:
+        return _write_by_updates(em, cache, upd, s, pad, sh)
     page = em.select(pad, em.const(P, I64, (n,)), em.binary("stablehlo.divide", s, em.const(BS, I64, (n,))))
     offset = em.select(pad, em.const(0, I64, (n,)), em.binary("stablehlo.remainder", s, em.const(BS, I64, (n,))))
     idx = em.op("stablehlo.concatenate", [em.reshape(page, (n, 1)), em.reshape(offset, (n, 1))], (I64, (n, 2)),
@@ -47,11 +65,40 @@ def _kv_cache_write(em, node, cache, new, slots):
         upd = em.op("stablehlo.concatenate", [upd, upd], (dt, (2, K, E)), attrs={"dimension": "0 : i64"})
     dims = ("#stablehlo.scatter<update_window_dims = [1, 2], inserted_window_dims = [0, 1], "
             "scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 1>")
-    with em.region([(dt, ()), (dt, ())]) as ((_, b), body):
+    pool, st = em.value(cache), dt
+    if dt == BF16 and BF16_AS_BITS:                                           # see the module docstring
+        st = I16
+        pool = em.op("stablehlo.bitcast_convert", [pool], (st, sh))
+        upd = em.op("stablehlo.bitcast_convert", [upd], (st, tuple(upd.shape)))
+    with em.region([(st, ()), (st, ())]) as ((_, b), body):
         em.ret([b])                                                           # overwrite
-    return em.op("stablehlo.scatter", [em.value(cache), idx, upd], (dt, sh),
-                 attrs={"scatter_dimension_numbers": dims, "indices_are_sorted": "false",
-                        "unique_indices": "false"}, regions=[body])
+    out = em.op("stablehlo.scatter", [pool, idx, upd], (st, sh),
+                attrs={"scatter_dimension_numbers": dims, "indices_are_sorted": "false",
+                       "unique_indices": "false"}, regions=[body])
+    return out if st == dt else em.op("stablehlo.bitcast_convert", [out], (dt, sh))
+
+
+def _write_by_updates(em, cache, upd, s, pad, sh):
+    """The N token rows written one ``dynamic_update_slice`` each, in order (XLA CPU updates
+    the pool in place, whatever its dtype); a padding token (slot < 0) goes to slot 0 of the
+    scratch page 0, which no sequence reads."""
+    P, BS, K, E = sh
+    n = s.shape[0]
+    zero = em.const(0, I64, ())
+    slot = em.select(pad, em.const(0, I64, (n,)), s)                          # (N,)
+    pool = em.value(cache)
+    for i in range(n):
+        si = em.reshape(em.op("stablehlo.slice", [slot], (I64, (1,)),
+                              attrs={"start_indices": f"array<i64: {i}>", "limit_indices": f"array<i64: {i + 1}>",
+                                     "strides": "array<i64: 1>"}), ())
+        page = em.binary("stablehlo.divide", si, em.const(BS, I64, ()))
+        offset = em.binary("stablehlo.remainder", si, em.const(BS, I64, ()))
+        row = em.op("stablehlo.slice", [upd], (upd.dtype, (1, K, E)),
+                    attrs={"start_indices": f"array<i64: {i}, 0, 0>", "limit_indices": f"array<i64: {i + 1}, {K}, {E}>",
+                           "strides": "array<i64: 1, 1, 1>"})
+        pool = em.op("stablehlo.dynamic_update_slice", [pool, em.reshape(row, (1, 1, K, E)), page, offset, zero, zero],
+                     (pool.dtype, sh))
+    return pool
 
 
 def _sort_descending(em, node, x):

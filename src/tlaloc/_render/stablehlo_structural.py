@@ -209,7 +209,9 @@ def _dot_general(em, node, x, y):
             f"rhs_batching_dimensions = [{', '.join(map(str, rb))}], "
             f"lhs_contracting_dimensions = [{', '.join(map(str, lc))}], "
             f"rhs_contracting_dimensions = [{', '.join(map(str, rc))}]>")
-    return em.op("stablehlo.dot_general", [em.value(x, dt), em.value(y, dt)], (dt, sh),
+    # with preferred_element_type the operands keep their (narrower) dtype: i8 x i8 -> i32, bf16 x bf16 -> f32
+    opd = np.dtype(node.inputs[0].aval.dtype) if node.params.get("preferred_element_type") else dt
+    return em.op("stablehlo.dot_general", [em.value(x, opd), em.value(y, opd)], (dt, sh),
                  attrs={"dot_dimension_numbers": dims})
 
 

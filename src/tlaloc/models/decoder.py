@@ -22,6 +22,7 @@ from .. import numpy as tnp
 from .config import DecoderConfig
 from .kv_cache import NoCache
 from .layers import apply_rope, linear, rms_norm, rope_inv_freq, rope_tables, silu
+from .lowp import LowpMatrix
 
 
 def attention_block(cfg: DecoderConfig, layer_idx: int, p: dict, x, cos, sin, positions, backend):
@@ -99,6 +100,8 @@ def lm_head(cfg: DecoderConfig, weights: dict, h, head_parts=None):
 
 def _head_dot(cfg: DecoderConfig, h, table):
     """h (..., D) against a head table (n, D) tied or (D, n) untied: (..., n)."""
+    if isinstance(table, LowpMatrix):                                     # int8 / bf16 dots, either layout
+        return table.rmatmul(h)                                           # (..., n)
     if cfg.tie_word_embeddings:
         # contract D with the table's own axis 1: a transpose here made XLA CPU copy the
         # whole (V, D) table into (D, V) order at every step before its dot

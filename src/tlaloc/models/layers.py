@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import numpy as tnp
 from .config import RopeConfig
+from .lowp import LowpMatrix
 from .quantized import QuantizedMatrix
 
 
@@ -75,8 +76,9 @@ def layer_norm(x, weight, bias, eps: float):
 
 
 def linear(x, w, b=None):
-    """x (..., in) @ w (in, out) [+ b (out,)] -> (..., out); w may be a :class:`QuantizedMatrix`."""
-    y = w.rmatmul(x) if isinstance(w, QuantizedMatrix) else tnp.matmul(x, w)   # (..., out)
+    """x (..., in) @ w (in, out) [+ b (out,)] -> (..., out); w may be a :class:`QuantizedMatrix`
+    or a :class:`~tlaloc.models.lowp.LowpMatrix`."""
+    y = w.rmatmul(x) if isinstance(w, (QuantizedMatrix, LowpMatrix)) else tnp.matmul(x, w)   # (..., out)
     return y if b is None else y + b
 
 

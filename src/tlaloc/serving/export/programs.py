@@ -38,7 +38,7 @@ from ..._core.specialize import specialize
 from ..._frontend.tracing import trace_region
 from ..._render import stablehlo_serving  # noqa: F401  (registers the paged primitives' lowerings)
 from ..._render.stablehlo import emit_module
-from ...models import DecoderConfig, decoder_hidden, encode, lm_head
+from ...models import DecoderConfig, decoder_hidden, encode, lm_head, lowp
 from ...models.kv_cache import NoCache
 from .paged_backend import PagedBackend
 from .sampling import sample_tokens, token_logprobs
@@ -106,9 +106,10 @@ def weight_slots(stored: dict) -> list[Slot]:
 
 
 def head_parts(cfg: DecoderConfig, stored: dict, chunk: int | None = None):
-    """The output head for :func:`~tlaloc.models.lm_head`: None (the whole float32 table), or
-    float32 slices of ``chunk`` (default :data:`HEAD_CHUNK`) vocabulary ids when it is stored
-    in bf16 or int8.
+    """The output head for :func:`~tlaloc.models.lm_head`: None (the whole float32 table); one
+    :class:`~tlaloc.models.lowp.LowpMatrix` when it is stored in bf16 or per-channel int8 (a
+    low-precision dot, nothing converted); else (``lowp.ENABLED = False``, or blocks) float32
+    slices of ``chunk`` (default :data:`HEAD_CHUNK`) vocabulary ids.
 
     XLA CPU has no bf16 or int8 matrix-vector dot: it converts the weight to float32 first.
     A whole head (49152 x 576 for SmolLM2-135M, 113 MB in float32) would be converted into a
@@ -118,6 +119,9 @@ def head_parts(cfg: DecoderConfig, stored: dict, chunk: int | None = None):
     name = "embed" if cfg.tie_word_embeddings else "lm_head"
     if np.dtype(stored[name].dtype) == F32:
         return None
+    scale = stored.get(name + ".scale")
+    if lowp.ENABLED and (scale is None or len(scale.shape) == 1):           # bf16, or int8 per channel
+        return [lowp.LowpMatrix(stored[name], scale, axis=1 - channel_axis(name))]
     chunk = HEAD_CHUNK if chunk is None else chunk
     V = stored[name].shape[channel_axis(name)]
     return [dequantize_channels(stored, name, a, min(a + chunk, V)) for a in range(0, V, chunk)]

@@ -5,7 +5,7 @@ Slot names flatten the model's weights pytree with dots: ``embed``, ``norm``,
 ``layers.<i>.<name>`` (the encoder). Formats:
 
 ``f32``   every tensor float32.
-``bf16``  every tensor bfloat16; programs convert to float32 and compute in float32.
+``bf16``  every tensor bfloat16; programs compute in float32 (matrices: bf16 x bf16 -> f32 dots).
 ``int8``  every matrix int8 with one float32 scale per output channel, stored as
           ``<name>.scale``: matrices are (in, out) so the scale is (out,); embedding tables
           (rows are tokens or positions, also the tied output head's channels) get one
@@ -22,10 +22,14 @@ Slot names flatten the model's weights pytree with dots: ``embed``, ``norm``,
           (``models.quantized.block_quantize_q4_1``; a Q4_1 GGUF's blocks come back exactly);
           the tables and an untied output head as ``q8_0``, as llama.cpp's Q4_1 files keep them.
 
-Quantized (in, out) matrices reach the model as :class:`~tlaloc.models.quantized.QuantizedMatrix`
-(multiplied a chunk of input rows at a time, never converted to float32 whole); tables,
-which are gathered by row, are dequantized, and the output head is converted a slice of
-the vocabulary at a time (``programs.head_parts``).
+bf16 and per-channel int8 (in, out) matrices reach the model as
+:class:`~tlaloc.models.lowp.LowpMatrix` (low-precision dots: i8 x i8 -> i32, bf16 x bf16 -> f32,
+the weight never converted), the output head too (``programs.head_parts``); with
+``lowp.ENABLED = False``, and for the block formats, quantized (in, out) matrices reach it
+as :class:`~tlaloc.models.quantized.QuantizedMatrix` (multiplied a chunk of input rows at a
+time, never converted to float32 whole). Tables, which are gathered by row, are
+dequantized, and a head that is not a LowpMatrix is converted a slice of the vocabulary at
+a time.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ import ml_dtypes
 import numpy as np
 
 from ... import numpy as tnp
+from ...models import lowp
 from ...models.quantized import BLOCK, QuantizedMatrix, block_quantize, block_quantize_q4_1
 
 FORMATS = ("f32", "bf16", "int8", "q8_0", "q4_1")
@@ -163,7 +168,8 @@ def stored_tensors(flat: dict, fmt: str) -> dict[str, np.ndarray]:
 def dequantize(stored: dict) -> dict:
     """The weights pytree a program computes with, from its weight inputs (traced or eager).
 
-    Quantized (in, out) matrices become :class:`QuantizedMatrix`; everything else float32.
+    bf16 and per-channel int8 (in, out) matrices become :class:`~tlaloc.models.lowp.LowpMatrix`
+    (while ``lowp.ENABLED``), other quantized ones :class:`QuantizedMatrix`; everything else float32.
     """
     flat = {name: _weight(name, v, stored.get(name + ".scale"), stored.get(name + ".offset"))
             for name, v in stored.items() if not name.endswith(SIDE)}
@@ -171,6 +177,11 @@ def dequantize(stored: dict) -> dict:
 
 
 def _weight(name: str, v, scale, offset=None):
+    if lowp.ENABLED and not is_table(name) and len(v.shape) == 2 and offset is None:
+        if scale is None and np.dtype(v.dtype) == tnp.bfloat16:
+            return lowp.LowpMatrix(v)                                     # bf16 x bf16 -> f32 dots
+        if scale is not None and len(scale.shape) == 1:
+            return lowp.LowpMatrix(v, scale)                              # int8 x int8 -> i32 dots
     if scale is not None and not is_table(name):
         return QuantizedMatrix(v, scale, offset)
     return _float32(name, v, scale)
