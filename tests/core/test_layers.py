@@ -35,17 +35,7 @@ LAYERS = {
 }
 
 #: ``(importer, imported) -> why``: upward imports still in the code. Shrink it; never grow it.
-ALLOWED = {
-    ("tlaloc._prims.decompositions", "tlaloc.numpy"):
-        "linalg VJPs (solve, inv, slogdet, cholesky) are written with tlaloc.numpy; rewrite them on primitives",
-    ("tlaloc._prims.selection", "tlaloc.numpy"):
-        "the select/clamp rules call tnp helpers; rewrite them on primitives",
-    ("tlaloc._prims.spectral", "tlaloc.numpy"):
-        "the eigh/svd/qr derivative rules (Giles, Townsend, Liao) are written with tlaloc.numpy; rewrite them "
-        "on primitives",
-    ("tlaloc._prims.serving", "tlaloc.numpy"):
-        "the serving primitives' reference impls trace tlaloc.numpy; move the references to tlaloc.numpy",
-}
+ALLOWED = {}
 
 
 def module_name(path: pathlib.Path) -> tuple:

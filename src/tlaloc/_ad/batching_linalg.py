@@ -22,7 +22,7 @@ from .._prims import shape_ops as _sh
 from .._prims import sorting as _sort
 from .._prims import spectral as _spec
 from .._prims._rules import normalize_axes
-from ..numpy._diagonal import _diagonal_p, _diagonal_scatter_p
+from .._prims.diagonal import _diagonal_p, _diagonal_scatter_p
 from .batching import (axis_size, batched, example_of, example_rank, expand_after_batch, rank, shape,
                        to_front)
 from .batching_rules import batch_native

@@ -12,6 +12,7 @@ import numpy as np
 from .._core.primitive import Primitive
 from ._rules import broadcast_shapes, elementwise_dtype, refuse_float_mix
 from .broadcasting import sum_to, zeros_like
+from .elementwise import and_p, ge_p, le_p, logical_not_p, lt_p
 
 
 def _select_impl(pred, x, y):
@@ -63,11 +64,10 @@ def clamp(lo, x, hi):
 
 
 def _clamp_masks(lo, x, hi):
-    from .elementwise import UNARY  # noqa: F401  (keeps import order explicit)
-    from .. import numpy as tnp
-    inside = tnp.logical_and(tnp.greater_equal(x, lo), tnp.less_equal(x, hi))
-    below = tnp.less(x, lo)
-    return inside, below, tnp.logical_and(tnp.logical_not(inside), tnp.logical_not(below))
+    """Boolean masks ``(inside, below, above)``: ``lo <= x <= hi``, ``x < lo``, neither."""
+    inside = and_p.bind(ge_p.bind(x, lo), le_p.bind(x, hi))
+    below = lt_p.bind(x, lo)
+    return inside, below, and_p.bind(logical_not_p.bind(inside), logical_not_p.bind(below))
 
 
 def _clamp_vjp(g, lo, x, hi, out):

@@ -26,8 +26,8 @@ primitives (DESIGN §1 keeps that set small): they live in ``SERVING_OPS``, not 
 core table, whose coverage tests expect a batching rule for every entry. Transforms
 read rules off a node's primitive, so they refuse these by name all the same.
 Their NumPy implementations are the reference the compiled programs are tested
-against; ``paged_attention``'s is written with ``tlaloc.numpy``, so the same function
-is its StableHLO lowering (``tlaloc._render.stablehlo_serving`` traces it).
+against; ``paged_attention``'s is written with the primitives of this layer, so the
+same function is its StableHLO lowering (``tlaloc._render.stablehlo_serving`` traces it).
 
 Page 0 of a pool is scratch by convention: a padding row's block table points there,
 and nothing is ever written to it.
@@ -36,9 +36,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import numpy as tnp
 from .._core.primitive import REGISTRY, Primitive
 from ..errors import ShapeError
+from .conversion import convert
+from .elementwise import and_p, divide, exp_p, gt_p, le_p, lt_p, multiply, subtract
+from .indexing import gather
+from .linalg import matmul
+from .misc import stop_gradient
+from .reductions import reduce_max, reduce_sum
+from .selection import select
+from .shape_ops import expand_dims, reshape, transpose
 
 _F32_MIN = np.float32(np.finfo(np.float32).min)
 
@@ -94,7 +101,7 @@ def kv_cache_write(cache, new, slot_mapping):
 
 def paged_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, positions, *,
                               window=None, scale=None, key_positions=None):
-    """The definition of ``paged_attention``, in ``tlaloc.numpy`` (runs eagerly or traced).
+    """The definition of ``paged_attention``, in primitives (runs eagerly or traced).
 
     q (B, T, H, E); k_cache, v_cache (P, BS, K, E); block_tables (B, M) int; seq_lens (B,)
     int; positions (B, T) int -> (B, T, H, E) float32. ``key_positions`` (S,) int32 is
@@ -105,30 +112,37 @@ def paged_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, posit
     M = block_tables.shape[1]
     S, G = M * BS, H // K
     scale = float(E) ** -0.5 if scale is None else float(scale)
-    keys = tnp.reshape(tnp.take(k_cache, block_tables, axis=0), (B, S, K, E))     # (B, S, K, E)
-    values = tnp.reshape(tnp.take(v_cache, block_tables, axis=0), (B, S, K, E))   # (B, S, K, E)
-    keys, values = tnp.astype(keys, tnp.float32), tnp.astype(values, tnp.float32)
+    f32, i32 = np.dtype(np.float32), np.dtype(np.int32)
+    keys = reshape(gather(k_cache, block_tables, 0), (B, S, K, E))                    # (B, S, K, E)
+    values = reshape(gather(v_cache, block_tables, 0), (B, S, K, E))                  # (B, S, K, E)
+    keys, values = convert(keys, f32), convert(values, f32)
     # The G query heads sharing a KV head are rows of one matmul per (row, KV head), not a
     # broadcast of the keys and values over G: a (B, K, G, S, E) broadcast is materialised
     # by XLA CPU (G copies of the gathered cache per layer) and then multiplied as B*K*G
     # one-row products, which made attention most of the non-weight time of a batch-16 step.
-    qg = tnp.transpose(tnp.reshape(tnp.astype(q, tnp.float32), (B, T, K, G, E)), (0, 2, 3, 1, 4))  # (B, K, G, T, E)
-    qg = tnp.reshape(qg, (B, K, G * T, E))                                        # (B, K, G*T, E)
-    kt = tnp.transpose(keys, (0, 2, 3, 1))                                        # (B, K, E, S)
-    vt = tnp.transpose(values, (0, 2, 1, 3))                                      # (B, K, S, E)
-    scores = tnp.reshape(tnp.matmul(qg, kt), (B, K, G, T, S)) * np.float32(scale)  # (B, K, G, T, S)
+    qg = transpose(reshape(convert(q, f32), (B, T, K, G, E)), (0, 2, 3, 1, 4))       # (B, K, G, T, E)
+    qg = reshape(qg, (B, K, G * T, E))                                                # (B, K, G*T, E)
+    kt = transpose(keys, (0, 2, 3, 1))                                                # (B, K, E, S)
+    vt = transpose(values, (0, 2, 1, 3))                                              # (B, K, S, E)
+    scores = multiply(reshape(matmul(qg, kt), (B, K, G, T, S)), np.float32(scale))   # (B, K, G, T, S)
     if key_positions is None:
         key_positions = np.arange(S, dtype=np.int32)
-    k_pos = key_positions[None, None, :]                                          # (1, 1, S)
-    q_pos = tnp.astype(positions, tnp.int32)[:, :, None]                          # (B, T, 1)
-    lens = tnp.astype(seq_lens, tnp.int32)[:, None, None]                         # (B, 1, 1)
-    allowed = tnp.logical_and(tnp.less_equal(k_pos, q_pos), tnp.less(k_pos, lens))   # (B, T, S)
+    k_pos = expand_dims(key_positions, (0, 1))                                        # (1, 1, S)
+    q_pos = expand_dims(convert(positions, i32), 2)                                   # (B, T, 1)
+    lens = expand_dims(convert(seq_lens, i32), (1, 2))                                # (B, 1, 1)
+    allowed = and_p.bind(le_p.bind(k_pos, q_pos), lt_p.bind(k_pos, lens))            # (B, T, S)
     if window is not None:
-        allowed = tnp.logical_and(allowed, tnp.greater(k_pos, q_pos - int(window)))
-    scores = tnp.where(allowed[:, None, None], scores, _F32_MIN)                  # (B, K, G, T, S)
-    probs = tnp.softmax(scores, axis=-1)                                          # (B, K, G, T, S)
-    out = tnp.reshape(tnp.matmul(tnp.reshape(probs, (B, K, G * T, S)), vt), (B, K, G, T, E))  # (B, K, G, T, E)
-    return tnp.reshape(tnp.transpose(out, (0, 3, 1, 2, 4)), (B, T, H, E))         # (B, T, H, E)
+        allowed = and_p.bind(allowed, gt_p.bind(k_pos, subtract(q_pos, int(window))))
+    scores = select(expand_dims(allowed, (1, 2)), scores, _F32_MIN)                   # (B, K, G, T, S)
+    probs = _softmax_last(scores)                                                     # (B, K, G, T, S)
+    out = reshape(matmul(reshape(probs, (B, K, G * T, S)), vt), (B, K, G, T, E))      # (B, K, G, T, E)
+    return reshape(transpose(out, (0, 3, 1, 2, 4)), (B, T, H, E))                     # (B, T, H, E)
+
+
+def _softmax_last(x):
+    """``exp(x) / sum(exp(x))`` over the last axis, shifted by its (gradient-stopped) max."""
+    e = exp_p.bind(subtract(x, stop_gradient(reduce_max(x, (-1,), keepdims=True))))
+    return divide(e, reduce_sum(e, (-1,), keepdims=True))
 
 
 def _attention_impl(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window, scale):

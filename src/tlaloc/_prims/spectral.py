@@ -36,20 +36,17 @@ import numpy as np
 
 from .._core.primitive import Primitive
 from ..errors import GradientError
-from .decompositions import _inexact, diag_mask_p, mT, triangular_solve
-from .elementwise import add, divide, multiply, negative, subtract
+from .decompositions import _inexact, diag_mask_p, mT, tril, triangular_solve
+from .diagonal import diagonal
+from .elementwise import add, divide, equal, multiply, negative, subtract
 from .linalg import matmul
 from .selection import select
-
-
-def _tnp():
-    from .. import numpy as tnp
-    return tnp
+from .shape_ops import expand_dims
 
 
 def _diag(m):
     """The diagonal of ``m`` (..., n, n) as (..., n)."""
-    return _tnp().diagonal(m, 0, -2, -1)
+    return diagonal(m, 0, -2, -1)
 
 
 def _off_diag_inverse(d):
@@ -60,7 +57,7 @@ def _off_diag_inverse(d):
 
 def _col_scale(m, v):
     """``m @ diag(v)``: column j of ``m`` (..., r, n) times ``v[..., j]``."""
-    return multiply(m, _tnp().expand_dims(v, -2))
+    return multiply(m, expand_dims(v, -2))
 
 
 def _add(*xs):
@@ -99,8 +96,7 @@ def eigh(a):
 
 
 def _eigh_F(w):
-    tnp = _tnp()
-    return _off_diag_inverse(subtract(tnp.expand_dims(w, -2), tnp.expand_dims(w, -1)))   # 1/(w_j - w_i)
+    return _off_diag_inverse(subtract(expand_dims(w, -2), expand_dims(w, -1)))   # 1/(w_j - w_i)
 
 
 def _eigh_jvp(t, a, out):
@@ -118,7 +114,7 @@ def _eigh_vjp(gs, a, out):
     if g_v is not None:
         inner = multiply(_eigh_F(w), matmul(mT(v), g_v))     # F ∘ VᵀV̄
     if g_w is not None:
-        d = multiply(diag_mask_p.bind(v), _tnp().expand_dims(g_w, -2))   # diag(w̄)
+        d = multiply(diag_mask_p.bind(v), expand_dims(g_w, -2))   # diag(w̄)
         inner = d if inner is None else add(inner, d)
     if inner is None:
         return (None,)
@@ -173,10 +169,9 @@ def _last_two(a):
 
 
 def _svd_parts(s, u, vh):
-    tnp = _tnp()
-    sd = tnp.expand_dims(s, -2)                                        # (..., 1, k): s_j
+    sd = expand_dims(s, -2)                                        # (..., 1, k): s_j
     F = _off_diag_inverse(multiply(add(sd, mT(sd)), subtract(sd, mT(sd))))   # 1/(s_j² - s_i²)
-    zero = tnp.equal(s, 0.0)
+    zero = equal(s, 0.0)
     s_inv = select(zero, 0.0, divide(1.0, select(zero, 1.0, s)))
     return F, s_inv, mT(vh)
 
@@ -206,7 +201,7 @@ def _svd_vjp(gs, a, out, full_matrices):
     F, s_inv, v = _svd_parts(s, u, vh)
     dS, terms = None, []
     if g_s is not None:
-        dS = multiply(diag_mask_p.bind(matmul(mT(u), u)), _tnp().expand_dims(g_s, -2))   # diag(s̄)
+        dS = multiply(diag_mask_p.bind(matmul(mT(u), u)), expand_dims(g_s, -2))   # diag(s̄)
     if g_u is not None:
         G = multiply(F, matmul(mT(u), g_u))
         dS = _add(dS, _col_scale(add(G, mT(G)), s))                    # (G + Gᵀ) S
@@ -272,10 +267,9 @@ def _qr_jvp(t, a, out, mode):
         return (None, None)
     _qr_check(a, mode)
     q, r = out
-    tnp = _tnp()
     dx_rinv = _right_rinv(t[0], r)
     qt_dx_rinv = matmul(mT(q), dx_rinv)
-    low = tnp.tril(qt_dx_rinv, -1)
+    low = tril(qt_dx_rinv, -1)
     do = subtract(low, mT(low))                                         # skew-symmetric
     dq = add(matmul(q, subtract(do, qt_dx_rinv)), dx_rinv)
     dr = matmul(subtract(qt_dx_rinv, do), r)
@@ -286,7 +280,6 @@ def _qr_vjp(gs, a, out, mode):
     _qr_check(a, mode)
     q, r = out
     g_q, g_r = gs
-    tnp = _tnp()
     m = None
     if g_r is not None:
         m = matmul(r, mT(g_r))
@@ -294,7 +287,7 @@ def _qr_vjp(gs, a, out, mode):
         m = negative(matmul(mT(g_q), q)) if m is None else subtract(m, matmul(mT(g_q), q))
     if m is None:
         return (None,)
-    copyltu = add(tnp.tril(m), mT(tnp.tril(m, -1)))
+    copyltu = add(tril(m), mT(tril(m, -1)))
     b = matmul(q, copyltu) if g_q is None else add(g_q, matmul(q, copyltu))
     return (mT(triangular_solve(r, mT(b), lower=False, transpose_a=False)),)      # b R⁻ᵀ
 

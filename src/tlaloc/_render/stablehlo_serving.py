@@ -16,7 +16,7 @@
 * ``sort_descending``: ``stablehlo.sort`` of (values, iota) on the last axis with a
   ``GT`` comparator, stable, so ties keep the lower index first.
 * ``paged_attention``: its definition (``paged_attention_reference``, written with
-  ``tlaloc.numpy``) is traced at the node's concrete types, specialised, and emitted
+  the primitives) is traced at the node's concrete types, specialised, and emitted
   in place: the lowering *is* the reference, as JAX's ``lower_fun`` does. The key
   positions come in as a ``stablehlo.iota`` rather than a constant.
 
@@ -114,7 +114,7 @@ def _sort_descending(em, node, x):
 
 
 def lower_by_reference(fn, extra=None):
-    """A lowering rule that traces ``fn(*inputs, **params)`` (tlaloc.numpy code) at the
+    """A lowering rule that traces ``fn(*inputs, **params)`` (primitives or tlaloc.numpy code) at the
     node's concrete input types, specialises it and emits it inline.
 
     ``extra(em, node) -> {keyword: Val}`` supplies more traced inputs, passed by keyword.

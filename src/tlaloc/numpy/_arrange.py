@@ -221,7 +221,7 @@ def diag(v, k=0):
     """A 1-d ``v`` placed on diagonal ``k`` of a square zero matrix (n + |k|, n + |k|),
     or the ``k``-th diagonal of a 2-d ``v`` (a copy). Raises ShapeError otherwise."""
     tnp = _tnp()
-    from ._diagonal import _diagonal_scatter_p
+    from .._prims.diagonal import _diagonal_scatter_p
     r = tnp.ndim(v)
     if r == 2:
         return tnp.diagonal(v, k)

@@ -5,7 +5,7 @@ import numpy as _np
 
 from .._prims import linalg as _la
 from . import _is_symbolic, _rank, expand_dims, multiply, ravel
-from ._diagonal import _diagonal_p
+from .._prims import diagonal as _dg
 from ._reductions import sum
 
 
@@ -90,4 +90,4 @@ def trace(a, offset=0, axis1=0, axis2=1):
 
 def diagonal(a, offset=0, axis1=0, axis2=1):
     """Diagonal of ``a`` over (axis1, axis2), moved last (NumPy semantics)."""
-    return _diagonal_p.bind(a, offset=int(offset), axis1=int(axis1), axis2=int(axis2))
+    return _dg.diagonal(a, offset, axis1, axis2)

@@ -1,4 +1,9 @@
-"""The ``diagonal`` primitive (NumPy semantics) and its adjoint ``diagonal_scatter``."""
+"""The ``diagonal`` primitive (NumPy semantics) and its adjoint ``diagonal_scatter``.
+
+``diagonal(a, offset, axis1, axis2)``: the diagonal of ``a`` over ``(axis1, axis2)``, moved
+last (``np.diagonal``); ``diagonal_scatter(g, like, ...)``: zeros shaped as ``like`` with
+``g`` written on that diagonal. Batching rules: ``tlaloc._ad.batching_linalg``.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -36,3 +41,8 @@ _diagonal_p.vjp = lambda g, a, out, **k: (_diagonal_scatter_p.bind(g, a, **k),)
 _diagonal_p.jvp = lambda t, a, out, **k: None if t[0] is None else _diagonal_p.bind(t[0], **k)
 _diagonal_scatter_p.vjp = lambda c, g, like, out, **k: (_diagonal_p.bind(c, **k), None)
 _diagonal_scatter_p.jvp = lambda t, g, like, out, **k: None if t[0] is None else _diagonal_scatter_p.bind(t[0], like, **k)
+
+
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    """The diagonal of ``a`` over ``(axis1, axis2)``, moved last: ``(..., k)`` (``np.diagonal``)."""
+    return _diagonal_p.bind(a, offset=int(offset), axis1=int(axis1), axis2=int(axis2))
