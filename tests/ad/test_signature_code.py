@@ -222,3 +222,32 @@ def test_nan_and_inf_arguments_give_the_generic_bits_and_warnings(value):
         signature_code.ENABLED = True
     assert digest(got) == digest(want)
     assert sorted(str(w.message) for w in new) == sorted(str(w.message) for w in old)
+
+
+# -- regression: both operands of a product were broadcasts (a gradient of a gradient) ------------
+
+def _inner(x, y):
+    return (x * y).sum()
+
+
+_d_inner_dy = tl.grad(_inner, argnums=1)
+
+
+def sum_of_inner_grad(x, y):
+    """x (3, 5), y (5,) -> scalar: d/dx is ones (3, 5), d/dy zeros (5,)."""
+    return _d_inner_dy(x, y).sum()
+
+
+def test_grad_of_a_grad_keeps_the_shape_of_a_product_of_two_broadcasts():
+    # silently wrong before: drop_broadcasts removed the broadcast of both operands of
+    # broadcast(a) * broadcast(b), each judged against the other's old shape, so x_bar came out (5,)
+    x, y = np.arange(15.0).reshape(3, 5), np.arange(5.0) + 1
+    g = tl.grad(sum_of_inner_grad, argnums=(0, 1))
+    got = g(x, y)
+    specialised(g)
+    want = jax.grad(lambda a, b: jax.grad(lambda p, q: (p * q).sum(), argnums=1)(a, b).sum(),
+                    argnums=(0, 1))(jnp.asarray(x), jnp.asarray(y))
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, np.asarray(w), rtol=RTOL, atol=ATOL)
+    assert digest(got) == digest(generic(sum_of_inner_grad, (0, 1), (x, y)))

@@ -170,8 +170,11 @@ def drop_broadcasts(graph: Graph) -> Graph:
             params = {k: drop_broadcasts(v) if isinstance(v, Graph) else v for k, v in node.params.items()}
             node = Node(node.prim, node.inputs, node.outputs, params, node.loc)
         elif node.prim.name in _BROADCASTING and len(node.inputs) == 2:
-            ins = [_unbroadcast(node.inputs[i], node.inputs[1 - i], node.outputs[0].aval, producers)
-                   for i in (0, 1)]
+            # one operand at a time: the second is judged against the first as rewritten (dropping
+            # both broadcasts of `broadcast(a) * broadcast(b)` would lose the result's shape)
+            ins = list(node.inputs)
+            for i in (0, 1):
+                ins[i] = _unbroadcast(ins[i], ins[1 - i], node.outputs[0].aval, producers)
             if ins != list(node.inputs):
                 node = Node(node.prim, tuple(ins), node.outputs, node.params, node.loc)
         nodes.append(node)

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import numpy as tnp
 from .._core.builder import Value
-from ..errors import ShapeError
+from ..errors import ShapeError, TlalocError
 from . import host
 from .structure import ShapeNeeded
 from .values import LocalFunction, SymbolicRange, is_symbolic
@@ -114,6 +114,8 @@ class ExprLowerer:
         except KeyError:
             raise self.src.error(node, f"the operator {type(node.op).__name__} is not supported on arrays; "
                                        f"use + - * / ** @ // %") from None
+        except TlalocError:
+            raise                     # DTypeError is a TypeError too: it is located and worded already
         except TypeError:
             # an operand that is not an array: a list or tuple argument (a pytree of its items, where
             # NumPy would convert it), a string, None. Regression: `TypeError: cannot use list [...]
