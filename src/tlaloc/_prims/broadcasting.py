@@ -51,7 +51,10 @@ def _like_dtype(x, like, **_):
 
 
 def _cast_to_like(x, like):
-    dt = float_cast(x.dtype, getattr(like, "dtype", None))      # a Python number like: no cast
+    ldt = getattr(like, "dtype", None)                          # a Python number like: no cast
+    if ldt is None or ldt is x.dtype:                           # the common case, cheaply
+        return x
+    dt = float_cast(x.dtype, ldt)
     return x if dt is None else x.astype(dt)
 
 
@@ -60,12 +63,14 @@ def _sum_to_impl(x, like):
         if type(x) in (bool, int, float, complex):          # a Python number keeps its kind
             return _sum_to_shape(np.asarray(x), like)
         x = np.asarray(x)
+    if type(like) is np.ndarray and x.shape == like.shape and x.dtype is like.dtype:
+        return x                          # the common case at run time: nothing to do
     return _cast_to_like(_sum_to_shape(x, like), like)
 
 
 def _sum_to_shape(x, like):
     shape = like.shape if type(like) is np.ndarray else np.shape(like)
-    if x.shape == shape:                  # the common case at run time: nothing was broadcast
+    if x.shape == shape:                  # nothing was broadcast
         return x
     lead = x.ndim - len(shape)
     if lead > 0 and x.shape[lead:] == shape:  # only leading axes were added (a bias): no reshape
