@@ -3,10 +3,11 @@
 NumPy (and so tlaloc) promotes ``float32 * int64`` to float64. Regression: the
 gradient of a float32 argument came back float64, and ``jacrev``/``hessian``/
 ``vmap(grad)`` raised ``DTypeError: safe_mul: operand 0 is float64 but operand 1
-is float32`` from derivative code, blaming the user's line (``n / x`` and
-``x ** n`` raised in every mode). Convention (JAX's): a cotangent has its
-primal's dtype, and a tangent has its primal's dtype; here the primal output is
-float64 (NumPy's promotion), where JAX's is float32.
+is float32`` from derivative code, blaming the user's line (``n / x``, ``x ** n``,
+``maximum``/``minimum`` and ``remainder`` with an integer ``n`` raised in every
+mode). Convention (JAX's): a cotangent has its primal's dtype, and a tangent has
+its primal's dtype; here the primal output is float64 (NumPy's promotion), where
+JAX's is float32.
 
 Oracle: JAX with x64 enabled. Values: JAX on the float64 copy of ``x`` (the
 computation tlaloc's promoted primal does), compared within float32 tolerance.
@@ -47,15 +48,25 @@ def sin_add_int(x, n):
     return np.sum(np.sin(x + n) + n * x)
 
 
+def max_int(x, n):
+    return np.sum(np.maximum(x, n - 3) * n + np.minimum(x, n - 4))
+
+
+def rem_int(x, n):
+    return np.sum(np.remainder(n, x + 0.013) + np.remainder(x * n, 7))
+
+
 def _jnp(name):
     return {"mul_slice": lambda x, n: jnp.sum((x * jnp.arange(6))[1:3]),
             "mul_arg": lambda x, n: jnp.sum(x * n),
             "int_over_x": lambda x, n: jnp.sum(n / x),
             "pow_int": lambda x, n: jnp.sum(x ** n),
-            "sin_add_int": lambda x, n: jnp.sum(jnp.sin(x + n) + n * x)}[name]
+            "sin_add_int": lambda x, n: jnp.sum(jnp.sin(x + n) + n * x),
+            "max_int": lambda x, n: jnp.sum(jnp.maximum(x, n - 3) * n + jnp.minimum(x, n - 4)),
+            "rem_int": lambda x, n: jnp.sum(jnp.remainder(n, x + 0.013) + jnp.remainder(x * n, 7))}[name]
 
 
-FUNCS = [mul_slice, mul_arg, int_over_x, pow_int, sin_add_int]
+FUNCS = [mul_slice, mul_arg, int_over_x, pow_int, sin_add_int, max_int, rem_int]
 
 
 def _close(got, want, dtype):

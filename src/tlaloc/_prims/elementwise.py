@@ -324,7 +324,7 @@ def _balanced(x, y, out):
     """1 where x wins, 0.5 at a tie, 0 where y wins (JAX's convention)."""
     from .selection import select
     # weights in out's float dtype (a where over Python scalars alone would be float64)
-    return cast_like(select(equal(x, y), 0.5, select(equal(out, x), 1.0, 0.0)), out)
+    return cast_like(select(equal(x, y), 0.5, select(equal(out, _as_out(x, out)), 1.0, 0.0)), out)
 
 
 _def_binary(max_p, _balanced, lambda x, y, o: _balanced(y, x, o))
@@ -332,7 +332,7 @@ _def_binary(min_p, _balanced, lambda x, y, o: _balanced(y, x, o))
 _def_binary(atan2_p, lambda x, y, o: divide(y, add(multiply(x, x), multiply(y, y))),
             lambda x, y, o: negative(divide(x, add(multiply(x, x), multiply(y, y)))))
 _def_binary(rem_p, lambda x, y, o: 1.0,
-            lambda x, y, o: negative(subtract(divide(subtract(x, o), y), 0.0)))
+            lambda x, y, o: negative(subtract(divide(subtract(_as_out(x, o), o), _as_out(y, o)), 0.0)))
 
 
 # -- integer_pow -----------------------------------------------------------------
