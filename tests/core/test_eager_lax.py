@@ -41,12 +41,22 @@ def test_binary_entry_equals_bind(name, k):
     _same(getattr(lax, name)(x, y), REGISTRY[name].bind(x, y))
 
 
-@pytest.mark.parametrize("name", ["add", "multiply", "safe_mul", "matmul"])
+@pytest.mark.parametrize("name", ["add", "multiply", "matmul"])
 def test_float_mix_is_still_refused(name):
     with pytest.raises(DTypeError):
         getattr(lax, name)(F64, F32)
     with pytest.raises(DTypeError):
         getattr(lax, name)(F32, F64)
+
+
+@pytest.mark.parametrize("name", ["safe_mul", "safe_div"])
+def test_derivative_products_promote_a_float_mix(name):
+    # derivative code multiplies a float64 cotangent (NumPy promoted float32 * int64) by a
+    # float32 partial (tests/ad/test_promoted_dtypes.py): NumPy's result, eagerly and bound
+    for a, b in ((F64, F32), (F32, F64)):
+        want = getattr(np, {"safe_mul": "multiply", "safe_div": "divide"}[name])(a, b)
+        _same(getattr(lax, name)(a, b), want)
+        _same(REGISTRY[name].bind(a, b), want)
 
 
 def test_weak_float_adopts_bfloat16():

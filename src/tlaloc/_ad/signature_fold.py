@@ -8,7 +8,8 @@ operand at run time (``sum_to``, ``broadcast_like``, ``expand_reduced`` ...,
 primitives' own shape and dtype rules and rewrites what those avals decide:
 
 * ``sum_to``/``broadcast_like``/``reshape_like`` of a value that already has the
-  ``like`` shape, ``cast_like`` to the value's own dtype, and ``expand_reduced``
+  ``like`` shape (and, for the first two, no float width to cast to),
+  ``cast_like`` to the value's own dtype, and ``expand_reduced``
   with ``keepdims`` become the value itself (what their impls return);
 * ``reduced_count`` and ``grad_seed`` (results that depend only on shapes and
   dtypes) become constants, computed by their impls;
@@ -35,6 +36,7 @@ from .. import dtypes as _dt
 from .._core.aval import AbstractValue
 from .._core.graph import Graph, Literal, Node, Var
 from .._core.simplify import literal_aval
+from .._prims.broadcasting import float_cast
 
 UNKNOWN = AbstractValue()
 _SAME_SHAPE_IDENTITY = {"sum_to", "broadcast_like", "reshape_like"}
@@ -120,7 +122,8 @@ class _Folder:
         avals = [aval(a) for a in ins]
         if name in _SAME_SHAPE_IDENTITY:
             x, like = avals
-            if concrete(x) and like.is_concrete and x.shape == like.shape:
+            if concrete(x) and like.is_concrete and x.shape == like.shape and (
+                    name == "reshape_like" or float_cast(x.dtype, like.dtype) is None):
                 return ins[0]
         elif name == "cast_like":
             x, like = avals

@@ -70,12 +70,13 @@ def unary(prim):
 
 
 def like_shape(prim):
-    """``sum_to``/``broadcast_like``: ``x`` itself where it has ``like``'s shape (as ``impl`` returns)."""
+    """``sum_to``/``broadcast_like``: ``x`` itself where it has ``like``'s shape and dtype (as
+    ``impl`` returns)."""
     impl, bind = prim.impl, prim.bind
 
     def eager(x, like):
         if type(x) is _ND and type(like) is _ND:
-            if x.shape == like.shape:
+            if x.shape == like.shape and x.dtype is like.dtype:
                 return x
             return impl(x, like)
         return bind(x, like)

@@ -53,13 +53,15 @@ def elementwise_shape(op: str):
     return rule
 
 
-def elementwise_dtype(op: str, impl, names=None):
-    """dtype rule: refuse a float32/float64 mix, then ask NumPy with 0-d arrays
+def elementwise_dtype(op: str, impl, names=None, promote: bool = False):
+    """dtype rule: refuse a float32/float64 mix (``promote``: let NumPy promote it, as the
+    derivative-only ``safe_mul``/``safe_div`` do), then ask NumPy with 0-d arrays
     (weak Python scalars as Python scalars, adopting a bfloat16 operand's dtype)."""
     def rule(*avals, **params):
         labels = names or [f"operand {i}" for i in range(len(avals))]
-        _dt.check_float_mix(op, {labels[i] if i < len(labels) else f"operand {i}":
-                                 (None if a.weak else a.dtype) for i, a in enumerate(avals)})
+        if not promote:
+            _dt.check_float_mix(op, {labels[i] if i < len(labels) else f"operand {i}":
+                                     (None if a.weak else a.dtype) for i, a in enumerate(avals)})
         if any(a.dtype is None and not a.weak for a in avals):
             return None
         if all(a.weak for a in avals):
@@ -127,11 +129,12 @@ def check_concrete_mix(op: str, operands: dict) -> None:
         _dt.check_float_mix(op, {k: getattr(a, "dtype", None) for k, a in operands.items()})
 
 
-def refuse_float_mix(op: str, impl, names=None):
+def refuse_float_mix(op: str, impl, names=None, promote: bool = False):
     """``impl`` wrapped so that concrete operands promote as the dtype rule says.
 
     The dtype rule refuses a float mix when a graph is built; this does the same
-    for concrete operands, so eager code, the interpreter and graphs agree. It
+    for concrete operands (unless ``promote``, see ``elementwise_dtype``), so eager
+    code, the interpreter and graphs agree. It
     also makes a weak Python float adopt a bfloat16 operand's dtype, which NumPy
     does for its own float types only (``bf16 * 2.0`` would give float32).
     """
@@ -152,7 +155,7 @@ def refuse_float_mix(op: str, impl, names=None):
                         first = dt
                     elif dt != first:
                         mixed = True
-            if mixed:
+            if mixed and not promote:
                 labels = names or ()
                 check_concrete_mix(op, {labels[i] if i < len(labels) else f"operand {i}": a
                                         for i, a in enumerate(args)})

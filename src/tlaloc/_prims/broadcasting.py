@@ -7,6 +7,12 @@ shapes themselves: they emit these primitives, which read the shape of a
 
 * ``sum_to(x, like)``: sum ``x`` down to ``like``'s shape (the VJP of broadcasting).
 * ``broadcast_like(x, like)``: broadcast ``x`` up to ``like``'s shape.
+
+  Both also give a real floating ``x`` the real floating dtype of ``like`` where the
+  two differ: NumPy promotes ``float32 * int64`` to float64, and a cotangent (a
+  tangent) has its primal's dtype (as JAX's VJP of the implicit convert casts back),
+  so ``sum_to(g, x)`` returns a float32 cotangent for a float32 ``x``. Complex and
+  integer dtypes are kept as they are.
 * ``reshape_like(x, like)``: reshape ``x`` to ``like``'s shape.
 * ``expand_reduced(g, like, axes, keepdims)``: re-insert the reduced axes.
 * ``cast_like(x, like)``: convert ``x`` to ``like``'s floating dtype.
@@ -28,15 +34,43 @@ def _shape_of_like(x, like):
     return like.shape
 
 
-def _dtype_of_x(x, like, **_):
-    return x.dtype
+def float_cast(x_dtype, like_dtype):
+    """``like_dtype`` where both are real floating dtypes of different widths, else None:
+    the cast ``sum_to``/``broadcast_like`` make (``None`` dtypes are unknown: no cast)."""
+    if x_dtype is None or like_dtype is None or x_dtype == like_dtype:
+        return None
+    return np.dtype(like_dtype) if _dt.is_float(x_dtype) and _dt.is_float(like_dtype) else None
+
+
+def _like_dtype(x, like, **_):
+    if x.weak or like.weak:
+        return x.dtype
+    if x.dtype is not None and _dt.is_float(x.dtype) and like.dtype is None:
+        return None                       # a float x whose like's dtype is unknown: unknown
+    return float_cast(x.dtype, like.dtype) or x.dtype
+
+
+def _cast_to_like(x, like):
+    ldt = getattr(like, "dtype", None)                          # a Python number like: no cast
+    if ldt is None or ldt is x.dtype:                           # the common case, cheaply
+        return x
+    dt = float_cast(x.dtype, ldt)
+    return x if dt is None else x.astype(dt)
 
 
 def _sum_to_impl(x, like):
-    shape = like.shape if type(like) is np.ndarray else np.shape(like)
     if type(x) is not np.ndarray:
+        if type(x) in (bool, int, float, complex):          # a Python number keeps its kind
+            return _sum_to_shape(np.asarray(x), like)
         x = np.asarray(x)
-    if x.shape == shape:                  # the common case at run time: nothing was broadcast
+    if type(like) is np.ndarray and x.shape == like.shape and x.dtype is like.dtype:
+        return x                          # the common case at run time: nothing to do
+    return _cast_to_like(_sum_to_shape(x, like), like)
+
+
+def _sum_to_shape(x, like):
+    shape = like.shape if type(like) is np.ndarray else np.shape(like)
+    if x.shape == shape:                  # nothing was broadcast
         return x
     lead = x.ndim - len(shape)
     if lead > 0 and x.shape[lead:] == shape:  # only leading axes were added (a bias): no reshape
@@ -54,9 +88,15 @@ _SMALL = 4096      # elements: below this a filled copy is cheaper than np.broad
 
 
 def _broadcast_like_impl(x, like):
-    shape = like.shape if type(like) is np.ndarray else np.shape(like)
     if type(x) is not np.ndarray:
+        if type(x) in (bool, int, float, complex):          # a Python number keeps its kind
+            return _broadcast_shape(np.asarray(x), like)
         x = np.asarray(x)
+    return _broadcast_shape(_cast_to_like(x, like), like)
+
+
+def _broadcast_shape(x, like):
+    shape = like.shape if type(like) is np.ndarray else np.shape(like)
     if x.shape == shape:
         return x
     if x.ndim <= len(shape) and math.prod(shape) <= _SMALL:
@@ -108,11 +148,11 @@ def _zeros_like_impl(x):
 
 
 sum_to_p = Primitive("sum_to", impl=_sum_to_impl, hlo="stablehlo.reduce", shape_rule=_shape_of_like,
-                     dtype_rule=_dtype_of_x, nondiff_argnums=(1,))
+                     dtype_rule=_like_dtype, nondiff_argnums=(1,))
 broadcast_like_p = Primitive("broadcast_like", impl=_broadcast_like_impl, hlo="stablehlo.broadcast_in_dim",
-                             shape_rule=_shape_of_like, dtype_rule=_dtype_of_x, nondiff_argnums=(1,))
+                             shape_rule=_shape_of_like, dtype_rule=_like_dtype, nondiff_argnums=(1,))
 reshape_like_p = Primitive("reshape_like", impl=_reshape_like_impl, hlo="stablehlo.reshape",
-                           shape_rule=_shape_of_like, dtype_rule=_dtype_of_x, nondiff_argnums=(1,))
+                           shape_rule=_shape_of_like, dtype_rule=lambda x, like: x.dtype, nondiff_argnums=(1,))
 cast_like_p = Primitive("cast_like", impl=_cast_like_impl, hlo="stablehlo.convert",
                         shape_rule=lambda x, like: x.shape,
                         dtype_rule=lambda x, like: like.dtype if _dt.is_float(like.dtype) else x.dtype,
@@ -127,7 +167,8 @@ zeros_like_p = Primitive("zeros_like", impl=_zeros_like_impl, hlo="stablehlo.con
 
 
 def sum_to(x, like):
-    """Sum ``x`` over broadcast axes so that it has ``like``'s shape."""
+    """Sum ``x`` over broadcast axes so that it has ``like``'s shape (and, where both are
+    real floats, ``like``'s dtype)."""
     return sum_to_p.bind(x, like)
 
 

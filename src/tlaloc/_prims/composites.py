@@ -8,8 +8,9 @@ before shapes are known, and transforms of such graphs use one generic rule
 (``tlaloc._core.builder.expansion_graph``) instead of one entry per helper.
 
 =====================  ======================================================
-``sum_to(x, like)``    ``reduce_sum`` over the broadcast axes, ``reshape``
-``broadcast_like``     ``broadcast_to`` like's shape
+``sum_to(x, like)``    ``reduce_sum`` over the broadcast axes, ``reshape``, then
+                       ``convert`` to like's dtype where both are real floats
+``broadcast_like``     ``convert`` as ``sum_to``, ``broadcast_to`` like's shape
 ``reshape_like``       ``reshape`` to like's shape
 ``expand_reduced``     ``reshape`` that re-inserts the reduced axes as 1s
 ``cast_like``          ``convert`` to like's floating dtype
@@ -32,7 +33,7 @@ import numpy as np
 from .. import dtypes as _dt
 from ..errors import GradientError
 from ._expand import composite, dtype, node, norm_axes, reshape, shape
-from .broadcasting import (broadcast_like_p, cast_like_p, expand_reduced_p, reshape_like_p,
+from .broadcasting import (broadcast_like_p, cast_like_p, expand_reduced_p, float_cast, reshape_like_p,
                            sum_to_p)
 from .indexing import dynamic_slice_like_p
 from .linalg import matmul_t_lhs_p, matmul_t_rhs_p
@@ -43,20 +44,45 @@ from .shape_ops import split_like_p
 
 # -- broadcasting -------------------------------------------------------------------------------
 
+def _float_like(x, like):
+    """``x`` converted to ``like``'s real floating dtype where both are real floats of
+    different widths (``broadcasting.float_cast``); a Python number on either side casts nothing.
+
+    Where a dtype is not known yet (a graph built before dtypes are known whose shapes are
+    known, e.g. the sum of a scalar reduction) nothing is cast: the body replaces the node for
+    every dtype, so it keeps what ``sum_to`` did before it cast (a cotangent that stays wider
+    here is cast where an input's ``sum_to``/``broadcast_like`` runs at run time)."""
+    if _weak(x) or _weak(like):
+        return x
+    dt = float_cast(_known_dtype(x), _known_dtype(like))
+    return x if dt is None else node("convert", x, dtype=dt)
+
+
+def _weak(x):
+    """A Python number, or a value that stands for one (a weak aval): it keeps its kind."""
+    return type(x) in (bool, int, float, complex) or bool(getattr(getattr(x, "aval", None), "weak", False))
+
+
+def _known_dtype(x):
+    dt = x.aval.dtype if hasattr(x, "aval") else np.asarray(x).dtype
+    return None if dt is None else np.dtype(dt)
+
+
 @composite(sum_to_p)
 def sum_to(x, like):
     xs, ls = shape(x), shape(like)
     if xs == ls:
-        return x
+        return _float_like(x, like)
     lead = len(xs) - len(ls)
     axes = tuple(range(lead)) + tuple(i + lead for i, d in enumerate(ls) if d == 1 and xs[i + lead] != 1)
     out = node("reduce_sum", x, axes=axes, keepdims=False) if axes else x
-    return reshape(out, ls)
+    return _float_like(reshape(out, ls), like)
 
 
 @composite(broadcast_like_p)
 def broadcast_like(x, like):
     xs, ls = shape(x), shape(like)
+    x = _float_like(x, like)
     return x if xs == ls else node("broadcast_to", x, shape=ls)
 
 

@@ -24,14 +24,17 @@ from .._core.primitive import Primitive
 from . import _eager
 from ._fpstate import quiet
 from ._rules import elementwise_dtype, elementwise_shape, refuse_float_mix, same_shape
-from .broadcasting import broadcast_like, sum_to
+from .broadcasting import broadcast_like, cast_like, sum_to
 from .conversion import convert, convert_p  # noqa: F401  (tlaloc._prims.elementwise.convert, as before the split)
 
 
 def _declare(name, impl, hlo, nargs, names=None):
-    p = Primitive(name, impl=refuse_float_mix(name, impl, names or ["x", "y"]), hlo=hlo,
+    # Derivative code multiplies a cotangent (float64 where NumPy promoted float32 * int64)
+    # by a partial (float32): these two promote as NumPy does instead of refusing the mix;
+    # ``sum_to`` casts the result back to the operand's dtype (as JAX's convert VJP does).
+    p = Primitive(name, impl=refuse_float_mix(name, impl, names or ["x", "y"], promote=True), hlo=hlo,
                   shape_rule=elementwise_shape(name),
-                  dtype_rule=elementwise_dtype(name, impl, names))
+                  dtype_rule=elementwise_dtype(name, impl, names, promote=True))
     p.eager = _eager.elementwise(p, impl)
     return p
 
@@ -77,8 +80,8 @@ safe_div_p = _declare("safe_div", _safe_div_impl, "stablehlo.divide", 2)
 def safe_mul(a, b):
     """``a * b``, except that an exact zero in either factor gives exactly 0.
 
-    A finite non-zero Python number as a factor cannot meet ``0 * inf``: that
-    is a plain ``multiply``."""
+    A float32/float64 mix promotes to float64 (see ``_declare``). A finite non-zero
+    Python number as a factor cannot meet ``0 * inf``: that is a plain ``multiply``."""
     if _finite_nonzero(a) or _finite_nonzero(b):
         return mul_p.bind(a, b)
     return safe_mul_p.bind(a, b)
@@ -89,7 +92,8 @@ def _finite_nonzero(x) -> bool:
 
 
 def safe_div(a, b):
-    """``a / b``, except that ``a == 0`` gives exactly 0 (also where ``b == 0``)."""
+    """``a / b``, except that ``a == 0`` gives exactly 0 (also where ``b == 0``); float mixes
+    promote as in ``safe_mul``."""
     return safe_div_p.bind(a, b)
 
 
@@ -279,16 +283,28 @@ add_p.jvp = lambda t, x, y, out: _tangent_sum(t[0], t[1], like=out)
 sub_p.vjp = lambda g, x, y, out: (sum_to(g, x), sum_to(negative(g), y))
 sub_p.jvp = lambda t, x, y, out: _tangent_sum(t[0], None if t[1] is None else negative(t[1]), like=out)
 _def_binary(mul_p, lambda x, y, o: y, lambda x, y, o: x)
+
+
+def _as_out(v, out):
+    # v in out's float dtype where NumPy promoted (int64 / float32 is float64; out / v would
+    # mix float64 with float32): cast_like is the identity elsewhere; Python numbers stay weak
+    return v if type(v) in (bool, int, float, complex) else cast_like(v, out)
+
+
+def _out_over_y(out, y):
+    return divide(out, _as_out(y, out))
+
+
 div_p.vjp = lambda g, x, y, out: (sum_to(safe_div(g, y), x),
-                                  sum_to(negative(safe_mul(g, divide(out, y))), y))
+                                  sum_to(negative(safe_mul(g, _out_over_y(out, y))), y))
 div_p.jvp = lambda t, x, y, out: _tangent_sum(
     None if t[0] is None else safe_div(t[0], y),
-    None if t[1] is None else negative(safe_mul(t[1], divide(out, y))), like=out)
+    None if t[1] is None else negative(safe_mul(t[1], _out_over_y(out, y))), like=out)
 
 
 def _pow_dx(x, y, out):
     # y · x^(y-1); the product is NaN-safe so that y == 0 gives 0 even at x == 0.
-    return safe_mul(y, power(x, subtract(y, 1.0)))
+    return safe_mul(y, power(_as_out(x, out), subtract(_as_out(y, out), 1.0)))
 
 
 def _pow_dy(x, y, out):
@@ -307,9 +323,8 @@ _def_binary(pow_p, _pow_dx, _pow_dy)
 def _balanced(x, y, out):
     """1 where x wins, 0.5 at a tie, 0 where y wins (JAX's convention)."""
     from .selection import select
-    from .broadcasting import cast_like
     # weights in out's float dtype (a where over Python scalars alone would be float64)
-    return cast_like(select(equal(x, y), 0.5, select(equal(out, x), 1.0, 0.0)), out)
+    return cast_like(select(equal(x, y), 0.5, select(equal(out, _as_out(x, out)), 1.0, 0.0)), out)
 
 
 _def_binary(max_p, _balanced, lambda x, y, o: _balanced(y, x, o))
@@ -317,7 +332,7 @@ _def_binary(min_p, _balanced, lambda x, y, o: _balanced(y, x, o))
 _def_binary(atan2_p, lambda x, y, o: divide(y, add(multiply(x, x), multiply(y, y))),
             lambda x, y, o: negative(divide(x, add(multiply(x, x), multiply(y, y)))))
 _def_binary(rem_p, lambda x, y, o: 1.0,
-            lambda x, y, o: negative(subtract(divide(subtract(x, o), y), 0.0)))
+            lambda x, y, o: negative(subtract(divide(subtract(_as_out(x, o), o), _as_out(y, o)), 0.0)))
 
 
 # -- integer_pow -----------------------------------------------------------------

@@ -118,7 +118,7 @@ def _direct(node, r: DirectRenderer):
         call = (f"np.add.reduce({ops[0]}, axis={render_param(node.params['axes'])}, "
                 f"keepdims={node.params['keepdims']!r})")
         return call if len(out.shape) else f"np.asarray({call})"
-    if name == "sum_to" and _array(avals[0]) and _strong(avals[1]):
+    if name == "sum_to" and _array(avals[0]) and _strong(avals[1]) and avals[0].dtype == avals[1].dtype:
         return _sum_to(ops[0], avals[0].shape, tuple(avals[1].shape))
     if name == "expand_reduced" and not node.params["keepdims"] and _strong(avals[0]) and _strong(out):
         return f"np.asarray({ops[0]}).reshape({render_param(tuple(out.shape))})"

@@ -49,13 +49,14 @@ def dnewton_sqrt_da(a):
         v_bar_1 = lax.sum_to(v_bar, v9)
         v11 = lax.safe_div(v_bar_1, x_2)
         a_bar_2 = lax.sum_to(v11, a)
-        v12 = lax.divide(v9, x_2)
-        v13 = lax.safe_mul(v_bar_1, v12)
-        v14 = lax.negative(v13)
-        v15 = lax.sum_to(v14, x_2)
-        x_bar_2 = lax.add(x_bar_1, v15)
-        v16 = lax.add(a_bar_1, a_bar_2)
-        a_bar, a_bar_1 = x_bar_2, v16
+        v12 = lax.cast_like(x_2, v9)
+        v13 = lax.divide(v9, v12)
+        v14 = lax.safe_mul(v_bar_1, v13)
+        v15 = lax.negative(v14)
+        v16 = lax.sum_to(v15, x_2)
+        x_bar_2 = lax.add(x_bar_1, v16)
+        v17 = lax.add(a_bar_1, a_bar_2)
+        a_bar, a_bar_1 = x_bar_2, v17
     del res_stack, x_stack, res_stack_1, x_bar, v7
     a_bar_3 = lax.add(a_bar, a_bar_1)
     return (a_bar_3,)
