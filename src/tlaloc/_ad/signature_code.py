@@ -132,5 +132,5 @@ def specialise(graph, in_avals):
     g = signature_fold.fold(graph, in_avals)
     g = _simplify.simplify(dce(g))
     g = dce(_simplify.drop_broadcasts(g))
-    g = signature_fold.fold(g, [v.aval for v in g.inputs])      # safe_mul by a now-constant factor
+    g = signature_fold.fold(g, [v.aval for v in g.inputs])      # what the simplification made constant
     return _simplify.prune_loops(dce(g))
