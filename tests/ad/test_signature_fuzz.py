@@ -14,6 +14,7 @@ import pathlib
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import tlaloc as tl
@@ -59,3 +60,29 @@ def test_random_programs_match_the_generic_code_and_jax():
     counts, failures = F.fuzz(16, 0, out=lambda *_: None)
     assert not failures, [(m, w, p["source"]) for p, m, w in failures]
     assert counts["ok"] >= 12, counts
+
+
+def cubed(x, y):
+    return np.sum(np.transpose(y) ** 3)
+
+
+def weighted_grad(x, y):
+    g = tl.grad(cubed, argnums=1)(x, y)
+    return np.sum(g * np.sin(x))
+
+
+def test_dropped_broadcast_keeps_the_memory_order_a_later_sum_adds_in():
+    """y_bar = transpose(broadcast(1.0) * 3 y.T ** 2): the broadcast's C-ordered copy makes
+    the product C-ordered, so y_bar is F-ordered and ``sum(g * sin(x))`` adds in F order.
+    Without the broadcast the product kept y.T's F order, y_bar came out C-ordered and the
+    value was 1 ulp off the generic code's (TLALOC_CHECK_RENDER raised)."""
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(5), rng.standard_normal((3, 5))
+    vg = tl.value_and_grad(weighted_grad, argnums=(0, 1))
+    got = vg(x, y)
+    flat = (got[0], *got[1])
+    assert F.bits(flat) == F.bits((lambda r: (r[0], *r[1]))(_generic(vg, x, y)))
+    want = jax.value_and_grad(lambda x, y: jnp.sum(3 * y ** 2 * jnp.sin(x)), argnums=(0, 1))(x, y)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
+    for g, w in zip(got[1], want[1]):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)

@@ -49,8 +49,10 @@ _ARRAYS = (np.ndarray, np.generic)
 
 
 def signature(flat) -> tuple:
-    """The key of a call: per leaf its type, and shape and dtype for NumPy values."""
-    return tuple((type(x), x.shape, x.dtype) if isinstance(x, _ARRAYS) else type(x) for x in flat)
+    """The key of a call: per leaf its type, and shape, dtype and whether it is C-contiguous
+    for NumPy values (``drop_broadcasts`` keeps results' memory order knowing it)."""
+    return tuple((type(x), x.shape, x.dtype, x.flags.c_contiguous) if isinstance(x, _ARRAYS) else type(x)
+                 for x in flat)
 
 
 def leaf_aval(x) -> AbstractValue:
@@ -89,7 +91,8 @@ class SignatureCode:
     def _build(self, flat):
         from .transformed import render_and_load
         try:
-            graph = verify(specialise(self.graph, [leaf_aval(x) for x in flat]))
+            c_ordered = [isinstance(x, _ARRAYS) and x.flags.c_contiguous for x in flat]
+            graph = verify(specialise(self.graph, [leaf_aval(x) for x in flat], c_ordered))
             functions = [(graph, self.name, self.arg_names, self.doc)]
             fast = _simplify.fold_negations(graph)
             plain = signature_nan.plain_products(fast)
@@ -127,10 +130,11 @@ def optimistic(fast, exact, quiet_fast: bool):
     return checked
 
 
-def specialise(graph, in_avals):
-    """``graph`` with what ``in_avals`` decides folded (steps 1 and 2 of the module docstring)."""
+def specialise(graph, in_avals, c_ordered=()):
+    """``graph`` with what ``in_avals`` decides folded (steps 1 and 2 of the module docstring);
+    ``c_ordered``: per input, whether it is C-contiguous (part of the signature)."""
     g = signature_fold.fold(graph, in_avals)
     g = _simplify.simplify(dce(g))
-    g = dce(_simplify.drop_broadcasts(g))
+    g = dce(_simplify.drop_broadcasts(g, c_ordered))
     g = signature_fold.fold(g, [v.aval for v in g.inputs])      # what the simplification made constant
     return _simplify.prune_loops(dce(g))
