@@ -193,10 +193,12 @@ def drop_broadcasts(graph: Graph, c_ordered_inputs=()) -> Graph:
 
 
 def _makes_c_ordered(node, c_ordered) -> bool:
-    """Whether an elementwise node's result is C-ordered: NumPy gives a new array in its
-    operands' memory order (``order="K"``), C where they are all C-ordered."""
+    """Whether a node's result is C-ordered: ``matmul``'s always is (a new array), an
+    elementwise node's where its operands all are (NumPy's ``order="K"``)."""
     from .._prims.elementwise import UNARY
     name = node.prim.name
+    if name == "matmul":
+        return True
     if name not in _BROADCASTING and name not in UNARY and name not in _ELEMENTWISE:
         return False
     return all(_c_ordered(a, c_ordered) for a in node.inputs)
