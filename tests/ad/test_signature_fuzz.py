@@ -86,3 +86,28 @@ def test_dropped_broadcast_keeps_the_memory_order_a_later_sum_adds_in():
     np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
     for g, w in zip(got[1], want[1]):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+
+def cubes(x, y, z):
+    return np.sum(y ** 3)
+
+
+def value_and_grad_inside(x, y, z):
+    v, g = tl.value_and_grad(cubes, argnums=2)(x, y, z)
+    return np.sum(g * np.sin(x)) + v * v
+
+
+def test_a_nan_times_a_nan_keeps_the_generic_sign_bits():
+    """y_bar = broadcast(2 v) * 3 y ** 2 with v = sum(y ** 3) a NaN and NaNs of both signs in y:
+    which NaN the product keeps depends on NumPy's loop (array-array or array-scalar, SIMD body
+    or tail), so without the broadcast one NaN's sign bit differed. The generic code reruns."""
+    nan = np.nan
+    x = np.array(-2.38300911)
+    y = np.array([[nan, -2.19, 0.34, -0.45, -1.30], [-nan, 0.0, -0.70, 1.40, -nan],
+                  [-np.inf, nan, -0.95, -0.0, nan]])
+    z = np.array([[0.18, -0.002, 1.0, 0.0, 1.18]])
+    g = tl.grad(value_and_grad_inside, argnums=(0, 1, 2))
+    got = g(x, y, z)
+    assert F.bits(got) == F.bits(_generic(g, x, y, z))
+    assert np.isnan(got[1]).sum() == 13 and (got[1][[1, 2], [1, 3]] == 0.0).all()   # 2 v * 3 y**2, v NaN
+    np.testing.assert_array_equal(got[2], np.zeros((1, 5)))

@@ -163,7 +163,12 @@ def drop_broadcasts(graph: Graph, c_ordered_inputs=()) -> Graph:
     replaced by ``x`` where the other operand already has the result's shape: NumPy's
     broadcasting gives the same elements, so the same bits, without the copy. A size-1
     ``x`` made by ``expand_reduced`` is replaced by the value it expands. Needs concrete
-    avals (``_ad/signature_fold.py``); unread broadcasts are left for ``passes.dce``.
+    avals (``_ad/signature_fold.py``); unread broadcasts are left for ``passes.dce``;
+    ``graph`` itself is returned where nothing is dropped.
+
+    Not bit for bit where both operands hold a NaN: which NaN (sign bit) the product
+    keeps depends on the NumPy loop that runs it (array-array or array-scalar, SIMD
+    body or tail), so ``signature_code`` reruns the generic code on a non-finite result.
 
     The result's memory order must stay the same too (a later ``sum`` adds in memory
     order, so it decides the last bits): a small broadcast is a C-ordered copy, which
@@ -177,7 +182,8 @@ def drop_broadcasts(graph: Graph, c_ordered_inputs=()) -> Graph:
     for node in graph.nodes:
         if node.regions():
             params = {k: drop_broadcasts(v) if isinstance(v, Graph) else v for k, v in node.params.items()}
-            node = Node(node.prim, node.inputs, node.outputs, params, node.loc)
+            if any(params[k] is not v for k, v in node.params.items()):
+                node = Node(node.prim, node.inputs, node.outputs, params, node.loc)
         elif node.prim.name in _BROADCASTING and len(node.inputs) == 2:
             # one operand at a time: the second is judged against the first as rewritten (dropping
             # both broadcasts of `broadcast(a) * broadcast(b)` would lose the result's shape)
@@ -189,6 +195,8 @@ def drop_broadcasts(graph: Graph, c_ordered_inputs=()) -> Graph:
         if _makes_c_ordered(node, c_ordered):
             c_ordered.update(o.id for o in node.outputs)
         nodes.append(node)
+    if all(a is b for a, b in zip(nodes, graph.nodes)):
+        return graph
     return Graph(graph.inputs, tuple(nodes), graph.outputs, graph.name)
 
 
