@@ -44,3 +44,22 @@ def test_forward_over_reverse_rendered_equals_interpreter():
     got = tl.eval_graph(entry["graphs"][0][0], x, np.array([1.0, 0.5]))
     assert np.asarray(got[0]).tobytes() == np.asarray(out).tobytes()
     assert np.asarray(got[1]).tobytes() == np.asarray(dout).tobytes()
+
+
+NEGATIVE = -1.3
+
+
+def log_of_a_captured_negative(x):
+    return np.sum(np.log(NEGATIVE) ** 2) + np.sum(x)      # a constant -nan at trace time
+
+
+def test_a_negative_nan_constant_keeps_its_sign_bit():
+    """The traced constant np.log(-1.3) ** 2 is -nan (x86); it was rendered as ``np.nan``,
+    so the value came out with the sign bit clear (TLALOC_CHECK_RENDER raised)."""
+    from tlaloc._render.python import render_literal
+    assert render_literal(-np.nan) == "-np.nan" and render_literal(np.nan) == "np.nan"
+    with np.errstate(invalid="ignore"):
+        want = np.log(np.float64(NEGATIVE)) ** 2 + 1.0
+        value, x_bar = tl.value_and_grad(log_of_a_captured_negative)(np.array([1.0]))
+    assert np.isnan(value) and np.signbit(value) == np.signbit(want)
+    np.testing.assert_array_equal(x_bar, [1.0])

@@ -19,8 +19,11 @@ apply, a *fast* copy also gets ``simplify.fold_negations`` (``x + -y`` as
 ``x - y``, which can flip a NaN's sign bit) and ``signature_nan.plain_products``
 (products whose NaN would reach an output lose their NaN test); it runs first
 (plain products with floating-point errors ignored) and the exact code reruns
-where an output is not finite (``optimistic``). So results are always the
-generic code's bits (tests/ad/test_signature_code.py hashes both); what can
+where an output is not finite (``optimistic``). Where ``drop_broadcasts``
+dropped a broadcast, a product of two NaNs may keep the other NaN (which one
+depends on NumPy's loop), so there the code runs quiet and the *generic* code
+reruns where an output is not finite. So results are always the generic code's
+bits (tests/ad/test_signature_code.py, test_signature_fuzz.py); what can
 differ is a floating-point warning (or, under ``np.seterr(all="raise")``, an
 error) about a value that reaches no output as an inf or NaN. A signature the build
 cannot handle (it raises) runs the generic code; past ``MAX_SIGNATURES`` per
@@ -49,8 +52,10 @@ _ARRAYS = (np.ndarray, np.generic)
 
 
 def signature(flat) -> tuple:
-    """The key of a call: per leaf its type, and shape and dtype for NumPy values."""
-    return tuple((type(x), x.shape, x.dtype) if isinstance(x, _ARRAYS) else type(x) for x in flat)
+    """The key of a call: per leaf its type, and shape, dtype and whether it is C-contiguous
+    for NumPy values (``drop_broadcasts`` keeps results' memory order knowing it)."""
+    return tuple((type(x), x.shape, x.dtype, x.flags.c_contiguous) if isinstance(x, _ARRAYS) else type(x)
+                 for x in flat)
 
 
 def leaf_aval(x) -> AbstractValue:
@@ -89,7 +94,9 @@ class SignatureCode:
     def _build(self, flat):
         from .transformed import render_and_load
         try:
-            graph = verify(specialise(self.graph, [leaf_aval(x) for x in flat]))
+            c_ordered = [isinstance(x, _ARRAYS) and x.flags.c_contiguous for x in flat]
+            graph, dropped = specialise(self.graph, [leaf_aval(x) for x in flat], c_ordered)
+            graph = verify(graph)
             functions = [(graph, self.name, self.arg_names, self.doc)]
             fast = _simplify.fold_negations(graph)
             plain = signature_nan.plain_products(fast)
@@ -104,7 +111,9 @@ class SignatureCode:
             self.errors.append(f"{type(e).__name__}: {e}")
             return self.generic
         fn = namespace[self.name]
-        if len(functions) == 2:
+        if dropped:      # a NaN's sign may differ from the generic code's: it reruns on non-finite results
+            fn = optimistic(namespace[functions[-1][1]], self.generic, quiet_fast=True)
+        elif len(functions) == 2:
             fn = optimistic(namespace[functions[1][1]], fn, quiet_fast=plain is not None)
         self.sources[id(fn)] = source
         return fn
@@ -127,10 +136,13 @@ def optimistic(fast, exact, quiet_fast: bool):
     return checked
 
 
-def specialise(graph, in_avals):
-    """``graph`` with what ``in_avals`` decides folded (steps 1 and 2 of the module docstring)."""
+def specialise(graph, in_avals, c_ordered=()):
+    """``graph`` with what ``in_avals`` decides folded (steps 1 and 2 of the module docstring),
+    and whether broadcasts were dropped; ``c_ordered``: per input, whether it is C-contiguous
+    (part of the signature)."""
     g = signature_fold.fold(graph, in_avals)
     g = _simplify.simplify(dce(g))
-    g = dce(_simplify.drop_broadcasts(g))
-    g = signature_fold.fold(g, [v.aval for v in g.inputs])      # safe_mul by a now-constant factor
-    return _simplify.prune_loops(dce(g))
+    dropped = _simplify.drop_broadcasts(g, c_ordered)
+    any_dropped = dropped is not g
+    g = signature_fold.fold(dce(dropped), [v.aval for v in g.inputs])      # what the simplification made constant
+    return _simplify.prune_loops(dce(g)), any_dropped

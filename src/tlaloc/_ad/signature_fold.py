@@ -13,10 +13,12 @@ primitives' own shape and dtype rules and rewrites what those avals decide:
   with ``keepdims`` become the value itself (what their impls return);
 * ``reduced_count`` and ``grad_seed`` (results that depend only on shapes and
   dtypes) become constants, computed by their impls;
-* nodes whose operands are all constants are evaluated (small results only);
-* ``safe_mul``/``safe_div`` by a finite non-zero constant factor (divisor)
-  become ``multiply``/``divide``: they cannot meet ``0 * inf`` (or ``0 / 0``),
-  so the NaN repair never changes a value.
+* nodes whose operands are all constants are evaluated (small results only).
+
+``safe_mul``/``safe_div`` by a finite non-zero constant are *not* made plain
+``multiply``/``divide``: where the result holds a NaN, their repair also turns
+every ``-0.0`` of a zero factor (dividend) into ``+0.0``, so the plain op would
+change sign bits (``signature_nan.plain_products`` handles them instead).
 
 Each rewrite computes the same NumPy values as the node it replaces, so the
 results keep their bits. Only what the avals decide is folded: a dim the
@@ -27,8 +29,6 @@ element aval for the loop that reads them back. Region-holding nodes other
 than ``cond``/``for_range``/``while_loop``/inline calls are kept unchanged.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -135,12 +135,6 @@ class _Folder:
         elif name in _SHAPE_ONLY:
             if all(concrete(a) for a in avals):
                 return _constant(prim, [np.zeros(a.shape, a.dtype) for a in avals], params)
-        elif name in ("safe_mul", "safe_div"):
-            plain = {"safe_mul": "multiply", "safe_div": "divide"}[name]
-            factors = ins if name == "safe_mul" else ins[1:]
-            if any(_finite_nonzero(a) for a in factors):
-                from .._core.primitive import REGISTRY
-                return Node(REGISTRY[plain], ins, (), {})
         if ins and all(isinstance(a, Literal) for a in ins) and not any(
                 isinstance(v, Graph) for v in params.values()):
             return _constant(prim, [a.value for a in ins], params)
@@ -234,14 +228,3 @@ def _constant(prim, values, params):
     if not isinstance(out, (np.ndarray, np.generic, bool, int, float)):
         return None
     return Literal(out, literal_aval(out))
-
-
-def _finite_nonzero(atom) -> bool:
-    if not isinstance(atom, Literal):
-        return False
-    v = atom.value
-    if isinstance(v, (np.ndarray, np.generic)):
-        if np.size(v) != 1 or v.dtype.kind not in "fiu":
-            return False
-        v = v.item()
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v != 0 and math.isfinite(v)

@@ -155,38 +155,85 @@ def _needed(graph: Graph, outputs) -> set:
 # -- broadcasts and negations that NumPy makes unnecessary (graphs with concrete avals) ------
 
 _BROADCASTING = {"add", "subtract", "multiply", "divide", "safe_mul", "safe_div"}
+_ELEMENTWISE = {"maximum", "minimum", "power", "integer_pow"}     # besides _BROADCASTING and UNARY
 
 
-def drop_broadcasts(graph: Graph) -> Graph:
+def drop_broadcasts(graph: Graph, c_ordered_inputs=()) -> Graph:
     """``graph`` with ``broadcast_like(x, like)`` operands of binary elementwise nodes
     replaced by ``x`` where the other operand already has the result's shape: NumPy's
     broadcasting gives the same elements, so the same bits, without the copy. A size-1
     ``x`` made by ``expand_reduced`` is replaced by the value it expands. Needs concrete
-    avals (``_ad/signature_fold.py``); unread broadcasts are left for ``passes.dce``."""
+    avals (``_ad/signature_fold.py``); unread broadcasts are left for ``passes.dce``;
+    ``graph`` itself is returned where nothing is dropped.
+
+    Not bit for bit where both operands hold a NaN: which NaN (sign bit) the product
+    keeps depends on the NumPy loop that runs it (array-array or array-scalar, SIMD
+    body or tail), so ``signature_code`` reruns the generic code on a non-finite result.
+
+    The result's memory order must stay the same too (a later ``sum`` adds in memory
+    order, so it decides the last bits): a small broadcast is a C-ordered copy, which
+    makes the result C-ordered, so below ``_SMALL`` elements a broadcast is only dropped
+    where the other operand is known to be C-ordered (``c_ordered_inputs``: one flag per
+    graph input; see ``_c_ordered``) or the result has at most one dim above 1. Above
+    ``_SMALL`` the broadcast is NumPy's own zero-stride view, as without it."""
     producers = {o.id: n for n in graph.nodes for o in n.outputs}
+    c_ordered = {v.id for v, c in zip(graph.inputs, c_ordered_inputs) if c}
     nodes = []
     for node in graph.nodes:
         if node.regions():
             params = {k: drop_broadcasts(v) if isinstance(v, Graph) else v for k, v in node.params.items()}
-            node = Node(node.prim, node.inputs, node.outputs, params, node.loc)
+            if any(params[k] is not v for k, v in node.params.items()):
+                node = Node(node.prim, node.inputs, node.outputs, params, node.loc)
         elif node.prim.name in _BROADCASTING and len(node.inputs) == 2:
             # one operand at a time: the second is judged against the first as rewritten (dropping
             # both broadcasts of `broadcast(a) * broadcast(b)` would lose the result's shape)
             ins = list(node.inputs)
             for i in (0, 1):
-                ins[i] = _unbroadcast(ins[i], ins[1 - i], node.outputs[0].aval, producers)
+                ins[i] = _unbroadcast(ins[i], ins[1 - i], node.outputs[0].aval, producers, c_ordered)
             if ins != list(node.inputs):
                 node = Node(node.prim, tuple(ins), node.outputs, node.params, node.loc)
+        if _makes_c_ordered(node, c_ordered):
+            c_ordered.update(o.id for o in node.outputs)
         nodes.append(node)
+    if all(a is b for a, b in zip(nodes, graph.nodes)):
+        return graph
     return Graph(graph.inputs, tuple(nodes), graph.outputs, graph.name)
 
 
-def _unbroadcast(a, other, out, producers):
+def _makes_c_ordered(node, c_ordered) -> bool:
+    """Whether a node's result is C-ordered: ``matmul``'s always is (a new array), an
+    elementwise node's where its operands all are (NumPy's ``order="K"``)."""
+    from .._prims.elementwise import UNARY
+    name = node.prim.name
+    if name == "matmul":
+        return True
+    if name not in _BROADCASTING and name not in UNARY and name not in _ELEMENTWISE:
+        return False
+    return all(_c_ordered(a, c_ordered) for a in node.inputs)
+
+
+def _c_ordered(a, c_ordered) -> bool:
+    """Known to iterate in C order: a C-ordered input or elementwise result, or a value
+    whose memory order cannot matter (at most one dim above 1, a C-contiguous constant)."""
+    av = _aval(a)
+    if av is not None and av.is_concrete and sum(d > 1 for d in av.shape) <= 1:
+        return True
+    if isinstance(a, Literal):
+        import numpy as np
+        return not isinstance(a.value, np.ndarray) or a.value.flags.c_contiguous
+    return a.id in c_ordered
+
+
+def _unbroadcast(a, other, out, producers, c_ordered):
     import numpy as np
+    from .._prims.broadcasting import _SMALL
     p = producers.get(a.id) if isinstance(a, Var) else None
     if p is None or p.prim.name != "broadcast_like" or not _strong(out) or not _strong(_aval(other)) \
             or _aval(other).shape != out.shape:
         return a
+    if int(np.prod(out.shape)) <= _SMALL and not _c_ordered(other, c_ordered) \
+            and sum(d > 1 for d in out.shape) > 1:
+        return a                     # the C-ordered copy decides the result's memory order
     src = p.inputs[0]
     q = producers.get(src.id) if isinstance(src, Var) else None
     if q is not None and q.prim.name == "expand_reduced" and not q.params.get("keepdims") \

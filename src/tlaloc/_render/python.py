@@ -105,8 +105,8 @@ def _nested(v):
 
 
 def _float(x: float) -> str:
-    if math.isnan(x):
-        return "np.nan"
+    if math.isnan(x):           # the sign bit too (np.log(-1.0) is -nan on x86)
+        return "-np.nan" if math.copysign(1.0, x) < 0 else "np.nan"
     if math.isinf(x):
         return "np.inf" if x > 0 else "-np.inf"
     return repr(x)
