@@ -92,3 +92,22 @@ def test_jacobians_refuse_pytree_arguments():
 
 def lambda_free_loss(params, x):
     return mlp(params, x)["out"]
+
+
+def _dot_of_vectors(v, m):
+    return np.dot(v, m @ v)              # np.dot needs its operands' ranks: lowered per signature
+
+
+def test_jit_of_jvp_lowers_for_the_shapes_when_the_code_needs_them():
+    # regression: tl.jit(tl.jvp(f)) ignored the argument shapes, so np.dot (whose meaning depends on
+    # the ranks) raised ShapeNeeded although eager tl.jvp and tl.jit(tl.grad) worked
+    v, m, tv = np.array([0.5, -1.0, 2.0]), np.arange(9.0).reshape(3, 3) / 10, np.array([1.0, 0.0, -2.0])
+    tm = np.ones((3, 3))
+    out, tangent = tl.jit(tl.jvp(_dot_of_vectors))((v, m), (tv, tm))
+    want_out, want_tangent = tl.jvp(_dot_of_vectors)((v, m), (tv, tm))
+    # analytic: d(vᵀMv) = tvᵀ(M + Mᵀ)v + vᵀ tM v
+    analytic = tv @ (m + m.T) @ v + v @ tm @ v
+    np.testing.assert_allclose(np.asarray(out), v @ m @ v, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(tangent), analytic, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(tangent), want_tangent, rtol=1e-12)
+    assert abs(float(tangent) - (analytic + 1e-6)) > 1e-7          # the tolerance sees a 1e-6 error

@@ -30,7 +30,7 @@ def transformed_source(t, trees, arg_avals, Source):
     (kind jvp, vmap, jacfwd or jacrev), or ``None``."""
     kind = getattr(t, "kind", None)
     if kind == "jvp":
-        return _jvp_source(t, trees, Source)
+        return _jvp_source(t, trees, arg_avals, Source)
     if kind in SHAPE_DEPENDENT:
         return _lowered_source(t, trees, arg_avals, Source)
     return None
@@ -45,17 +45,20 @@ def _arity_check(name, n):
 
 # -- jvp ------------------------------------------------------------------------------------------
 
-def _jvp_source(t, trees, Source):
+def _jvp_source(t, trees, arg_avals, Source):
     if len(trees) != 2 or any(tr is None or tr.kind not in ("tuple", "list") for tr in trees):
         raise ArgumentError(f"jit of {t.name}: call it as f((x, ...), (v, ...)) with a tuple of primals and a "
                             f"tuple of tangents")
     ptrees, ttrees = list(trees[0].children), list(trees[1].children)
     if ptrees != ttrees:
         raise ArgumentError(f"jvp: the tangents have structure {trees[1]!r} but the primals have {trees[0]!r}")
-    entry = t._entry(ptrees if any(tr != _LEAF for tr in ptrees) else None)
+    n_args = sum(tr.num_leaves for tr in ptrees)
+    if arg_avals:        # the code needs the primals' shapes (e.g. np.dot's ranks): lowered for them
+        entry = t._entry(ptrees, list(arg_avals)[:n_args])
+    else:
+        entry = t._entry(ptrees if any(tr != _LEAF for tr in ptrees) else None)
     g = entry["graphs"][0][0]
     lowered = entry["lowered"]
-    n_args = sum(tr.num_leaves for tr in ptrees)
     n_closure = len(lowered.closure_getters)
     ins = list(g.inputs)
     primals, closure, tangents = ins[:n_args], ins[n_args:n_args + n_closure], ins[n_args + n_closure:]
