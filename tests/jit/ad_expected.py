@@ -35,16 +35,16 @@ NOT_APPLICABLE_FROM_POINT = {
 _ALL = ("reverse", "forward", "vmap", "hessian")
 
 #: (case, mode) -> reason, float32 only: eager and compiled code refuse alike, by name
+# (softmax_xent reverse and arange_weights reverse/hessian were here: float32 arguments times
+# integer or float64-free constants now keep float32 cotangents, tests/ad/test_promoted_dtypes.py)
 FLOAT32_REFUSED_ALIKE = {
-    # the program holds a float64 constant (np.array of Python floats, np.arange weights, a float64
+    # the program holds a float64 constant (np.array of Python floats, a float64
     # global, a float64 scatter target), which float32 arguments may not meet: tlaloc never mixes
     # float dtypes implicitly
     **{("compare_where", m): "float64 constant" for m in _ALL},
     **{("global_array", m): "float64 global array" for m in _ALL},
     **{(c, m): "float64 scatter target" for c in ("addat_repeated", "setitem_fancy_repeated",
                                                   "addat_fancy_repeated") for m in _ALL},
-    ("softmax_xent", "reverse"): "float64 one-hot constant",
-    **{("arange_weights", m): "float64 arange weights" for m in ("reverse", "hessian")},
 }
 
 #: (case, mode) -> the refusal, every backend and dtype
