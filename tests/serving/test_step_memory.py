@@ -2,7 +2,9 @@
 transposed copy of a tied embedding, and bf16 weights converted one at a time.
 
 These read XLA's optimised HLO and compiled memory statistics of the programs the Engine
-runs (the PJRT executable), so they check the program XLA built, not its speed.
+runs (the PJRT executable), so they check the program XLA built, not its speed. Engines
+that inspect the portable programs pass ``cpu_kernels=False``; the CPU-kernel variant is
+checked on its own (no float32 weight at all).
 """
 import re
 
@@ -94,7 +96,7 @@ def test_bf16_and_int8_heads_are_converted_a_slice_at_a_time(name, options, tiny
     from .fixtures import LADDER
     monkeypatch.setattr(lowp, "ENABLED", False)
     export(tiny(name)[1], tmp_path / "whole", **LADDER, **options, progress=False)
-    whole = Engine(tmp_path / "whole", fast_compile=True)
+    whole = Engine(tmp_path / "whole", fast_compile=True, cpu_kernels=False)
     V, D = whole.config["vocab_size"], whole.config["hidden_size"]
     chunk = 32
     assert V > chunk and V % chunk == 0 and programs.HEAD_CHUNK >= V
@@ -104,7 +106,7 @@ def test_bf16_and_int8_heads_are_converted_a_slice_at_a_time(name, options, tiny
 
     monkeypatch.setattr(programs, "HEAD_CHUNK", chunk)
     export(tiny(name)[1], tmp_path / "art", **LADDER, **options, progress=False)
-    sliced = Engine(tmp_path / "art", fast_compile=True)
+    sliced = Engine(tmp_path / "art", fast_compile=True, cpu_kernels=False)
     hlo = _entry(_compiled(sliced, "decode", 1, 16).get_hlo_text())
     assert not full.search(hlo), f"{name} {options}: a float32 (V, D) head temporary"
     assert re.search(rf"\bf32\[({chunk},{D}|{D},{chunk})\]", hlo), "no (chunk, D) slice of the head"
@@ -128,11 +130,39 @@ def test_quantized_matrices_are_converted_a_chunk_of_rows_at_a_time(options, tin
     for chunk in (0, 32):
         monkeypatch.setattr(quantized, "CHUNK", chunk)
         export(tiny("llama")[1], tmp_path / f"art{chunk}", **LADDER, **options, progress=False)
-        eng = Engine(tmp_path / f"art{chunk}", fast_compile=True)
+        eng = Engine(tmp_path / f"art{chunk}", fast_compile=True, cpu_kernels=False)
         hlo[chunk] = _entry(_compiled(eng, "decode", 1, 16).get_hlo_text())
     assert whole.search(hlo[0]), "control: the one-dot program converts whole matrices"
     assert not whole.search(hlo[32]), f"{options}: a float32 copy of a whole quantized matrix"
     assert re.search(r"\bf32\[32,(128|64)\]", hlo[32]), "no (32, out) converted slice"
+
+
+@pytest.mark.parametrize("options", [dict(weights="q4_1"), dict(weights="q8_0"), dict(weights="int8"),
+                                     dict(dtype="bf16")])
+def test_the_cpu_kernel_variant_converts_no_weight_to_float32(options, tiny, tmp_path):
+    """With the CPU kernels each product reads the stored bytes: every layer product and the head
+    is one kernel call (4 per layer, 1 head) and no float32 (in, out) matrix or converted slice
+    of one is left in the decode step. Control: the portable program of the same q4_1 / q8_0
+    artifact has the converted slices (its int8 and bf16 programs use low-precision dots)."""
+    from tlaloc._runtime import cpu_kernels
+    from tlaloc.serving import Engine
+    from tlaloc.serving.export import export
+    from .fixtures import LADDER
+    if not cpu_kernels.load():
+        pytest.skip(f"the CPU kernels cannot be built here: {cpu_kernels.reason()}")
+    export(tiny("llama")[1], tmp_path / "art", **LADDER, **options, progress=False)
+    weights = re.compile(r"\bf32\[(64|32|16),(128|256)\]|\bf32\[128,64\]")   # wqkv, w_gate_up, w_down
+    hlo = {}
+    for k in (True, False):
+        eng = Engine(tmp_path / "art", fast_compile=True, cpu_kernels=k)
+        assert eng.executor.cpu_kernels is k
+        hlo[k] = _entry(_compiled(eng, "decode", 1, 16).get_hlo_text())
+    calls = re.findall(r'custom_call_target="(tlaloc_cpu_matmul_\w+)"', hlo[True])
+    assert len(calls) == 2 * 4 + 1, calls                             # tiny llama: 2 layers, the head
+    assert "tlaloc_cpu_matmul_" not in hlo[False]
+    if "weights" in options and options["weights"] != "int8":
+        assert weights.search(hlo[False]), "control: the portable program converts (slices of) the weights"
+    assert not weights.search(hlo[True]), f"{options}: a float32 weight in the kernel program"
 
 
 def _decode_hlo(tiny, tmp_path, name, options, tag):
@@ -140,7 +170,7 @@ def _decode_hlo(tiny, tmp_path, name, options, tag):
     from tlaloc.serving.export import export
     from .fixtures import LADDER
     export(tiny(name)[1], tmp_path / tag, **LADDER, **options, progress=False)
-    eng = Engine(tmp_path / tag, fast_compile=True)
+    eng = Engine(tmp_path / tag, fast_compile=True, cpu_kernels=False)
     return eng, _entry(_compiled(eng, "decode", 1, 16).get_hlo_text())
 
 

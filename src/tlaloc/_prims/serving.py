@@ -19,7 +19,7 @@ primitive              meaning
                        the last axis; ties keep the lower index first (stable).
 =====================  =======================================================================
 
-All three are declared ``inference_only``: the reverse and forward transforms refuse
+All of them are declared ``inference_only`` (and ``stored_matmul``, see ``stored_matmul.py``): the reverse and forward transforms refuse
 them by name, and they have no batching rule, so ``vmap`` refuses them by name too.
 Like the kernel ops (``tlaloc.kernels.mosaic``), they are serving ops rather than core
 primitives (DESIGN §1 keeps that set small): they live in ``SERVING_OPS``, not in the
@@ -46,6 +46,7 @@ from .misc import stop_gradient
 from .reductions import reduce_max, reduce_sum
 from .selection import select
 from .shape_ops import expand_dims, reshape, transpose
+from .stored_matmul import stored_matmul, stored_matmul_p
 
 _F32_MIN = np.float32(np.finfo(np.float32).min)
 
@@ -210,9 +211,9 @@ def sort_descending(x):
 
 
 #: the serving ops, by name (kept out of the core primitive table, see the module docstring)
-SERVING_OPS = {p.name: p for p in (kv_cache_write_p, paged_attention_p, sort_descending_p)}
+SERVING_OPS = {p.name: p for p in (kv_cache_write_p, paged_attention_p, sort_descending_p, stored_matmul_p)}
 for _name in SERVING_OPS:
     REGISTRY.pop(_name, None)
 
-__all__ = ["kv_cache_write", "paged_attention", "paged_attention_reference", "sort_descending",
-           "kv_cache_write_p", "paged_attention_p", "sort_descending_p", "SERVING_OPS"]
+__all__ = ["kv_cache_write", "paged_attention", "paged_attention_reference", "sort_descending", "stored_matmul",
+           "kv_cache_write_p", "paged_attention_p", "sort_descending_p", "stored_matmul_p", "SERVING_OPS"]

@@ -13,6 +13,9 @@
   scratch page 0), and more rows as a scatter of its int16 bit patterns
   (``bitcast_convert`` both ways: XLA CPU copies the pool twice, still half the bytes of
   the float32 round trip).
+* ``stored_matmul``: ``stablehlo.custom_call @tlaloc_cpu_matmul_<format>`` (typed FFI),
+  the CPU kernel of ``tlaloc._runtime.cpu_kernels``; only the CPU-kernel variant of a
+  program contains it.
 * ``sort_descending``: ``stablehlo.sort`` of (values, iota) on the last axis with a
   ``GT`` comparator, stable, so ties keep the lower index first.
 * ``paged_attention``: its definition (``paged_attention_reference``, written with
@@ -20,7 +23,7 @@
   in place: the lowering *is* the reference, as JAX's ``lower_fun`` does. The key
   positions come in as a ``stablehlo.iota`` rather than a constant.
 
-Importing this module sets ``lower`` on the three serving ops. Like the kernel ops they
+Importing this module sets ``lower`` on the four serving ops. Like the kernel ops they
 are not in the core primitive table (see ``tlaloc._prims.serving``), so the core
 lowering table (``stablehlo_rules``) is left as it is.
 """
@@ -147,8 +150,17 @@ def _key_positions(em, node):
     return {"key_positions": em.op("stablehlo.iota", [], (I32, (M * BS,)), attrs={"iota_dimension": "0 : i64"})}
 
 
+def _stored_matmul(em, node, *ins):
+    """``stablehlo.custom_call`` of the CPU kernel of the weight's format (typed FFI)."""
+    from .._runtime.cpu_kernels import target_name
+    vals = [em.value(x) for x in ins]
+    return em.op("stablehlo.custom_call", vals, out_aval(node),
+                 attrs={"call_target_name": f'"{target_name(node.params["format"])}"', "api_version": "4 : i32"})
+
+
 LOWERINGS = {
     "kv_cache_write": _kv_cache_write,
+    "stored_matmul": _stored_matmul,
     "sort_descending": _sort_descending,
     "paged_attention": lower_by_reference(_sp.paged_attention_reference, extra=_key_positions),
 }

@@ -23,6 +23,7 @@ from .config import DecoderConfig
 from .kv_cache import NoCache
 from .layers import apply_rope, linear, rms_norm, rope_inv_freq, rope_tables, silu
 from .lowp import LowpMatrix
+from .quantized import StoredProduct
 
 
 def attention_block(cfg: DecoderConfig, layer_idx: int, p: dict, x, cos, sin, positions, backend):
@@ -100,7 +101,7 @@ def lm_head(cfg: DecoderConfig, weights: dict, h, head_parts=None):
 
 def _head_dot(cfg: DecoderConfig, h, table):
     """h (..., D) against a head table (n, D) tied or (D, n) untied: (..., n)."""
-    if isinstance(table, LowpMatrix):                                     # int8 / bf16 dots, either layout
+    if isinstance(table, (LowpMatrix, StoredProduct)):                    # int8 / bf16 dots, CPU kernels
         return table.rmatmul(h)                                           # (..., n)
     if cfg.tie_word_embeddings:
         # contract D with the table's own axis 1: a transpose here made XLA CPU copy the

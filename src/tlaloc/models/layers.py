@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from .. import numpy as tnp
+from .._prims.stored_matmul import kernel_call_wanted, stored_matmul
 from .config import RopeConfig
 from .lowp import LowpMatrix
 from .quantized import QuantizedMatrix
@@ -78,7 +79,12 @@ def layer_norm(x, weight, bias, eps: float):
 def linear(x, w, b=None):
     """x (..., in) @ w (in, out) [+ b (out,)] -> (..., out); w may be a :class:`QuantizedMatrix`
     or a :class:`~tlaloc.models.lowp.LowpMatrix`."""
-    y = w.rmatmul(x) if isinstance(w, (QuantizedMatrix, LowpMatrix)) else tnp.matmul(x, w)   # (..., out)
+    if isinstance(w, (QuantizedMatrix, LowpMatrix)):
+        y = w.rmatmul(x)                                                    # (..., out)
+    elif len(w.shape) == 2 and np.dtype(w.dtype) == np.float32 and kernel_call_wanted("f32", w.shape[1]):
+        y = stored_matmul(x, w, format="f32")                               # the CPU kernel
+    else:
+        y = tnp.matmul(x, w)                                                # (..., out)
     return y if b is None else y + b
 
 

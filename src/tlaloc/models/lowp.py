@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import numpy as tnp
+from .._prims.stored_matmul import kernel_call_wanted, stored_matmul
 from ..numpy import lax
 
 #: trace int8 / bfloat16 products as low-precision dots (False: convert to float32, one dot)
@@ -69,7 +70,13 @@ class LowpMatrix:
         return w if self.scale is None else w * tnp.astype(self.scale, tnp.float32)[None, :]
 
     def rmatmul(self, x):
-        """x (..., in) float32 @ w -> (..., out) float32."""
+        """x (..., in) float32 @ w -> (..., out) float32; one ``stored_matmul`` (the CPU kernel,
+        float32 x kept exact) when the program is traced for the kernels (a ``_t`` format for (out, in))."""
+        fmt = ("i8ch" if self.kind == "int8" else "bf16") + ("_t" if self.axis == 1 else "")
+        if kernel_call_wanted(fmt, self.shape[1], self.shape[0]):
+            if self.kind == "int8":
+                return stored_matmul(x, self.w, tnp.astype(self.scale, tnp.float32), format=fmt)
+            return stored_matmul(x, self.w, format=fmt)
         if not ENABLED:
             return tnp.matmul(x, self.dequantize())
         lead, n_in = tuple(x.shape[:-1]), x.shape[-1]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import numpy as tnp
+from .._prims.stored_matmul import kernel_call_wanted, stored_matmul
 
 BLOCK = 32
 #: input rows per partial dot (a multiple of BLOCK)
@@ -91,8 +92,22 @@ class QuantizedMatrix:
         """The whole matrix as float32 (in, out)."""
         return self.rows(0, self.shape[0])
 
+    def kernel_format(self) -> str | None:
+        """The ``stored_matmul`` format of this matrix's parts, or None when they have none."""
+        if self.layout == "channel":
+            return "i8ch" if np.dtype(self.q.dtype) == np.int8 and np.dtype(self.scale.dtype) == np.float32 else None
+        if self.layout == "block":
+            return "q8_0" if np.dtype(self.q.dtype) == np.int8 and np.dtype(self.scale.dtype) == np.float16 else None
+        ok = np.dtype(self.scale.dtype) == np.float16 and np.dtype(self.offset.dtype) == np.float16
+        return "q4_1" if ok and np.dtype(self.q.dtype) == np.uint8 else None
+
     def rmatmul(self, x):
-        """x (..., in) @ w -> (..., out) float32, ``chunk`` input rows per partial dot (0: one dot)."""
+        """x (..., in) @ w -> (..., out) float32, ``chunk`` input rows per partial dot (0: one dot);
+        one ``stored_matmul`` (the CPU kernel) when the program is traced for the kernels."""
+        fmt = self.kernel_format()
+        if fmt is not None and kernel_call_wanted(fmt, self.shape[1]):
+            parts = (self.q, self.scale) if self.offset is None else (self.q, self.scale, self.offset)
+            return stored_matmul(x, *parts, format=fmt)
         n_in = self.shape[0]
         step = self.chunk if 0 < self.chunk < n_in else n_in
         if self.layout != "channel" and step % BLOCK:
@@ -103,6 +118,19 @@ class QuantizedMatrix:
             part = tnp.matmul(x[..., a:b], self.rows(a, b))                 # (..., out)
             out = part if out is None else out + part
         return out
+
+
+class StoredProduct:
+    """A weight kept in the parts of a ``stored_matmul`` format (``tlaloc._prims.stored_matmul``),
+    multiplied by its CPU kernel: ``rmatmul(x)`` is ``x (..., K) @ W (K, N)`` float32. The serving
+    programs use it for an output head traced for the kernels (a ``_t`` format for a tied
+    embedding table)."""
+
+    def __init__(self, fmt: str, *parts):
+        self.format, self.parts = fmt, parts
+
+    def rmatmul(self, x):
+        return stored_matmul(x, *self.parts, format=self.format)
 
 
 def block_quantize(w: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -145,4 +173,4 @@ def block_quantize_q4_1(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return (np.ascontiguousarray(packed.reshape(n_in // 2, n_out)), d.astype(np.float16), lo.astype(np.float16))
 
 
-__all__ = ["QuantizedMatrix", "block_quantize", "block_quantize_q4_1", "BLOCK", "CHUNK"]
+__all__ = ["QuantizedMatrix", "StoredProduct", "block_quantize", "block_quantize_q4_1", "BLOCK", "CHUNK"]

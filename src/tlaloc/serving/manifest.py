@@ -120,6 +120,7 @@ def verify_file(artifact_dir: str, rel: str, entry: dict) -> None:
 
 def _referenced(manifest: dict) -> list:
     refs = [p["file"] for p in manifest.get("programs", [])]
+    refs += [p["cpu_kernels"]["file"] for p in manifest.get("programs", []) if p.get("cpu_kernels")]
     if manifest.get("weights"):
         refs.append(manifest["weights"]["file"])
     if manifest.get("tokenizer"):

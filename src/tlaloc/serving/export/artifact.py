@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -87,6 +88,24 @@ def _jsonable(x):
     return x
 
 
+#: the stored formats whose products take the CPU kernels by default. float32 is not among
+#: them: XLA's own float32 dot reads as fast (benchmarks/cpu_kernels.py).
+KERNEL_FORMATS = ("bf16", "i8ch", "q8_0", "q4_1", "bf16_t", "i8ch_t", "q8_0_t")
+
+
+def _kernel_formats(cpu_kernels) -> tuple:
+    from ..._prims.stored_matmul import FORMATS
+    if cpu_kernels is True:
+        return KERNEL_FORMATS
+    if cpu_kernels is False or cpu_kernels is None:
+        return ()
+    bad = [f for f in cpu_kernels if f not in FORMATS]
+    if isinstance(cpu_kernels, str) or bad:
+        raise ArgumentError(f"export: cpu_kernels must be True, False or a tuple of formats from {sorted(FORMATS)}, "
+                            f"got {cpu_kernels!r}")
+    return tuple(cpu_kernels)
+
+
 def _program_entry(name, mode, B, C, T, inputs, outputs, donate, text) -> dict:
     return {"name": name, "mode": mode, "batch": B, "context": C, "tokens": T,
             "file": f"programs/{name}.mlir",
@@ -97,7 +116,30 @@ def _program_entry(name, mode, B, C, T, inputs, outputs, donate, text) -> dict:
             "donate": [[int(i), int(o)] for i, o in sorted(donate.items())]}
 
 
-def _decoder_programs(cfg, stored, batch, context, block_size, chunk, num_pages, kv_dtype, bar, top_logprobs=0):
+def _kernel_variant(entry: dict, texts: dict, lower_for_kernels, formats) -> None:
+    """Add the CPU-kernel text of program ``entry`` (``entry["cpu_kernels"]``) when it differs.
+
+    ``lower_for_kernels()`` traces the program again inside ``kernel_calls(formats)``; when no
+    product took a kernel (nothing of those formats, or widths the kernels do not take), the
+    texts are equal and no variant is written.
+    """
+    from ..._prims.stored_matmul import kernel_calls
+    if not formats:
+        return
+    with kernel_calls(formats):
+        program = lower_for_kernels()
+    if program.text == texts[entry["name"]]:
+        return
+    name = entry["name"] + ".cpu"
+    texts[name] = program.text
+    targets = sorted(set(re.findall(r'custom_call @(tlaloc_cpu_matmul_\w+)', program.text)))
+    entry["cpu_kernels"] = {"file": f"programs/{name}.mlir", "targets": targets,
+                            "cache_key": mf.sha256_bytes(f"tlaloc-serving/{mf.SCHEMA_VERSION}\n".encode()
+                                                         + program.text.encode())}
+
+
+def _decoder_programs(cfg, stored, batch, context, block_size, chunk, num_pages, kv_dtype, bar, top_logprobs=0,
+                      kernel_formats=()):
     from .programs import Slot, decoder_step, kv_slots, logprob_slots, lower, request_slots, weight_slots
     kv = kv_slots(cfg, num_pages, block_size, kv_dtype)
     ws = weight_slots(stored)
@@ -118,8 +160,11 @@ def _decoder_programs(cfg, stored, batch, context, block_size, chunk, num_pages,
                 log.info("export: %s traced and emitted in %.2f s", name, time.perf_counter() - t0)
                 if sorted(program.aliases.items()) != [(n_req + k, 1 + k) for k in range(len(kv))]:
                     raise AssertionError(f"{name}: KV pools not aliased one to one: {program.aliases}")
-                programs.append(_program_entry(name, mode, B, C, T, inputs, outputs, program.aliases, program.text))
+                entry = _program_entry(name, mode, B, C, T, inputs, outputs, program.aliases, program.text)
                 texts[name] = program.text
+                _kernel_variant(entry, texts, lambda: lower(step, inputs, name, donate=range(n_req, n_req + len(kv))),
+                                kernel_formats)
+                programs.append(entry)
                 bar.update(1)
     return programs, texts, kv
 
@@ -183,7 +228,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
            dtype: str = "f32", weights: str | None = None, prefill_chunk: int | None = None,
            num_pages: int | None = None, name: str | None = None, overwrite: bool = False,
            progress: bool | None = None, score: bool = False, fuse: bool = True,
-           top_logprobs: int = 20) -> ExportSummary:
+           top_logprobs: int = 20, cpu_kernels: bool | tuple = True) -> ExportSummary:
     """Export a model to a serving artifact directory.
 
     Args:
@@ -210,6 +255,12 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
         also output the chosen token's log-probability and the K largest, from the
         full-vocabulary log-softmax in float32 (recorded as ``manifest["logprobs"]``).
         0 leaves them out (the server then refuses ``logprobs`` requests).
+      cpu_kernels: also write, for each decoder program whose products by stored weights the
+        CPU kernels take (``tlaloc._runtime.cpu_kernels``), a second text calling them
+        (``programs/<name>.cpu.mlir``, ``program["cpu_kernels"]`` in the manifest); the
+        runtime runs it on the CPU platform when the kernels load, the portable text
+        elsewhere. True: every stored format but float32 (:data:`KERNEL_FORMATS`); a tuple
+        of ``stored_matmul`` formats to choose; False: none.
 
     Returns:
       An ExportSummary. Raises ArgumentError for a bad option, naming it.
@@ -251,7 +302,8 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
             if pages < 2:
                 raise ArgumentError(f"export: num_pages={pages}; at least 2 (page 0 is scratch)")
             programs, texts, kv_list = _decoder_programs(cfg, stored, batch, context, block_size, chunk, pages,
-                                                         kv_dtype, bar, top_logprobs)
+                                                         kv_dtype, bar, top_logprobs,
+                                                         _kernel_formats(cpu_kernels))
             if score:
                 more, more_texts = _score_programs(cfg, stored, context, kv_dtype, bar)
                 programs, texts = programs + more, {**texts, **more_texts}

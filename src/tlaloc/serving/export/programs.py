@@ -38,7 +38,9 @@ from ..._core.specialize import specialize
 from ..._frontend.tracing import trace_region
 from ..._render import stablehlo_serving  # noqa: F401  (registers the paged primitives' lowerings)
 from ..._render.stablehlo import emit_module
+from ..._prims.stored_matmul import kernel_call_wanted
 from ...models import DecoderConfig, decoder_hidden, encode, lm_head, lowp
+from ...models.quantized import StoredProduct
 from ...models.kv_cache import NoCache
 from .paged_backend import PagedBackend
 from .sampling import sample_tokens, token_logprobs
@@ -117,6 +119,9 @@ def head_parts(cfg: DecoderConfig, stored: dict, chunk: int | None = None):
     dot. Each logit is the same dot product either way.
     """
     name = "embed" if cfg.tie_word_embeddings else "lm_head"
+    kernel = _head_kernel(stored, name)
+    if kernel is not None:
+        return [kernel]
     if np.dtype(stored[name].dtype) == F32:
         return None
     scale = stored.get(name + ".scale")
@@ -125,6 +130,27 @@ def head_parts(cfg: DecoderConfig, stored: dict, chunk: int | None = None):
     chunk = HEAD_CHUNK if chunk is None else chunk
     V = stored[name].shape[channel_axis(name)]
     return [dequantize_channels(stored, name, a, min(a + chunk, V)) for a in range(0, V, chunk)]
+
+
+def _head_kernel(stored: dict, name: str):
+    """The head as one :class:`~tlaloc.models.quantized.StoredProduct` (the CPU kernel of its
+    stored format) when the program is traced for the kernels and they take it, else None."""
+    v, scale = stored[name], stored.get(name + ".scale")
+    dt = np.dtype(v.dtype)
+    if scale is None:
+        fmt = {F32: "f32", np.dtype(tnp.bfloat16): "bf16"}.get(dt)
+    elif dt == np.int8:
+        fmt = "i8ch" if len(scale.shape) == 1 else "q8_0"
+    else:
+        fmt = None
+    if fmt is None:
+        return None
+    table = channel_axis(name) == 0                                     # (V, D), else (D, V)
+    fmt = fmt + "_t" if table else fmt
+    n_in, n_out = (v.shape[1], v.shape[0]) if table else (v.shape[0], v.shape[1])
+    if not kernel_call_wanted(fmt, n_out, n_in):
+        return None
+    return StoredProduct(fmt, v) if scale is None else StoredProduct(fmt, v, scale)
 
 
 def decoder_step(cfg: DecoderConfig, weight_names: list, n_layers: int, top_logprobs: int = 0):

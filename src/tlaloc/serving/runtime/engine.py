@@ -70,13 +70,18 @@ class Engine:
       cache_dir: keep compiled executables here (default: ``$TLALOC_SERVING_CACHE``; none if
         unset), keyed by the program's cache key, platform, options and jaxlib version, so a
         restart loads them instead of compiling. Use a directory only you can write.
+      cpu_kernels: on the CPU platform, run the programs' CPU-kernel variants where the
+        artifact has them (products by stored weights as ``tlaloc._runtime.cpu_kernels``'s
+        C++ kernels, built with the host's C++ compiler on first use); False, or no compiler,
+        or ``TLALOC_CPU_KERNELS=0``: the portable programs. ``engine.executor.cpu_kernels``
+        says which runs.
 
     Raises ArtifactError for a missing, tampered or unknown-schema artifact.
     """
 
     def __init__(self, artifact_dir, *, platform: str = "cpu", prefill_chunk: int | None = None,
                  max_waiting: int = 1024, verify: bool = True, precompile: bool = False,
-                 fast_compile: bool = False, cache_dir: str | None = None):
+                 fast_compile: bool = False, cache_dir: str | None = None, cpu_kernels: bool = True):
         self.fast_compile = bool(fast_compile)
         self.cache_dir = cache_dir if cache_dir is not None else os.environ.get("TLALOC_SERVING_CACHE") or None
         self.path = os.fspath(artifact_dir)
@@ -100,7 +105,7 @@ class Engine:
         self._special = {"bos_token": "", "eos_token": ""}
         self.tokenizer, self.chat_template = self._load_tokenizer()
         self.executor = Executor(self.path, m, platform=platform, verify=self.verify, fast_compile=self.fast_compile,
-                                 cache_dir=self.cache_dir)
+                                 cache_dir=self.cache_dir, cpu_kernels=cpu_kernels)
         self.scheduler = None
         if self.kind == "decoder":
             kv = m["kv"]

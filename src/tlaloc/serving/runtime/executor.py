@@ -47,10 +47,15 @@ class Executor:
     """
 
     def __init__(self, path: str, manifest: dict, *, platform: str, verify: bool, fast_compile: bool,
-                 cache_dir: str | None):
+                 cache_dir: str | None, cpu_kernels: bool = True):
         from . import device
         self._device = device
         self.path, self.manifest, self.platform = path, manifest, platform
+        self.cpu_kernels = bool(cpu_kernels) and platform == "cpu" and any(
+            p.get("cpu_kernels") for p in manifest["programs"])
+        if self.cpu_kernels:
+            from ..._runtime import cpu_kernels as kernels
+            self.cpu_kernels = kernels.load()           # False (logged, with the reason) -> the portable texts
         self.verify, self.fast_compile, self.cache_dir = verify, fast_compile, cache_dir
         self.programs = {(p["mode"], p["batch"], p["context"]): p for p in manifest["programs"]}
         self.programs_used: set = set()     # (mode, batch, context) of every decode/prefill program run
@@ -105,7 +110,7 @@ class Executor:
     def executable(self, mode: str, B: int, C: int):
         """``(manifest program entry, compiled Program)`` of bucket (mode, B, C), compiled on first use."""
         program = self.programs[(mode, B, C)]
-        key = (program["cache_key"], self.platform, self.fast_compile)
+        key = (self._variant(program)["cache_key"], self.platform, self.fast_compile)
         exe = _COMPILED.get(key)
         if exe is None:
             with _COMPILE_LOCK:
@@ -115,8 +120,16 @@ class Executor:
                     _COMPILED[key] = exe
         return program, exe
 
+    def _variant(self, program: dict) -> dict:
+        """The text this executor runs for ``program``: its CPU-kernel variant when the kernels are
+        loaded and it has one, else the portable text (``{"file", "cache_key"}``)."""
+        if self.cpu_kernels and program.get("cpu_kernels"):
+            return program["cpu_kernels"]
+        return program
+
     def _compile(self, program: dict):
-        rel = program["file"]
+        variant = self._variant(program)
+        rel = variant["file"]
         with open(mf.resolve(self.path, rel), "rb") as f:
             text = f.read()
         mf.check_bytes(self.manifest, rel, text)                                 # the text compiled is the one hashed
@@ -133,7 +146,7 @@ class Executor:
             opts = "O0" if self.fast_compile else "O2"
             if self.platform == "cpu" and not self._device.memory_scheduler_active():
                 opts += "-concurrent"                   # the scheduler changes the executable
-            tag = f"{program['cache_key']}-{self.platform}-{opts}-jaxlib{jaxlib.__version__}"
+            tag = f"{variant['cache_key']}-{self.platform}-{opts}-jaxlib{jaxlib.__version__}"
             cache_path = os.path.join(self.cache_dir, tag + ".xla")
         exe = self._device.Program(text.decode("utf-8"), self.platform, list(program["inputs"]), avals,
                                    fast_compile=self.fast_compile, cache_path=cache_path)

@@ -1,0 +1,37 @@
+/* The machine's read roofline: GB/s of summing a large float32 array with N OpenMP threads.
+   Built and run by benchmarks/roofline.py (gcc -O3 -march=native -fopenmp). Prints one line:
+   "<GB/s> <threads> <MB>" (best of 10 passes). */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+int main(int argc, char** argv) {
+  size_t bytes = argc > 1 ? (size_t)atoll(argv[1]) : ((size_t)512 << 20);
+  size_t n = bytes / sizeof(float) / 64 * 64;
+  float* a = aligned_alloc(64, n * sizeof(float));
+  for (size_t i = 0; i < n; ++i) a[i] = (float)(i & 1023) * 1e-3f;
+  double best = 1e30, keep = 0;
+  for (int rep = 0; rep < 10; ++rep) {
+    double t = now(), total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (size_t i = 0; i < n; i += 64) {
+      float s = 0;
+      for (int j = 0; j < 64; ++j) s += a[i + j];   /* vectorised by -O3 -march=native -ffast-math */
+      total += s;
+    }
+    t = now() - t;
+    if (t < best) best = t;
+    keep += total;
+  }
+  printf("%.3f %d %zu%s\n", n * sizeof(float) / best / 1e9, omp_get_max_threads(), n * sizeof(float) >> 20,
+         keep == -1 ? "!" : "");
+  free(a);
+  return 0;
+}

@@ -1,0 +1,156 @@
+"""``stored_matmul``: ``x @ W`` with the weight W as an artifact stores it, as one node.
+
+=========  =====================================================  ==============================
+format     parts                                                  W (K, N) float32
+=========  =====================================================  ==============================
+``f32``    w (K, N) float32                                       w
+``bf16``   w (K, N) bfloat16                                      w
+``i8ch``   q (K, N) int8, scale (N,) float32                      q * scale[None, :]
+``q8_0``   q (K, N) int8, scale (K/32, N) float16                 q * scale[k // 32]
+``q4_1``   q (K/2, N) uint8, scale, offset (K/32, N) float16      nibble * scale + offset
+``f32_t``  w (N, K) float32                                       w.T
+``bf16_t`` w (N, K) bfloat16                                      w.T
+``i8ch_t`` q (N, K) int8, scale (N,) float32                      (q * scale[:, None]).T
+``q8_0_t`` q (N, K) int8, scale (N, K/32) float16                 (q * scale[:, k // 32]).T
+=========  =====================================================  ==============================
+
+The ``_t`` formats hold W transposed, row by row: an embedding table used as the output
+head of a model with tied embeddings.
+
+GGUF's Q8_0 and Q4_1 blocks (ggml ``block_q8_0`` / ``block_q4_1``) along the input axis:
+in Q4_1 byte ``16 b + j`` of block ``b`` holds input row ``32 b + j`` in its low nibble and
+``32 b + j + 16`` in its high nibble. ``x`` (..., K) float32 -> (..., N) float32.
+
+The serving programs bind it only when they are traced for the CPU kernels
+(:func:`kernel_calls`): it is then emitted as ``stablehlo.custom_call`` of the kernel
+(``tlaloc._runtime.cpu_kernels``). The portable programs never contain it: they compute
+the same product with primitives (``tlaloc.models.quantized``, ``tlaloc.models.lowp``).
+Its NumPy implementation is the definition the kernels are tested against. Inference
+only: the transforms refuse it by name.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import ml_dtypes
+import numpy as np
+
+from .._core.primitive import Primitive
+from ..errors import ShapeError
+
+BLOCK = 32
+#: format -> the names of its parts, in argument order
+FORMATS = {"f32": ("w",), "bf16": ("w",), "i8ch": ("q", "scale"), "q8_0": ("q", "scale"),
+           "q4_1": ("q", "scale", "offset"),
+           "f32_t": ("w",), "bf16_t": ("w",), "i8ch_t": ("q", "scale"), "q8_0_t": ("q", "scale")}
+_DTYPES = {"f32": (np.float32,), "bf16": (ml_dtypes.bfloat16,), "i8ch": (np.int8, np.float32),
+           "q8_0": (np.int8, np.float16), "q4_1": (np.uint8, np.float16, np.float16)}
+_DTYPES.update({f + "_t": _DTYPES[f] for f in ("f32", "bf16", "i8ch", "q8_0")})
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def kernel_calls(formats=tuple(FORMATS)):
+    """While active (this thread), products by weights of ``formats`` are traced as ``stored_matmul``."""
+    old = getattr(_local, "formats", frozenset())
+    _local.formats = frozenset(formats)
+    try:
+        yield
+    finally:
+        _local.formats = old
+
+
+#: the (K, N) kernels compute whole tiles of this many output columns
+TILE = 64
+
+
+def kernel_call_wanted(fmt: str, n_out, n_in=None) -> bool:
+    """Whether a product by a weight of format ``fmt`` with ``n_out`` outputs (and ``n_in``
+    inputs, for the ``_t`` formats) is traced as a ``stored_matmul`` node now: inside
+    :func:`kernel_calls`, for sizes the kernels take (N a multiple of 64; for ``_t``, K of 32)."""
+    if fmt not in getattr(_local, "formats", frozenset()) or type(n_out) is not int:
+        return False
+    if fmt.endswith("_t"):
+        return type(n_in) is int and n_in % BLOCK == 0
+    return n_out % TILE == 0
+
+
+def dequantize(fmt: str, *parts) -> np.ndarray:
+    """W (K, N) float32 from the stored ``parts`` of format ``fmt`` (NumPy)."""
+    if fmt.endswith("_t"):
+        if fmt == "i8ch_t":
+            return (np.asarray(parts[0]).astype(np.float32) * np.asarray(parts[1], np.float32)[:, None]).T
+        if fmt == "q8_0_t":
+            q, scale = np.asarray(parts[0]), np.asarray(parts[1]).astype(np.float32)
+            return dequantize("q8_0", q.T, scale.T)
+        return dequantize(fmt[:-2], *parts).T
+    if fmt in ("f32", "bf16"):
+        return np.asarray(parts[0]).astype(np.float32)
+    q = np.asarray(parts[0])
+    scale = np.asarray(parts[1]).astype(np.float32)
+    if fmt == "i8ch":
+        return q.astype(np.float32) * scale[None, :]
+    if fmt == "q8_0":
+        K, N = q.shape
+        return (q.astype(np.float32).reshape(K // BLOCK, BLOCK, N) * scale[:, None, :]).reshape(K, N)
+    offset = np.asarray(parts[2]).astype(np.float32)
+    half, N = q.shape
+    nb = 2 * half // BLOCK
+    packed = q.reshape(nb, BLOCK // 2, N)
+    nibbles = np.concatenate([packed & 15, packed >> 4], axis=1).astype(np.float32)   # (nb, 32, N)
+    return (nibbles * scale[:, None, :] + offset[:, None, :]).reshape(2 * half, N)
+
+
+def _impl(x, *parts, format):
+    x = np.asarray(x, np.float32)
+    return np.matmul(x, dequantize(format, *parts)).astype(np.float32)
+
+
+def _stored_k(fmt, parts) -> int | None:
+    shape = parts[0].shape
+    if shape is None:
+        return None
+    if fmt.endswith("_t"):
+        return shape[1]
+    return 2 * shape[0] if fmt == "q4_1" else shape[0]
+
+
+def _stored_n(fmt, parts) -> int:
+    return parts[0].shape[0] if fmt.endswith("_t") else parts[0].shape[1]
+
+
+def _shape(x, *parts, format):
+    if format not in FORMATS:
+        raise ShapeError(f"stored_matmul: format must be one of {sorted(FORMATS)}, got {format!r}")
+    if len(parts) != len(FORMATS[format]):
+        raise ShapeError(f"stored_matmul: format {format!r} takes parts {FORMATS[format]}, got {len(parts)}")
+    for part, name, dtype in zip(parts, FORMATS[format], _DTYPES[format]):
+        if np.dtype(part.dtype) != np.dtype(dtype):
+            raise ShapeError(f"stored_matmul: {format} part {name} must be {np.dtype(dtype).name}, "
+                             f"got {np.dtype(part.dtype).name}")
+    K = _stored_k(format, parts)
+    if x.shape is None or parts[0].shape is None:
+        return None
+    if x.shape[-1] != K:
+        raise ShapeError(f"stored_matmul: x's last axis ({x.shape[-1]}) must equal the weight's input "
+                         f"size ({K}) for weight parts of shapes {[tuple(p.shape) for p in parts]}")
+    return tuple(x.shape[:-1]) + (_stored_n(format, parts),)
+
+
+stored_matmul_p = Primitive("stored_matmul", impl=_impl, shape_rule=_shape,
+                            dtype_rule=lambda x, *parts, format: np.dtype(np.float32),
+                            hlo="stablehlo.custom_call", inference_only=True)
+
+
+def stored_matmul(x, *parts, format: str):
+    """``x`` (..., K) float32 @ W (K, N) -> (..., N) float32, W given by its stored ``parts`` (see the table).
+
+    Raises ShapeError for an unknown format, a part of the wrong dtype or count, or an x whose
+    last axis is not the weight's input size.
+    """
+    _shape(x, *parts, format=format)              # arrays and traced values alike: refused here by name
+    return stored_matmul_p.bind(x, *parts, format=format)
+
+
+__all__ = ["stored_matmul", "stored_matmul_p", "kernel_calls", "kernel_call_wanted", "dequantize", "FORMATS"]

@@ -1,0 +1,147 @@
+"""The CPU kernels of ``tlaloc/kernels/cpu/*.cc``: built on first use, registered with XLA's FFI.
+
+The serving programs of a CPU artifact come in two texts: the portable one (every product
+in plain StableHLO: convert, multiply, dot) and one where each product by a stored weight
+is ``stablehlo.custom_call @tlaloc_cpu_matmul_<format>`` (:data:`TARGETS`). The runtime
+picks the second at load time when :func:`load` returns True on the CPU platform, the
+first otherwise (another platform, no C++ compiler, ``TLALOC_CPU_KERNELS=0``).
+
+:func:`load` compiles the C++ source once per (source, compiler flags, jaxlib, CPU) with
+``$CXX`` (default ``g++``) and ``-O3 -march=native`` against the FFI headers jaxlib ships,
+into ``$TLALOC_CACHE_DIR/cpu-kernels/`` (default ``~/.cache/tlaloc``), written atomically,
+then registers every target for XLA's CPU platform (typed FFI, api_version 1 in
+``register_custom_call_target``'s numbering). Registration is process-wide and happens once.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+
+log = logging.getLogger("tlaloc.kernels")
+
+_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels", "cpu")
+#: matmul.cc: weights (K, N) as the layers store them; matmul_rows.cc: (N, K), a head table
+SOURCES = [os.path.join(_DIR, "matmul.cc"), os.path.join(_DIR, "matmul_rows.cc")]
+#: stored weight format (``tlaloc._prims.stored_matmul.FORMATS``) -> FFI target name
+TARGETS = {fmt: f"tlaloc_cpu_matmul_{fmt}" for fmt in ("f32", "bf16", "i8ch", "q8_0", "q4_1",
+                                                       "f32_t", "bf16_t", "i8ch_t", "q8_0_t")}
+FLAGS = ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w"]
+ENV_SWITCH = "TLALOC_CPU_KERNELS"
+
+_lock = threading.Lock()
+_state: dict = {}          # "ok": bool, "reason": str, "path": str
+
+
+def target_name(fmt: str) -> str:
+    """The FFI target of stored format ``fmt`` (one of :data:`TARGETS`); KeyError names the known ones."""
+    try:
+        return TARGETS[fmt]
+    except KeyError:
+        raise KeyError(f"no CPU kernel for weight format {fmt!r}; known: {sorted(TARGETS)}") from None
+
+
+def _include_dir() -> str:
+    import jaxlib
+    return os.path.join(os.path.dirname(jaxlib.__file__), "include")
+
+
+def _cpu_signature() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return line.strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
+
+
+def cache_dir() -> str:
+    root = os.environ.get("TLALOC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tlaloc")
+    return os.path.join(root, "cpu-kernels")
+
+
+def library_path(compiler: str) -> str:
+    """Where the library for this source, compiler, flags, jaxlib and CPU is cached."""
+    import jaxlib
+    sources = []
+    for path in SOURCES:
+        with open(path, "rb") as f:
+            sources.append(f.read())
+    key = hashlib.sha256(b"\0".join([*sources, compiler.encode(), " ".join(FLAGS).encode(),
+                                     jaxlib.__version__.encode(), _cpu_signature().encode()])).hexdigest()[:20]
+    return os.path.join(cache_dir(), f"matmul-{key}.so")
+
+
+def build(compiler: str | None = None) -> str:
+    """Compile the kernels (if not cached) and return the library's path.
+
+    Raises:
+      RuntimeError: no compiler, or the compile failed (its stderr in the message).
+    """
+    compiler = compiler or os.environ.get("CXX") or "g++"
+    exe = shutil.which(compiler)
+    if exe is None:
+        raise RuntimeError(f"no C++ compiler: {compiler!r} is not on PATH (set CXX to one)")
+    path = library_path(compiler)
+    if os.path.isfile(path):
+        return path
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".matmul-", suffix=".so", dir=os.path.dirname(path))
+    os.close(fd)
+    try:
+        cmd = [exe, *FLAGS, f"-I{_include_dir()}", *SOURCES, "-o", tmp]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"compiling the CPU kernels failed ({' '.join(cmd)}):\n{done.stderr[-4000:]}")
+        os.replace(tmp, path)                                   # atomic: readers see a whole library or none
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    log.info("kernels: built %s", path)
+    return path
+
+
+def _register(path: str) -> None:
+    import ctypes
+
+    from jaxlib import xla_client
+    lib = ctypes.CDLL(path)
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype = ctypes.py_object
+    new_capsule.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+    for name in TARGETS.values():
+        fn = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+        xla_client.register_custom_call_target(name, new_capsule(fn, None, None), platform="cpu", api_version=1)
+    _state["lib"] = lib                                         # keep the library mapped
+
+
+def load() -> bool:
+    """Build (once) and register the CPU kernels; False when they cannot be used (see :func:`reason`)."""
+    with _lock:
+        if "ok" not in _state:
+            if os.environ.get(ENV_SWITCH, "1") == "0":
+                _state.update(ok=False, reason=f"disabled by {ENV_SWITCH}=0")
+            else:
+                try:
+                    path = build()
+                    _register(path)
+                    _state.update(ok=True, reason="", path=path)
+                except Exception as e:                          # no compiler, compile error, no symbol
+                    _state.update(ok=False, reason=str(e))
+                    log.warning("kernels: CPU kernels unavailable, the portable programs run instead: %s", e)
+        return _state["ok"]
+
+
+def reason() -> str:
+    """Why :func:`load` returned False ("" when it returned True or has not run)."""
+    return _state.get("reason", "")
+
+
+__all__ = ["TARGETS", "SOURCES", "target_name", "build", "load", "reason", "library_path", "cache_dir"]

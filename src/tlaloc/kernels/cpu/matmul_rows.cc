@@ -1,0 +1,248 @@
+// CPU kernels for x @ W.T with W (N, K) stored row by row: an embedding table used as the
+// output head (tied embeddings), in float32, bfloat16, int8 with a scale per row, and GGUF's
+// Q8_0 blocks along K. Registered with XLA as typed-FFI targets like matmul.cc's.
+//
+//   f32_t   w (N, K) float32
+//   bf16_t  w (N, K) bfloat16
+//   i8ch_t  q (N, K) int8, scale (N,) float32:             W[n, k] = q[n, k] * scale[n]
+//   q8_0_t  q (N, K) int8, scale (N, K/32) float16:         W[n, k] = q[n, k] * scale[n, k/32]
+//
+// y (M, N) float32 = x (M, K) float32 @ W.T. K must be a multiple of 32. Each y[m, n] is a
+// dot product along a contiguous row of W, summed by one thread in a fixed order (16-lane
+// partial sums per 32-element block, then one horizontal sum), whatever the thread count.
+// Rows of W are split into units (their count depends on N only) that the calling thread
+// and tasks on XLA's intra-op pool claim from a shared counter, as in matmul.cc.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int64_t QK = 32;
+constexpr int64_t GROUP = 4;       // rows of W per micro-kernel call (they share each load of x)
+constexpr int64_t UNITS = 16;
+
+inline float f16(uint16_t h) {
+  _Float16 v;
+  std::memcpy(&v, &h, 2);
+  return static_cast<float>(v);
+}
+
+inline float bf16(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
+struct Problem {
+  const float* x;    // (M, K)
+  int64_t M, K, N;
+  float* y;          // (M, N)
+};
+
+// Formats: value(n, k) is W[n, k] before the block or row scale; block_scale(n, b) and
+// row_scale(n) are 1 where the format has none.
+struct F32T {
+  const float* w; int64_t K;
+  float value(int64_t n, int64_t k) const { return w[n * K + k]; }
+  float block_scale(int64_t, int64_t) const { return 1.f; }
+  float row_scale(int64_t) const { return 1.f; }
+};
+struct BF16T {
+  const uint16_t* w; int64_t K;
+  float value(int64_t n, int64_t k) const { return bf16(w[n * K + k]); }
+  float block_scale(int64_t, int64_t) const { return 1.f; }
+  float row_scale(int64_t) const { return 1.f; }
+};
+struct I8ChT {
+  const int8_t* q; const float* scale; int64_t K;
+  float value(int64_t n, int64_t k) const { return static_cast<float>(q[n * K + k]); }
+  float block_scale(int64_t, int64_t) const { return 1.f; }
+  float row_scale(int64_t n) const { return scale[n]; }
+};
+struct Q8_0T {
+  const int8_t* q; const uint16_t* scale; int64_t K;
+  float value(int64_t n, int64_t k) const { return static_cast<float>(q[n * K + k]); }
+  float block_scale(int64_t n, int64_t b) const { return f16(scale[n * (K / QK) + b]); }
+  float row_scale(int64_t) const { return 1.f; }
+};
+
+// Scalar definition (any CPU): the same sums in the same grouping as the AVX-512 path
+// (16 lanes per block, then lanes added in order).
+template <class Fmt>
+void rows_scalar(const Fmt& f, const Problem& p, int64_t n0, int64_t n1) {
+  for (int64_t m = 0; m < p.M; ++m)
+    for (int64_t n = n0; n < n1; ++n) {
+      float lanes[16] = {0};
+      for (int64_t b = 0; b < p.K / QK; ++b) {
+        const float s = f.block_scale(n, b);
+        for (int l = 0; l < 16; ++l) {
+          const int64_t k = b * QK + l;
+          const float part = p.x[m * p.K + k] * f.value(n, k) + p.x[m * p.K + k + 16] * f.value(n, k + 16);
+          lanes[l] += part * s;
+        }
+      }
+      float total = 0.f;
+      for (int l = 0; l < 16; ++l) total += lanes[l];
+      p.y[m * p.N + n] = total * f.row_scale(n);
+    }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define TLALOC_AVX512 1
+#include <immintrin.h>
+
+// The 32 values of block b of row n as two float32 vectors (before any scale).
+inline void load_block(const F32T& f, int64_t n, int64_t b, __m512& lo, __m512& hi) {
+  const float* src = f.w + n * f.K + b * QK;
+  lo = _mm512_loadu_ps(src);
+  hi = _mm512_loadu_ps(src + 16);
+}
+inline void load_block(const BF16T& f, int64_t n, int64_t b, __m512& lo, __m512& hi) {
+  const uint16_t* src = f.w + n * f.K + b * QK;
+  lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)src)), 16));
+  hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(src + 16))), 16));
+}
+template <class Fmt>
+inline void load_int8_block(const Fmt& f, int64_t n, int64_t b, __m512& lo, __m512& hi) {
+  const int8_t* src = f.q + n * f.K + b * QK;
+  lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)src)));
+  hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(src + 16))));
+}
+inline void load_block(const I8ChT& f, int64_t n, int64_t b, __m512& lo, __m512& hi) { load_int8_block(f, n, b, lo, hi); }
+inline void load_block(const Q8_0T& f, int64_t n, int64_t b, __m512& lo, __m512& hi) { load_int8_block(f, n, b, lo, hi); }
+
+template <class Fmt>
+void rows_avx(const Fmt& f, const Problem& p, int64_t n0, int64_t n1) {
+  const int64_t nb = p.K / QK;
+  for (int64_t n = n0; n < n1; n += GROUP) {
+    const int64_t g = std::min(GROUP, n1 - n);
+    for (int64_t m = 0; m < p.M; ++m) {
+      const float* xr = p.x + m * p.K;
+      __m512 acc[GROUP];
+      for (int i = 0; i < GROUP; ++i) acc[i] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        const __m512 xlo = _mm512_loadu_ps(xr + b * QK), xhi = _mm512_loadu_ps(xr + b * QK + 16);
+        for (int i = 0; i < g; ++i) {
+          __m512 wlo, whi;
+          load_block(f, n + i, b, wlo, whi);
+          const __m512 part = _mm512_fmadd_ps(xhi, whi, _mm512_mul_ps(xlo, wlo));
+          acc[i] = _mm512_fmadd_ps(part, _mm512_set1_ps(f.block_scale(n + i, b)), acc[i]);
+        }
+      }
+      for (int i = 0; i < g; ++i) {
+        alignas(64) float lanes[16];
+        _mm512_store_ps(lanes, acc[i]);
+        float total = 0.f;
+        for (int l = 0; l < 16; ++l) total += lanes[l];
+        p.y[m * p.N + n + i] = total * f.row_scale(n + i);
+      }
+    }
+  }
+}
+#endif
+
+template <class Fmt>
+void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
+  const int64_t per_unit = std::max<int64_t>(GROUP, (p.N + UNITS - 1) / UNITS);
+  const int64_t units = (p.N + per_unit - 1) / per_unit;
+  struct Shared {
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> done{0};
+  };
+  auto shared = std::make_shared<Shared>();
+  auto work = [shared, units, per_unit, &f, &p]() {
+    for (;;) {
+      const int64_t u = shared->next.fetch_add(1, std::memory_order_relaxed);
+      if (u >= units) return;          // a late task: nothing left; it touches only `shared`
+      const int64_t n0 = u * per_unit, n1 = std::min(p.N, n0 + per_unit);
+#ifdef TLALOC_AVX512
+      rows_avx(f, p, n0, n1);
+#else
+      rows_scalar(f, p, n0, n1);
+#endif
+      shared->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  const int64_t helpers = std::min<int64_t>(pool.num_threads(), units) - 1;
+  for (int64_t h = 0; h < helpers; ++h) pool.Schedule([work]() { work(); });
+  work();
+  while (shared->done.load(std::memory_order_acquire) < units) std::this_thread::yield();
+}
+
+Problem problem(ffi::Buffer<ffi::F32>& x, ffi::ResultBuffer<ffi::F32>& y) {
+  auto dims = x.dimensions();
+  int64_t M = 1;
+  for (size_t i = 0; i + 1 < dims.size(); ++i) M *= dims[i];
+  const int64_t K = dims.size() ? dims[dims.size() - 1] : 1;
+  auto ydims = y->dimensions();
+  const int64_t N = ydims.size() ? ydims[ydims.size() - 1] : 1;
+  return Problem{x.typed_data(), M, K, N, y->typed_data()};
+}
+
+ffi::Error check(const Problem& p, int64_t n_stored, int64_t k_stored) {
+  if (p.K % QK != 0) return ffi::Error::InvalidArgument("tlaloc cpu matmul (rows): K must be a multiple of 32");
+  if (k_stored != p.K || n_stored != p.N)
+    return ffi::Error::InvalidArgument("tlaloc cpu matmul (rows): x's last dimension or y's does not match the weights");
+  return ffi::Error::Success();
+}
+
+ffi::Error RowsF32(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> y) {
+  Problem p = problem(x, y);
+  auto d = w.dimensions();
+  if (auto e = check(p, d[0], d[1]); e.failure()) return e;
+  run(pool, F32T{w.typed_data(), p.K}, p);
+  return ffi::Error::Success();
+}
+
+ffi::Error RowsBF16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::BF16> w,
+                    ffi::ResultBuffer<ffi::F32> y) {
+  Problem p = problem(x, y);
+  auto d = w.dimensions();
+  if (auto e = check(p, d[0], d[1]); e.failure()) return e;
+  run(pool, BF16T{reinterpret_cast<const uint16_t*>(w.untyped_data()), p.K}, p);
+  return ffi::Error::Success();
+}
+
+ffi::Error RowsI8Ch(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> q, ffi::Buffer<ffi::F32> scale,
+                    ffi::ResultBuffer<ffi::F32> y) {
+  Problem p = problem(x, y);
+  auto d = q.dimensions();
+  if (auto e = check(p, d[0], d[1]); e.failure()) return e;
+  run(pool, I8ChT{q.typed_data(), scale.typed_data(), p.K}, p);
+  return ffi::Error::Success();
+}
+
+ffi::Error RowsQ8_0(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> q, ffi::Buffer<ffi::F16> scale,
+                    ffi::ResultBuffer<ffi::F32> y) {
+  Problem p = problem(x, y);
+  auto d = q.dimensions();
+  if (auto e = check(p, d[0], d[1]); e.failure()) return e;
+  run(pool, Q8_0T{q.typed_data(), reinterpret_cast<const uint16_t*>(scale.untyped_data()), p.K}, p);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_f32_t, RowsF32,
+                              ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_bf16_t, RowsBF16,
+                              ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::BF16>>().Ret<ffi::Buffer<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_i8ch_t, RowsI8Ch,
+                              ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>().Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q8_0_t, RowsQ8_0,
+                              ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>().Arg<ffi::Buffer<ffi::F16>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());

@@ -1,0 +1,141 @@
+"""The CPU kernels of ``tlaloc/kernels/cpu/matmul.cc`` (x @ W with W as stored), through XLA.
+
+Each format's kernel runs inside a compiled StableHLO program (``stored_matmul`` emitted as
+``stablehlo.custom_call``) and is held to float64 NumPy on the dequantised matrix
+(``dequantize`` below is written here, independently of the library's). Negative controls:
+one changed weight block moves the result far beyond the tolerance; the NumPy definition of
+the primitive is checked against the same oracle.
+"""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tlaloc._prims.stored_matmul import FORMATS, kernel_call_wanted, kernel_calls, stored_matmul
+from tlaloc._runtime import cpu_kernels
+
+BLOCK = 32
+
+
+def _kernels_or_skip():
+    if not cpu_kernels.load():
+        pytest.skip(f"the CPU kernels cannot be built here: {cpu_kernels.reason()}")
+
+
+def dequantize(fmt, parts) -> np.ndarray:
+    """W (K, N) float64, from GGUF's definitions (ggml dequantize_row_q8_0 / q4_1); the ``_t``
+    formats store W.T row by row (scales per row, or per (row, block))."""
+    if fmt.endswith("_t"):
+        if fmt == "i8ch_t":
+            return (parts[0].astype(np.float64) * parts[1].astype(np.float64)[:, None]).T
+        return dequantize(fmt[:-2], [np.ascontiguousarray(p.T) for p in parts])
+    if fmt in ("f32", "bf16"):
+        return parts[0].astype(np.float64)
+    q, scale = parts[0], parts[1].astype(np.float64)
+    if fmt == "i8ch":
+        return q.astype(np.float64) * scale[None, :]
+    K = q.shape[0] * (2 if fmt == "q4_1" else 1)
+    w = np.empty((K, q.shape[1]))
+    for k in range(K):
+        b, j = divmod(k, BLOCK)
+        if fmt == "q8_0":
+            w[k] = q[k] * scale[b]
+        else:
+            byte = q[b * 16 + (j % 16)].astype(np.int64)
+            nibble = byte & 15 if j < 16 else byte >> 4
+            w[k] = nibble * scale[b] + parts[2][b].astype(np.float64)
+    return w
+
+
+def make_parts(fmt, K, N, seed=0):
+    if fmt.endswith("_t"):
+        parts = make_parts(fmt[:-2], K, N, seed)
+        return [np.ascontiguousarray(p.T) for p in parts]
+    rng = np.random.default_rng(seed)
+    if fmt == "f32":
+        return [rng.standard_normal((K, N)).astype(np.float32)]
+    if fmt == "bf16":
+        return [rng.standard_normal((K, N)).astype(ml_dtypes.bfloat16)]
+    if fmt == "i8ch":
+        return [rng.integers(-127, 128, (K, N), dtype=np.int8), (rng.random(N) * 0.02 + 0.001).astype(np.float32)]
+    scale = (rng.random((K // BLOCK, N)) * 0.02 + 0.001).astype(np.float16)
+    if fmt == "q8_0":
+        return [rng.integers(-127, 128, (K, N), dtype=np.int8), scale]
+    offset = (-rng.random((K // BLOCK, N)) * 0.1).astype(np.float16)
+    return [rng.integers(0, 256, (K // 2, N), dtype=np.uint8), scale, offset]
+
+
+def compiled(fmt, x_shape, parts):
+    """A compiled program computing stored_matmul(x, *parts) with the kernel (custom call)."""
+    from tlaloc.serving.export.programs import Slot, lower
+    from tlaloc.serving.runtime.device import Program
+    slots = [Slot("x", "token_ids", np.dtype(np.float32), x_shape)]
+    slots += [Slot(f"p{i}", "weight", p.dtype, p.shape) for i, p in enumerate(parts)]
+    with kernel_calls((fmt,)):
+        program = lower(lambda x, *ps: [stored_matmul(x, *ps, format=fmt)], slots, f"mm_{fmt}")
+    assert f"@{cpu_kernels.target_name(fmt)}(" in program.text
+    return Program(program.text, "cpu", [s.name for s in slots], [(s.dtype, s.shape) for s in slots])
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("x_shape", [(1, 96), (3, 96), (2, 4, 96)])
+def test_kernel_equals_float64_on_the_dequantised_matrix(fmt, x_shape):
+    _kernels_or_skip()
+    K, N = 96, 192
+    parts = make_parts(fmt, K, N)
+    x = np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)
+    run = compiled(fmt, x_shape, parts)
+    got = np.asarray(run(x, *parts)[0])
+    want = x.astype(np.float64) @ dequantize(fmt, parts)
+    assert got.shape == x_shape[:-1] + (N,) and got.dtype == np.float32
+    scale = np.abs(x).astype(np.float64) @ np.abs(dequantize(fmt, parts))       # the size of the sums
+    assert np.max(np.abs(got - want) / scale) < 1e-6
+    np.testing.assert_array_equal(np.asarray(run(x, *parts)[0]), got)           # the same bits again
+    # negative control: one changed block of weights is seen
+    bad = [p.copy() for p in parts]
+    block = (slice(0, 64), slice(0, BLOCK)) if fmt.endswith("_t") else (slice(0, BLOCK // 2), slice(0, 64))
+    bad[0][block] = bad[0][block] // 2 if fmt.split("_t")[0] not in ("f32", "bf16") else 0
+    moved = np.asarray(run(x, *bad)[0])
+    assert np.max(np.abs(moved - want) / scale) > 1e-3
+    # the primitive's NumPy definition (the eager path) is the same product
+    eager = np.asarray(stored_matmul(x, *parts, format=fmt))
+    assert np.max(np.abs(eager - want) / scale) < 1e-6
+
+
+def test_wide_outputs_and_long_inputs_split_over_units():
+    """A head-like width (many column units) and a down-projection-like depth (many blocks)."""
+    _kernels_or_skip()
+    for K, N in ((64, 64 * 37), (1536, 128)):
+        parts = make_parts("q4_1", K, N, seed=K)
+        x = np.random.default_rng(2).standard_normal((2, K)).astype(np.float32)
+        got = np.asarray(compiled("q4_1", x.shape, parts)(x, *parts)[0])
+        want = x.astype(np.float64) @ dequantize("q4_1", parts)
+        scale = np.abs(x).astype(np.float64) @ np.abs(dequantize("q4_1", parts))
+        assert np.max(np.abs(got - want) / scale) < 1e-6
+
+
+def test_kernel_calls_are_traced_only_when_asked_and_for_tile_widths():
+    assert not kernel_call_wanted("q4_1", 128)
+    with kernel_calls(("q4_1",)):
+        assert kernel_call_wanted("q4_1", 128)
+        assert not kernel_call_wanted("q4_1", 96)           # not a whole number of 64-column tiles
+        assert not kernel_call_wanted("q8_0", 128)          # a format not asked for
+    assert not kernel_call_wanted("q4_1", 128)
+
+
+def test_bad_parts_are_refused_by_name():
+    from tlaloc.errors import ShapeError
+    x = np.zeros((1, 64), np.float32)
+    with pytest.raises(ShapeError, match="q4_1 part scale must be float16"):
+        stored_matmul(x, np.zeros((32, 64), np.uint8), np.zeros((2, 64), np.float32), np.zeros((2, 64), np.float16),
+                      format="q4_1")
+    with pytest.raises(ShapeError, match=r"x's last axis \(64\) must equal the weight's input size \(96\)"):
+        stored_matmul(x, np.zeros((96, 64), np.float32), format="f32")
+    with pytest.raises(ShapeError, match="format must be one of"):
+        stored_matmul(x, np.zeros((64, 64), np.float32), format="q5_k")
+
+
+def test_a_missing_compiler_is_reported_and_the_portable_programs_run(monkeypatch, tmp_path):
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("TLALOC_CACHE_DIR", str(tmp_path))
+    with pytest.raises(RuntimeError, match="no-such-compiler"):
+        cpu_kernels.build()
