@@ -8,8 +8,10 @@
 //   q8_0_t  q (N, K) int8, scale (N, K/32) float16:         W[n, k] = q[n, k] * scale[n, k/32]
 //
 // y (M, N) float32 = x (M, K) float32 @ W.T. K must be a multiple of 32. Each y[m, n] is a
-// dot product along a contiguous row of W, summed by one thread in a fixed order (16-lane
-// partial sums per 32-element block, then one horizontal sum), whatever the thread count.
+// dot product along a contiguous row of W with its dequantised weights (a Q8_0 block's scale
+// is applied to its weights, exactly), summed by one thread in a fixed order (16-lane partial
+// sums, then one horizontal sum), whatever the thread count. Four rows of W are decoded once
+// per block and used for up to four rows of x.
 // Rows of W are split into units (their count depends on N only) that the calling thread
 // and tasks on XLA's intra-op pool claim from a shared counter, as in matmul.cc.
 #include <algorithm>
@@ -75,8 +77,8 @@ struct Q8_0T {
   float row_scale(int64_t) const { return 1.f; }
 };
 
-// Scalar definition (any CPU): the same sums in the same grouping as the AVX-512 path
-// (16 lanes per block, then lanes added in order).
+// Scalar definition (any CPU): W[n, k] times its block scale (the dequantised weight), summed
+// in 16 lanes (k mod 16) over the blocks, then the lanes in order, times the row scale.
 template <class Fmt>
 void rows_scalar(const Fmt& f, const Problem& p, int64_t n0, int64_t n1) {
   for (int64_t m = 0; m < p.M; ++m)
@@ -86,8 +88,8 @@ void rows_scalar(const Fmt& f, const Problem& p, int64_t n0, int64_t n1) {
         const float s = f.block_scale(n, b);
         for (int l = 0; l < 16; ++l) {
           const int64_t k = b * QK + l;
-          const float part = p.x[m * p.K + k] * f.value(n, k) + p.x[m * p.K + k + 16] * f.value(n, k + 16);
-          lanes[l] += part * s;
+          lanes[l] += p.x[m * p.K + k] * (f.value(n, k) * s);
+          lanes[l] += p.x[m * p.K + k + 16] * (f.value(n, k + 16) * s);
         }
       }
       float total = 0.f;
@@ -100,7 +102,9 @@ void rows_scalar(const Fmt& f, const Problem& p, int64_t n0, int64_t n1) {
 #define TLALOC_AVX512 1
 #include <immintrin.h>
 
-// The 32 values of block b of row n as two float32 vectors (before any scale).
+// The 32 weights of block b of row n as two float32 vectors, scaled by the block's scale
+// (Q8_0: q * d is exact in float32, 7 + 11 significant bits, so these are the dequantised
+// weights themselves).
 inline void load_block(const F32T& f, int64_t n, int64_t b, __m512& lo, __m512& hi) {
   const float* src = f.w + n * f.K + b * QK;
   lo = _mm512_loadu_ps(src);
@@ -111,42 +115,58 @@ inline void load_block(const BF16T& f, int64_t n, int64_t b, __m512& lo, __m512&
   lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)src)), 16));
   hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(src + 16))), 16));
 }
-template <class Fmt>
-inline void load_int8_block(const Fmt& f, int64_t n, int64_t b, __m512& lo, __m512& hi) {
-  const int8_t* src = f.q + n * f.K + b * QK;
+inline void load_int8(const int8_t* src, __m512& lo, __m512& hi) {
   lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)src)));
   hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(src + 16))));
 }
-inline void load_block(const I8ChT& f, int64_t n, int64_t b, __m512& lo, __m512& hi) { load_int8_block(f, n, b, lo, hi); }
-inline void load_block(const Q8_0T& f, int64_t n, int64_t b, __m512& lo, __m512& hi) { load_int8_block(f, n, b, lo, hi); }
+inline void load_block(const I8ChT& f, int64_t n, int64_t b, __m512& lo, __m512& hi) {
+  load_int8(f.q + n * f.K + b * QK, lo, hi);
+}
+inline void load_block(const Q8_0T& f, int64_t n, int64_t b, __m512& lo, __m512& hi) {
+  load_int8(f.q + n * f.K + b * QK, lo, hi);
+  const __m512 s = _mm512_set1_ps(f.block_scale(n, b));
+  lo = _mm512_mul_ps(lo, s);
+  hi = _mm512_mul_ps(hi, s);
+}
+
+// Rows [n, n + G) of W against rows [m, m + R) of x: each block of W is decoded once and
+// used for the R rows of x; the G x R dot products are 16-lane partial sums in registers.
+template <int G, int R, class Fmt>
+inline void rows_tile(const Fmt& f, const Problem& p, int64_t n, int64_t m) {
+  __m512 acc[R][G];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < G; ++i) acc[r][i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < p.K / QK; ++b) {
+    __m512 lo[G], hi[G];
+    for (int i = 0; i < G; ++i) load_block(f, n + i, b, lo[i], hi[i]);
+    for (int r = 0; r < R; ++r) {
+      const float* xr = p.x + (m + r) * p.K + b * QK;
+      const __m512 xlo = _mm512_loadu_ps(xr), xhi = _mm512_loadu_ps(xr + 16);
+      for (int i = 0; i < G; ++i) acc[r][i] = _mm512_fmadd_ps(xhi, hi[i], _mm512_fmadd_ps(xlo, lo[i], acc[r][i]));
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < G; ++i) {
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, acc[r][i]);
+      float total = 0.f;
+      for (int l = 0; l < 16; ++l) total += lanes[l];
+      p.y[(m + r) * p.N + n + i] = total * f.row_scale(n + i);
+    }
+}
+
+template <int G, class Fmt>
+inline void rows_group(const Fmt& f, const Problem& p, int64_t n) {
+  int64_t m = 0;
+  for (; m + 4 <= p.M; m += 4) rows_tile<G, 4>(f, p, n, m);
+  for (; m < p.M; ++m) rows_tile<G, 1>(f, p, n, m);
+}
 
 template <class Fmt>
 void rows_avx(const Fmt& f, const Problem& p, int64_t n0, int64_t n1) {
-  const int64_t nb = p.K / QK;
-  for (int64_t n = n0; n < n1; n += GROUP) {
-    const int64_t g = std::min(GROUP, n1 - n);
-    for (int64_t m = 0; m < p.M; ++m) {
-      const float* xr = p.x + m * p.K;
-      __m512 acc[GROUP];
-      for (int i = 0; i < GROUP; ++i) acc[i] = _mm512_setzero_ps();
-      for (int64_t b = 0; b < nb; ++b) {
-        const __m512 xlo = _mm512_loadu_ps(xr + b * QK), xhi = _mm512_loadu_ps(xr + b * QK + 16);
-        for (int i = 0; i < g; ++i) {
-          __m512 wlo, whi;
-          load_block(f, n + i, b, wlo, whi);
-          const __m512 part = _mm512_fmadd_ps(xhi, whi, _mm512_mul_ps(xlo, wlo));
-          acc[i] = _mm512_fmadd_ps(part, _mm512_set1_ps(f.block_scale(n + i, b)), acc[i]);
-        }
-      }
-      for (int i = 0; i < g; ++i) {
-        alignas(64) float lanes[16];
-        _mm512_store_ps(lanes, acc[i]);
-        float total = 0.f;
-        for (int l = 0; l < 16; ++l) total += lanes[l];
-        p.y[m * p.N + n + i] = total * f.row_scale(n + i);
-      }
-    }
-  }
+  int64_t n = n0;
+  for (; n + GROUP <= n1; n += GROUP) rows_group<GROUP>(f, p, n);
+  for (; n < n1; ++n) rows_group<1>(f, p, n);
 }
 #endif
 
