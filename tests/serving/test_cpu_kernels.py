@@ -19,6 +19,8 @@ TARGETS = {"q4_1": ["tlaloc_cpu_matmul_q4_1", "tlaloc_cpu_matmul_q8_0_t"],
            "q8_0": ["tlaloc_cpu_matmul_q8_0", "tlaloc_cpu_matmul_q8_0_t"],
            "int8": ["tlaloc_cpu_matmul_i8ch", "tlaloc_cpu_matmul_i8ch_t"],
            "bf16": ["tlaloc_cpu_matmul_bf16", "tlaloc_cpu_matmul_bf16_t"]}
+#: decode programs also attend with the kernel reading the pages in place (prefill: the reference)
+ATTENTION = {"bf16": "tlaloc_cpu_paged_attention_bf16"}
 
 
 def _kernels_or_skip():
@@ -39,7 +41,8 @@ def test_kernel_programs_give_the_portable_programs_greedy_ids(fmt, tiny, artifa
     path = artifact("qwen3_tied", **FORMATS[fmt])
     m = read_manifest(path)
     for p in m["programs"]:
-        assert sorted(p["cpu_kernels"]["targets"]) == sorted(TARGETS[fmt]), p["name"]
+        attention = [ATTENTION.get(fmt, "tlaloc_cpu_paged_attention_f32")] if p["mode"] == "decode" else []
+        assert sorted(p["cpu_kernels"]["targets"]) == sorted(TARGETS[fmt] + attention), p["name"]
         assert p["cpu_kernels"]["file"] in m["files"] and p["cpu_kernels"]["cache_key"] != p["cache_key"]
     with_kernels, portable = Engine(path, fast_compile=True), Engine(path, fast_compile=True, cpu_kernels=False)
     assert with_kernels.executor.cpu_kernels and not portable.executor.cpu_kernels
@@ -48,11 +51,13 @@ def test_kernel_programs_give_the_portable_programs_greedy_ids(fmt, tiny, artifa
     assert all(len(ids) == NEW_TOKENS for ids in got)
 
 
-def test_float32_artifacts_and_cpu_kernels_false_write_no_kernel_programs(tiny, artifact, tmp_path):
+def test_float32_artifacts_take_only_the_attention_kernel_and_cpu_kernels_false_none(tiny, artifact, tmp_path):
     from tlaloc.serving.errors import ArgumentError
     from tlaloc.serving.export import export
     from tlaloc.serving.manifest import read_manifest
-    assert not any(p.get("cpu_kernels") for p in read_manifest(artifact("llama"))["programs"])
+    for p in read_manifest(artifact("llama"))["programs"]:
+        assert p.get("cpu_kernels", {}).get("targets") == (
+            ["tlaloc_cpu_paged_attention_f32"] if p["mode"] == "decode" else None), p["name"]
     _, folder = tiny("llama")
     export(folder, tmp_path / "off", **LADDER, weights="q4_1", cpu_kernels=False, progress=False)
     m = read_manifest(tmp_path / "off")
@@ -61,6 +66,8 @@ def test_float32_artifacts_and_cpu_kernels_false_write_no_kernel_programs(tiny, 
     export(folder, tmp_path / "f32k", **LADDER, cpu_kernels=("f32", "f32_t"), progress=False)
     targets = {t for p in read_manifest(tmp_path / "f32k")["programs"] for t in p["cpu_kernels"]["targets"]}
     assert targets == {"tlaloc_cpu_matmul_f32"}                    # llama's head is untied: (D, V) as stored
+    with pytest.raises(ArgumentError, match="cpu_kernels must be True, False or a tuple of formats"):
+        export(folder, tmp_path / "bad2", **LADDER, cpu_kernels="q4_1", progress=False)
     with pytest.raises(ArgumentError, match="cpu_kernels must be True, False or a tuple of formats"):
         export(folder, tmp_path / "bad", **LADDER, cpu_kernels=("q5_k",), progress=False)
 

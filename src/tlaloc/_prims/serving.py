@@ -146,14 +146,14 @@ def _softmax_last(x):
     return divide(e, reduce_sum(e, (-1,), keepdims=True))
 
 
-def _attention_impl(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window, scale):
+def _attention_impl(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window, scale, kernel=False):
     out = paged_attention_reference(np.asarray(q), np.asarray(k_cache), np.asarray(v_cache),
                                     np.asarray(block_tables), np.asarray(seq_lens), np.asarray(positions),
                                     window=window, scale=scale)
     return np.asarray(out, np.float32)
 
 
-def _attention_shape(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window, scale):
+def _attention_shape(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window, scale, kernel=False):
     op = "paged_attention"
     _rank(q, 4, op, "q (batch, tokens, heads, head_dim)")
     _rank(k_cache, 4, op, "k_cache (pages, block_size, kv_heads, head_dim)")
@@ -183,11 +183,16 @@ paged_attention_p = Primitive("paged_attention", impl=_attention_impl, shape_rul
                               inference_only=True)
 
 
-def paged_attention(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window=None, scale=None):
-    """Attention of ``q`` (B, T, H, E) over paged keys and values; see the module docstring."""
+def paged_attention(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window=None, scale=None,
+                    kernel=False):
+    """Attention of ``q`` (B, T, H, E) over paged keys and values; see the module docstring.
+
+    ``kernel``: lower it to the CPU kernel that reads the pages in place
+    (``tlaloc_cpu_paged_attention_<pool dtype>``) instead of its reference definition.
+    """
     return paged_attention_p.bind(q, k_cache, v_cache, block_tables, seq_lens, positions,
                                   window=None if window is None else int(window),
-                                  scale=None if scale is None else float(scale))
+                                  scale=None if scale is None else float(scale), kernel=bool(kernel))
 
 
 # -- sort_descending ------------------------------------------------------------------------

@@ -52,13 +52,19 @@ _local = threading.local()
 
 @contextlib.contextmanager
 def kernel_calls(formats=tuple(FORMATS)):
-    """While active (this thread), products by weights of ``formats`` are traced as ``stored_matmul``."""
+    """While active (this thread), products by weights of ``formats`` are traced as ``stored_matmul``
+    (and ops named there, ``"paged_attention"``, for their CPU kernels)."""
     old = getattr(_local, "formats", frozenset())
     _local.formats = frozenset(formats)
     try:
         yield
     finally:
         _local.formats = old
+
+
+def kernel_op_wanted(op: str) -> bool:
+    """Whether op ``op`` (``"paged_attention"``) is traced for its CPU kernel now (:func:`kernel_calls`)."""
+    return op in getattr(_local, "formats", frozenset())
 
 
 #: the (K, N) kernels compute whole tiles of this many output columns
@@ -153,4 +159,4 @@ def stored_matmul(x, *parts, format: str):
     return stored_matmul_p.bind(x, *parts, format=format)
 
 
-__all__ = ["stored_matmul", "stored_matmul_p", "kernel_calls", "kernel_call_wanted", "dequantize", "FORMATS"]
+__all__ = ["stored_matmul", "stored_matmul_p", "kernel_calls", "kernel_call_wanted", "kernel_op_wanted", "dequantize", "FORMATS"]

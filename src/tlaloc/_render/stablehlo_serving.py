@@ -158,11 +158,37 @@ def _stored_matmul(em, node, *ins):
                  attrs={"call_target_name": f'"{target_name(node.params["format"])}"', "api_version": "4 : i32"})
 
 
+_paged_attention_reference = lower_by_reference(_sp.paged_attention_reference, extra=_key_positions)
+
+
+def _paged_attention(em, node, *ins):
+    """The reference definition inline, or (``kernel=True``) the CPU kernel reading the pages in place."""
+    params = dict(node.params)
+    if not params.pop("kernel", False):
+        return _paged_attention_reference(em, _Params(node, params), *ins)
+    from .._runtime.cpu_kernels import op_target
+    E = int(node.inputs[0].aval.shape[3])
+    scale = float(E) ** -0.5 if params["scale"] is None else float(params["scale"])
+    window = -1 if params["window"] is None else int(params["window"])
+    pool = "bf16" if np.dtype(node.inputs[1].aval.dtype) == BF16 else "f32"
+    config = f"{{scale = {float(np.float32(scale)):.9e} : f32, window = {window} : i64}}"
+    return em.op("stablehlo.custom_call", [em.value(x) for x in ins], out_aval(node),
+                 attrs={"call_target_name": f'"{op_target("paged_attention_" + pool)}"', "api_version": "4 : i32",
+                        "backend_config": config})
+
+
+class _Params:
+    """A node seen with other params (the reference lowering reads ``node.params`` and ``node.inputs``)."""
+
+    def __init__(self, node, params):
+        self.prim, self.inputs, self.params = node.prim, node.inputs, params
+
+
 LOWERINGS = {
     "kv_cache_write": _kv_cache_write,
     "stored_matmul": _stored_matmul,
     "sort_descending": _sort_descending,
-    "paged_attention": lower_by_reference(_sp.paged_attention_reference, extra=_key_positions),
+    "paged_attention": _paged_attention,
 }
 
 for _name, _rule in LOWERINGS.items():

@@ -25,11 +25,14 @@ import threading
 log = logging.getLogger("tlaloc.kernels")
 
 _DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels", "cpu")
-#: matmul.cc: weights (K, N) as the layers store them; matmul_rows.cc: (N, K), a head table
-SOURCES = [os.path.join(_DIR, "matmul.cc"), os.path.join(_DIR, "matmul_rows.cc")]
+#: matmul.cc: weights (K, N) as the layers store them; matmul_rows.cc: (N, K), a head table;
+#: paged_attention.cc: decode attention reading the KV pools in place
+SOURCES = [os.path.join(_DIR, name) for name in ("matmul.cc", "matmul_rows.cc", "paged_attention.cc")]
 #: stored weight format (``tlaloc._prims.stored_matmul.FORMATS``) -> FFI target name
 TARGETS = {fmt: f"tlaloc_cpu_matmul_{fmt}" for fmt in ("f32", "bf16", "i8ch", "q8_0", "q4_1",
                                                        "f32_t", "bf16_t", "i8ch_t", "q8_0_t")}
+#: other ops -> FFI target name
+OPS = {f"paged_attention_{kv}": f"tlaloc_cpu_paged_attention_{kv}" for kv in ("f32", "bf16")}
 FLAGS = ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w"]
 ENV_SWITCH = "TLALOC_CPU_KERNELS"
 
@@ -43,6 +46,14 @@ def target_name(fmt: str) -> str:
         return TARGETS[fmt]
     except KeyError:
         raise KeyError(f"no CPU kernel for weight format {fmt!r}; known: {sorted(TARGETS)}") from None
+
+
+def op_target(op: str) -> str:
+    """The FFI target of kernel op ``op`` (one of :data:`OPS`)."""
+    try:
+        return OPS[op]
+    except KeyError:
+        raise KeyError(f"no CPU kernel for op {op!r}; known: {sorted(OPS)}") from None
 
 
 def _include_dir() -> str:
@@ -116,7 +127,7 @@ def _register(path: str) -> None:
     new_capsule = ctypes.pythonapi.PyCapsule_New
     new_capsule.restype = ctypes.py_object
     new_capsule.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-    for name in TARGETS.values():
+    for name in [*TARGETS.values(), *OPS.values()]:
         fn = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
         xla_client.register_custom_call_target(name, new_capsule(fn, None, None), platform="cpu", api_version=1)
     _state["lib"] = lib                                         # keep the library mapped
@@ -144,4 +155,4 @@ def reason() -> str:
     return _state.get("reason", "")
 
 
-__all__ = ["TARGETS", "SOURCES", "target_name", "build", "load", "reason", "library_path", "cache_dir"]
+__all__ = ["TARGETS", "OPS", "SOURCES", "target_name", "op_target", "build", "load", "reason", "library_path", "cache_dir"]

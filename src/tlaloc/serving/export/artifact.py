@@ -88,9 +88,10 @@ def _jsonable(x):
     return x
 
 
-#: the stored formats whose products take the CPU kernels by default. float32 is not among
-#: them: XLA's own float32 dot reads as fast (benchmarks/cpu_kernels.py).
-KERNEL_FORMATS = ("bf16", "i8ch", "q8_0", "q4_1", "bf16_t", "i8ch_t", "q8_0_t")
+#: the stored formats whose products take the CPU kernels by default, and the decode
+#: attention reading the pages in place. float32 products are not among them: XLA's own
+#: float32 dot reads as fast (benchmarks/cpu_kernels.py).
+KERNEL_FORMATS = ("bf16", "i8ch", "q8_0", "q4_1", "bf16_t", "i8ch_t", "q8_0_t", "paged_attention")
 
 
 def _kernel_formats(cpu_kernels) -> tuple:
@@ -99,7 +100,7 @@ def _kernel_formats(cpu_kernels) -> tuple:
         return KERNEL_FORMATS
     if cpu_kernels is False or cpu_kernels is None:
         return ()
-    bad = [f for f in cpu_kernels if f not in FORMATS]
+    bad = [f for f in cpu_kernels if f not in FORMATS and f != "paged_attention"]
     if isinstance(cpu_kernels, str) or bad:
         raise ArgumentError(f"export: cpu_kernels must be True, False or a tuple of formats from {sorted(FORMATS)}, "
                             f"got {cpu_kernels!r}")
@@ -132,7 +133,7 @@ def _kernel_variant(entry: dict, texts: dict, lower_for_kernels, formats) -> Non
         return
     name = entry["name"] + ".cpu"
     texts[name] = program.text
-    targets = sorted(set(re.findall(r'custom_call @(tlaloc_cpu_matmul_\w+)', program.text)))
+    targets = sorted(set(re.findall(r'custom_call @(tlaloc_cpu_\w+)', program.text)))
     entry["cpu_kernels"] = {"file": f"programs/{name}.mlir", "targets": targets,
                             "cache_key": mf.sha256_bytes(f"tlaloc-serving/{mf.SCHEMA_VERSION}\n".encode()
                                                          + program.text.encode())}

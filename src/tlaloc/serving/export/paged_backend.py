@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ... import numpy as tnp
 from ..._prims.serving import kv_cache_write, paged_attention
+from ..._prims.stored_matmul import kernel_op_wanted
 
 
 class PagedBackend:
@@ -38,5 +39,6 @@ class PagedBackend:
         slots = tnp.reshape(self.slot_mapping, (B * T,))                               # (B*T,)
         self.k_pools[layer] = kv_cache_write(self.k_pools[layer], tnp.reshape(k, (B * T, K, E)), slots)
         self.v_pools[layer] = kv_cache_write(self.v_pools[layer], tnp.reshape(v, (B * T, K, E)), slots)
+        kernel = T == 1 and kernel_op_wanted("paged_attention")                    # decode: the CPU kernel
         return paged_attention(q, self.k_pools[layer], self.v_pools[layer], self.block_tables,
-                               self.seq_lens, positions, window=window)             # (B, T, H, E)
+                               self.seq_lens, positions, window=window, kernel=kernel)  # (B, T, H, E)
