@@ -267,3 +267,14 @@ def _add_at_only(x, v):
     y = x + 0.0
     np.add.at(y, IDX, v * v)
     return y
+
+
+def _multiply_at(x):
+    y = x + 0.0
+    np.multiply.at(y, np.array([0, 0]), 2.0)
+    return y.sum()
+
+
+def test_another_ufuncs_at_is_refused_by_name():
+    with pytest.raises(tl.FenceError, match=r"np.multiply.at is not supported .*np.add.at and np.subtract.at are"):
+        tl.grad(_multiply_at)(np.ones(3))

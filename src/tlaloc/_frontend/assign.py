@@ -108,17 +108,20 @@ class AssignLowerer:
         (a repeated index accumulates), lowered as ``a = index_add(a, indices, ±b)`` with ``a``'s
         aliases rebound as for ``a[i] += b``. False when ``call`` is not one of them, or has no
         symbolic operand (then it runs as NumPy). The derivative is JAX's ``a.at[i].add(b)``."""
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "at"):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "at"
+                and isinstance(call.func.value, (ast.Name, ast.Attribute))):
             return False
-        fn = self.expr(call.func)
-        owner = getattr(fn, "__self__", None)
-        if not (isinstance(owner, np.ufunc) and getattr(fn, "__name__", "") == "at"):
+        owner = self.expr(call.func.value)          # a name or module attribute: no effects to repeat
+        if not isinstance(owner, np.ufunc):
             return False
-        if owner not in (np.add, np.subtract) or call.keywords or len(call.args) != 3 or \
-                any(isinstance(a, ast.Starred) for a in call.args):
-            if owner in (np.add, np.subtract):
-                raise self.src.error(call, f"np.{owner.__name__}.at takes (a, indices, b) here, positionally")
-            return False          # another ufunc's .at: refused by name by the call itself, if symbolic
+        if owner not in (np.add, np.subtract):
+            if any(is_symbolic(self.expr(a)) for a in call.args if not isinstance(a, ast.Starred)):
+                raise self.src.error(call, f"np.{owner.__name__}.at is not supported on arrays computed here "
+                                           f"(np.add.at and np.subtract.at are); write the update with "
+                                           f"index arithmetic, e.g. x * tnp.prod of factors per index")
+            return False
+        if call.keywords or len(call.args) != 3 or any(isinstance(a, ast.Starred) for a in call.args):
+            raise self.src.error(call, f"np.{owner.__name__}.at takes (a, indices, b) here, positionally")
         a, idx, v = self.expr(call.args[0]), self.index(call.args[1]), self.expr(call.args[2])
         if not any(is_symbolic(x) for x in (a, v, *(idx if isinstance(idx, tuple) else (idx,)))):
             return False
