@@ -135,6 +135,62 @@ def make(np):
         return (np.linalg.norm(x, 1) + np.linalg.norm(x, np.inf) + np.linalg.norm(x, "nuc")
                 + np.linalg.norm(x, 3, axis=1) + np.linalg.norm(x, -np.inf, axis=0).sum())
 
+    # -- order statistics, NaN-reductions, where=, pad modes, interp, kron ----------------------
+
+    @reg
+    def median(x):
+        return np.median(x, axis=-1) + np.median(x) + np.median(x[:, :3], axis=1)
+
+    @reg
+    def median_axis0_keepdims(x):
+        return np.median(x, axis=0, keepdims=True) * x
+
+    @reg
+    def quantile(x):
+        return np.quantile(x, 0.3, axis=0) + np.quantile(x, np.array([0.0, 0.25, 0.9, 1.0]), axis=0).sum(0)
+
+    @reg
+    def percentile(x):
+        return np.percentile(x, 70.0) + np.percentile(x, np.array([10.0, 50.0]), axis=1).sum(0)
+
+    @reg
+    def nan_reductions(x):
+        y = np.where(x > 1.0, np.nan, x)                    # NaN where x > 1: their gradient is 0
+        return (np.nansum(y, axis=0) + np.nanmean(y, axis=0) + np.nanmax(y, axis=0) + np.nanmin(y, axis=0)
+                + np.nanvar(y, axis=0) + np.nanstd(y, axis=0, ddof=1) + np.nanprod(y, axis=0))
+
+    @reg
+    def nan_quantiles(x):
+        y = np.where(x > 1.0, np.nan, x)
+        return np.nanmedian(y, axis=0) + np.nanquantile(y, 0.4, axis=0) + np.nanpercentile(y, 90.0, axis=0)
+
+    @reg
+    def where_reductions(x):
+        m = x > -0.5
+        return (np.sum(x, axis=1, where=m) + np.mean(x, axis=1, where=m) + np.prod(x, axis=1, where=m)
+                + np.max(x, axis=1, where=m, initial=-1.0) + np.min(x, axis=1, where=m, initial=1.0)
+                + np.max(x, axis=1, initial=0.5) + np.var(x, axis=1, where=m))
+
+    @reg
+    def pad_modes(x: F64['n', 'm']):
+        return (np.pad(x, ((1, 2), (3, 0)), mode="edge") * np.pad(x, ((1, 2), (3, 0)), mode="reflect")
+                + np.pad(x, ((1, 2), (3, 0)), mode="symmetric") + np.pad(x, ((1, 2), (3, 0)), mode="wrap"))
+
+    @reg
+    def pad_past_the_length(x: F64['n', 'm']):
+        return np.pad(x, ((4, 5), (6, 1)), mode="reflect") + np.pad(x, ((4, 5), (6, 1)), mode="symmetric") \
+            + np.pad(x, 7, mode="wrap")[:12, :11]
+
+    @reg
+    def interp(x):
+        xp = np.cumsum(np.abs(x[0]) + 0.1)                  # increasing knots, differentiable
+        return np.interp(x * 2.0, xp, x[1] * x[2]) + np.interp(x, np.array([-0.5, 0.0, 1.0]),
+                                                               np.array([1.0, 3.0, 2.0]), left=-1.0)
+
+    @reg
+    def kron(x: F64['n', 'm']):
+        return np.kron(x[:2, :2], x) + np.kron(x[0], x[1])[None, :16].sum() + np.kron(x[0, :2], x).sum()
+
     return P
 
 

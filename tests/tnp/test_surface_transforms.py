@@ -1,4 +1,5 @@
-"""The NumPy names of issue 15 §1 under every transform, against JAX (float64).
+"""The NumPy names of issue 15 §1 (and the order statistics, NaN-reductions, ``where=``, pad
+modes, interp and kron) under every transform, against JAX (float64).
 
 Each program of ``programs.py`` runs under ``tl.vjp`` (a random cotangent) and
 ``tl.jvp`` (a random tangent), against its JAX twin (``jax.vjp``, ``jax.jvp``:

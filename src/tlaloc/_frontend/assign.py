@@ -103,6 +103,34 @@ class AssignLowerer:
             raise self.src.error(node, f"augmented assignment to {type(t).__name__} is not supported; "
                                        f"assign to a name or a subscript")
 
+    def ufunc_at(self, call) -> bool:
+        """``np.add.at(a, indices, b)`` / ``np.subtract.at``: NumPy's unbuffered in-place update
+        (a repeated index accumulates), lowered as ``a = index_add(a, indices, ±b)`` with ``a``'s
+        aliases rebound as for ``a[i] += b``. False when ``call`` is not one of them, or has no
+        symbolic operand (then it runs as NumPy). The derivative is JAX's ``a.at[i].add(b)``."""
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "at"
+                and isinstance(call.func.value, (ast.Name, ast.Attribute))):
+            return False
+        owner = self.expr(call.func.value)          # a name or module attribute: no effects to repeat
+        if not isinstance(owner, np.ufunc):
+            return False
+        if owner not in (np.add, np.subtract):
+            if any(is_symbolic(self.expr(a)) for a in call.args if not isinstance(a, ast.Starred)):
+                raise self.src.error(call, f"np.{owner.__name__}.at is not supported on arrays computed here "
+                                           f"(np.add.at and np.subtract.at are); write the update with "
+                                           f"index arithmetic, e.g. x * tnp.prod of factors per index")
+            return False
+        if call.keywords or len(call.args) != 3 or any(isinstance(a, ast.Starred) for a in call.args):
+            raise self.src.error(call, f"np.{owner.__name__}.at takes (a, indices, b) here, positionally")
+        a, idx, v = self.expr(call.args[0]), self.index(call.args[1]), self.expr(call.args[2])
+        if not any(is_symbolic(x) for x in (a, v, *(idx if isinstance(idx, tuple) else (idx,)))):
+            return False
+        from .._prims.indexing import index_add
+        from .. import numpy as tnp
+        new = index_add(a, idx, tnp.negative(v) if owner is np.subtract else v)
+        self._store_subscript_base(call.args[0], new)
+        return True
+
     def assign(self, target, value):
         if isinstance(target, ast.Name):
             if is_symbolic(value) and value.var.hint is None:

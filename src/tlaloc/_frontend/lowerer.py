@@ -181,6 +181,8 @@ class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLower
     def stmt_Expr(self, node):
         if isinstance(node.value, ast.Constant):
             return                      # docstring or bare constant
+        if self.ufunc_at(node.value):
+            return                      # np.add.at(a, i, v): rebinds a
         self.expr(node.value)
 
     def stmt_Pass(self, node):

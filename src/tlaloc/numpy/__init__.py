@@ -303,7 +303,7 @@ def ndim(a):
 from ._reductions import (sum, prod, max, min, amax, amin, mean, var, std, argmax, argmin,  # noqa: E402,F401
                           cumsum, cumprod, any, all, logsumexp, softmax, log_softmax)
 from ._contractions import (matmul, dot, vdot, inner, outer, einsum, tensordot, trace,  # noqa: E402,F401
-                            diagonal)
+                            diagonal, kron)
 from ._composite import (log2, log10, exp2, hypot, sinc, isnan, isinf, logical_xor, trunc,  # noqa: E402,F401
                          rad2deg, deg2rad, degrees, radians, split)
 from ._creation import (copy, asarray, array, zeros_like, ones_like, full_like, eye, identity,  # noqa: E402,F401
@@ -319,6 +319,10 @@ from ._arrange import (repeat, roll, tile, hstack, vstack, dstack, column_stack,
                        atleast_1d, atleast_2d, atleast_3d, diag, flipud, fliplr, rot90, diff)
 from ._more_elementwise import (arccosh, signbit, copysign, nextafter, nancumsum, nancumprod,  # noqa: E402,F401
                                 cumulative_sum, cumulative_prod)
+from ._quantiles import (quantile, percentile, median, nanquantile, nanpercentile,  # noqa: E402,F401
+                         nanmedian)
+from ._nan_reductions import nansum, nanprod, nanmean, nanvar, nanstd, nanmax, nanmin  # noqa: E402,F401
+from ._interp import interp  # noqa: E402,F401
 from . import linalg, fft  # noqa: E402,F401
 
 # Symbolic values (DXIR) get NumPy's operators and methods from this module.

@@ -1,4 +1,5 @@
-"""``tlaloc.numpy`` contractions: matmul, dot, vdot, inner, outer, einsum, tensordot, trace, diagonal."""
+"""``tlaloc.numpy`` contractions: matmul, dot, vdot, inner, outer, einsum, tensordot, trace, diagonal,
+and the Kronecker product kron."""
 from __future__ import annotations
 
 import numpy as _np
@@ -91,3 +92,31 @@ def trace(a, offset=0, axis1=0, axis2=1):
 def diagonal(a, offset=0, axis1=0, axis2=1):
     """Diagonal of ``a`` over (axis1, axis2), moved last (NumPy semantics)."""
     return _dg.diagonal(a, offset, axis1, axis2)
+
+
+def kron(a, b):
+    """Kronecker product, as ``numpy.kron``: the shorter rank gains leading 1s, then block
+    ``(i0, i1, ...)`` of the result is ``a[i0, i1, ...] * b``.
+
+    Shape: ``(a.shape[k] * b.shape[k] for each k)``; dtype: the promoted one. Built as a product
+    of two gathers (``a`` repeated, ``b`` tiled), so sizes may be symbolic. Raises ShapeError
+    when a rank is unknown at definition time."""
+    from . import asarray, shape, take
+    a = a if _is_symbolic(a) else asarray(a)
+    b = b if _is_symbolic(b) else asarray(b)
+    ra, rb = _rank(a, "kron"), _rank(b, "kron")
+    for _ in range(rb - ra):
+        a = expand_dims(a, 0)
+    for _ in range(ra - rb):
+        b = expand_dims(b, 0)
+    for ax in range(max(ra, rb)):
+        na, nb = shape(a)[ax], shape(b)[ax]
+        if type(na) is int and type(nb) is int:
+            k = _np.arange(na * nb, dtype=_np.int64)
+            ia, ib = k // nb, k % nb
+        else:
+            from . import arange, floor_divide, remainder
+            k = arange(multiply(na, nb), dtype=_np.int64)
+            ia, ib = floor_divide(k, nb), remainder(k, nb)
+        a, b = take(a, ia, axis=ax), take(b, ib, axis=ax)
+    return multiply(a, b)

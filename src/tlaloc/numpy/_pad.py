@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 
 from .._prims import shape_ops as _sh
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ShapeError
 
 
 def _is_int(v) -> bool:
@@ -53,22 +53,71 @@ def _constant(constant_values):
                         f"got {constant_values!r}; pad with 0 and add the differing borders with tnp.where")
 
 
-def pad(array, pad_width, mode="constant", constant_values=0):
-    """NumPy's ``np.pad`` for ``mode='constant'``.
+_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
+
+
+def _source_index(n, before, after, mode):
+    """For each position of a padded axis (length ``before + n + after``), the index of the
+    element of the original axis it copies (``n`` an int or a symbolic size): NumPy's
+    ``edge`` (clamped), ``wrap`` (periodic, period n), ``reflect`` (period 2n - 2, the edge not
+    repeated) and ``symmetric`` (period 2n, the edge repeated), repeated as far as needed."""
+    from .. import numpy as tnp
+    total = before + after + n if type(n) is int else tnp.add(n, before + after)
+    i = tnp.subtract(tnp.arange(total, dtype=np.int64), before)          # position - before
+    last = n - 1 if type(n) is int else tnp.subtract(n, 1)
+    if mode == "edge":
+        return tnp.clip(i, 0, last)
+    if mode == "wrap":
+        return tnp.remainder(i, n)
+    if mode == "symmetric":
+        m = tnp.remainder(i, tnp.multiply(n, 2))
+        return tnp.where(tnp.less(m, n), m, tnp.subtract(tnp.subtract(tnp.multiply(n, 2), 1), m))
+    period = tnp.maximum(tnp.multiply(last, 2), 1)                          # reflect; n == 1: all 0
+    m = tnp.remainder(i, period)
+    return tnp.where(tnp.less(m, n), m, tnp.subtract(period, m))
+
+
+def pad(array, pad_width, mode="constant", constant_values=0, **kwargs):
+    """NumPy's ``np.pad`` for the modes ``'constant'``, ``'edge'``, ``'reflect'``,
+    ``'symmetric'`` and ``'wrap'`` (``reflect_type='even'``, NumPy's default).
 
     Args:
       array: any shape ``(d0, ..., dn)``.
       pad_width: an int, ``(before, after)``, ``((before, after),)`` or one pair per axis (non-negative ints).
+      mode: one of the five above; the copying modes may pad past the axis length (NumPy's
+        repeated reflection/wrapping).
       constant_values: one static number (cast to the array's dtype, as NumPy does).
     Returns:
-      ``(d0 + b0 + a0, ...)``, the array's dtype. Differentiable: the cotangent is the interior slice.
+      ``(d0 + b0 + a0, ...)``, the array's dtype. Differentiable: a gather of the array, so the
+      cotangent of every copy is added to its source element.
     Raises:
-      ArgumentError: another ``mode`` (``'edge'``, ``'reflect'``, ... are not supported: build them with
-        ``tnp.concatenate`` of slices), a malformed ``pad_width`` or a non-scalar ``constant_values``.
+      ArgumentError: another ``mode`` (``'linear_ramp'``, ``'maximum'``, ``'mean'``, ...),
+        ``reflect_type='odd'``, a malformed ``pad_width`` or a non-scalar ``constant_values``.
+      ShapeError: a copying mode pads an empty axis.
     """
-    if mode != "constant":
-        raise ArgumentError(f"pad: only mode='constant' is supported, got mode={mode!r}; build other borders "
-                            f"with tnp.concatenate of slices (e.g. edge: x[:1] repeated)")
+    if mode not in _MODES:
+        raise ArgumentError(f"pad: mode must be one of {_MODES}, got mode={mode!r}; build other borders "
+                            f"with tnp.concatenate of slices and reductions")
+    extra = dict(kwargs)
+    if extra.pop("reflect_type", "even") != "even" or extra:
+        raise ArgumentError(f"pad: only reflect_type='even' is supported (no other keywords), got {kwargs!r}")
     from .._core.builder import Value
     rank = array.aval.rank if type(array) is Value else np.ndim(array)
-    return _sh.pad(array, normalize_pad_width(pad_width, rank), _constant(constant_values))
+    pairs = normalize_pad_width(pad_width, rank)
+    if mode == "constant":
+        return _sh.pad(array, pairs, _constant(constant_values))
+    from .. import numpy as tnp
+    if rank is None:
+        raise ShapeError(f"pad: mode={mode!r} needs the array's rank at definition time; annotate the argument")
+    if len(pairs) == 1:
+        pairs = pairs * rank
+    out = array if type(array) is Value else np.asarray(array)
+    for axis, (lo, hi) in enumerate(pairs):
+        if lo == 0 and hi == 0:
+            continue
+        n = tnp.shape(out)[axis]
+        if type(n) is int and n == 0:
+            raise ShapeError(f"pad: mode={mode!r} cannot pad axis {axis} of length 0 (nothing to copy); "
+                             f"use mode='constant'")
+        out = tnp.take(out, _source_index(n, lo, hi, mode), axis=axis)
+    return out

@@ -12,55 +12,125 @@ from .._prims import broadcasting as _bc
 from .._prims import misc as _misc
 from .._prims import reductions as _red
 from .._prims import shape_ops as _sh
-from . import add, astype, divide, exp, isfinite, log, multiply, ravel, sqrt, stop_gradient, subtract, where
+import numpy as _np
+
+from ..errors import ArgumentError
+from . import (add, astype, divide, exp, isfinite, log, maximum, minimum, multiply, ravel, sqrt,
+               stop_gradient, subtract, where, _is_symbolic)
+
+_where = where
 
 
 def _axes(axis):
     return _red._axes_param(axis)
 
 
-def sum(a, axis=None, keepdims=False, dtype=None):
-    """Sum over ``axis``; ``dtype`` converts before and after (NumPy widens small integers)."""
+def _masked(op, a, where, fill, out=None):
+    """``a`` with the elements outside ``where`` replaced by ``fill`` (NumPy's ``where=``: they
+    take no part; the gradient sends them exactly zero)."""
+    if out is not None:
+        raise ArgumentError(f"{op}: out= is not supported (arrays are immutable here); use the returned value")
+    if where is None or where is True:
+        return a
+    return _where(where, a, fill)
+
+
+def _extreme_fill(a, largest):
+    """The identity of max (``largest=False``: -inf or the dtype's least) or of min."""
+    dt = _np.dtype(a.aval.dtype if _is_symbolic(a) else _np.asarray(a).dtype)
+    if dt.kind == "f":
+        return -_np.inf if not largest else _np.inf
+    if dt.kind == "b":
+        return largest
+    info = _np.iinfo(dt)
+    return info.max if largest else info.min
+
+
+def sum(a, axis=None, keepdims=False, dtype=None, *, out=None, initial=None, where=None):
+    """Sum over ``axis``; ``dtype`` converts before and after (NumPy widens small integers).
+    ``where``: a boolean mask (broadcast to ``a``) of the elements summed; ``initial``: added."""
+    a = _masked("sum", a, where, 0, out)
     if dtype is not None:
-        return astype(_red.reduce_sum(astype(a, dtype), _axes(axis), keepdims), dtype)
-    return _red.reduce_sum(a, _axes(axis), keepdims)
+        r = astype(_red.reduce_sum(astype(a, dtype), _axes(axis), keepdims), dtype)
+    else:
+        r = _red.reduce_sum(a, _axes(axis), keepdims)
+    return r if initial is None else add(r, initial)
 
 
-def prod(a, axis=None, keepdims=False, dtype=None):
-    """Product over ``axis``; ``dtype`` converts before and after (NumPy widens small integers)."""
+def prod(a, axis=None, keepdims=False, dtype=None, *, out=None, initial=None, where=None):
+    """Product over ``axis``; ``dtype`` converts before and after (NumPy widens small integers).
+    ``where``: a boolean mask of the elements multiplied; ``initial``: a factor."""
+    a = _masked("prod", a, where, 1, out)
     if dtype is not None:
-        return astype(_red.reduce_prod(astype(a, dtype), _axes(axis), keepdims), dtype)
-    return _red.reduce_prod(a, _axes(axis), keepdims)
+        r = astype(_red.reduce_prod(astype(a, dtype), _axes(axis), keepdims), dtype)
+    else:
+        r = _red.reduce_prod(a, _axes(axis), keepdims)
+    return r if initial is None else multiply(r, initial)
 
 
-def max(a, axis=None, keepdims=False):
-    return _red.reduce_max(a, _axes(axis), keepdims)
+def _extremum(op, a, axis, keepdims, out, initial, where):
+    largest = op == "min"
+    if where is not None and where is not True and initial is None:
+        raise ArgumentError(f"{op}: where= needs initial= (the value of a slice with nothing selected), "
+                            f"as in NumPy; e.g. np.{op}(x, where=m, initial={'-' if op == 'max' else ''}np.inf)")
+    a = _masked(op, a, where, _extreme_fill(a, largest), out)
+    red = _red.reduce_min if largest else _red.reduce_max
+    r = red(a, _axes(axis), keepdims)
+    if initial is None:
+        return r
+    return (minimum if largest else maximum)(r, initial)
 
 
-def min(a, axis=None, keepdims=False):
-    return _red.reduce_min(a, _axes(axis), keepdims)
+def max(a, axis=None, keepdims=False, *, out=None, initial=None, where=None):
+    """Maximum over ``axis``; ``initial`` takes part as one more element, ``where`` (with
+    ``initial``) masks the elements taking part. At a tie the cotangent is shared equally (JAX)."""
+    return _extremum("max", a, axis, keepdims, out, initial, where)
+
+
+def min(a, axis=None, keepdims=False, *, out=None, initial=None, where=None):
+    """Minimum over ``axis``; ``initial`` and ``where`` as in ``max``."""
+    return _extremum("min", a, axis, keepdims, out, initial, where)
 
 
 amax, amin = max, min
 
 
-def mean(a, axis=None, keepdims=False):
-    return divide(sum(a, axis, keepdims), _misc.reduced_count(a, _axes(axis)))
+def _where_count(a, axis, keepdims, where):
+    """How many elements ``where`` selects per slice (NumPy's count for mean/var with ``where=``),
+    in ``a``'s float dtype (float64 for integers)."""
+    from . import ones_like
+    dt = _np.dtype(a.aval.dtype if _is_symbolic(a) else _np.asarray(a).dtype)
+    ones = ones_like(a, dtype=dt if dt.kind == "f" else _np.float64)
+    return _red.reduce_sum(_where(where, ones, 0.0), _axes(axis), keepdims)
 
 
-def var(a, axis=None, keepdims=False, ddof=0, *, correction=None):
+def mean(a, axis=None, keepdims=False, dtype=None, *, out=None, where=None):
+    """Mean over ``axis``; ``where``: a boolean mask of the elements averaged (the count is the
+    mask's). ``dtype`` converts first. Shape: the reduced shape."""
+    if dtype is not None:
+        a = astype(a, dtype)
+    s = sum(a, axis, keepdims, out=out, where=where)
+    if where is None or where is True:
+        return divide(s, _misc.reduced_count(a, _axes(axis)))
+    return divide(s, _where_count(a, axis, keepdims, where))
+
+
+def var(a, axis=None, keepdims=False, ddof=0, *, correction=None, dtype=None, out=None, where=None):
     """Variance over ``axis`` with ``ddof`` (NumPy) or ``correction`` (Array API) subtracted
-    from the count."""
+    from the count; ``where`` masks the elements taking part."""
     ddof = correction if correction is not None else ddof
-    m = mean(a, axis, keepdims=True)
+    if dtype is not None:
+        a = astype(a, dtype)
+    m = mean(a, axis, keepdims=True, out=out, where=where)
     d = subtract(a, m)
-    ss = sum(multiply(d, d), axis, keepdims)
-    n = _misc.reduced_count(a, _axes(axis))
+    ss = sum(multiply(d, d), axis, keepdims, where=where)
+    n = _misc.reduced_count(a, _axes(axis)) if where is None or where is True else \
+        _where_count(a, axis, keepdims, where)
     return divide(ss, subtract(n, ddof) if ddof else n)
 
 
-def std(a, axis=None, keepdims=False, ddof=0, *, correction=None):
-    return sqrt(var(a, axis, keepdims, ddof, correction=correction))
+def std(a, axis=None, keepdims=False, ddof=0, *, correction=None, dtype=None, out=None, where=None):
+    return sqrt(var(a, axis, keepdims, ddof, correction=correction, dtype=dtype, out=out, where=where))
 
 
 def argmax(a, axis=None, keepdims=False):
@@ -90,11 +160,13 @@ def cumprod(a, axis=None, dtype=None):
     return _cumulative(_red.cumprod, a, axis, dtype)
 
 
-def any(a, axis=None, keepdims=False):
+def any(a, axis=None, keepdims=False, *, out=None, where=None):
+    a = _masked("any", a, where, False, out)
     return _red.reduce_any_p.bind(a, axes=_axes(axis), keepdims=_builtins.bool(keepdims))
 
 
-def all(a, axis=None, keepdims=False):
+def all(a, axis=None, keepdims=False, *, out=None, where=None):
+    a = _masked("all", a, where, True, out)
     return _red.reduce_all_p.bind(a, axes=_axes(axis), keepdims=_builtins.bool(keepdims))
 
 
