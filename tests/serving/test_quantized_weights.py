@@ -164,3 +164,27 @@ def test_smollm2_q4_1_export_keeps_the_files_own_blocks():
     assert tensors["token_embd.weight"].tensor_type == gguf.GGMLQuantizationType.Q8_0
     np.testing.assert_array_equal(stored["embed.scale"], emb[:, :, 0:2].copy().view(np.float16)[..., 0])
     np.testing.assert_array_equal(stored["embed"], emb[:, :, 2:].view(np.int8).reshape(emb.shape[0], -1))
+
+
+def test_q4_0_blocks_are_kept_exactly_when_stored_as_q4_1():
+    """A Q4_0 GGUF's values (gguf's own quantizer, then dequantizer) come back bit for bit from
+    the q4_1 storage: scale d, offset -8 d, the same nibbles. Control: the plain Q4_1 rule
+    (min/max) alone does not give them back."""
+    from gguf import GGMLQuantizationType, quants
+    from tlaloc.models import quantized
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((96, 64)).astype(np.float32)                    # (in, out)
+    blocks = quants.quantize(np.ascontiguousarray(w.T), GGMLQuantizationType.Q4_0)
+    values = quants.dequantize(blocks, GGMLQuantizationType.Q4_0).T.astype(np.float32)   # (in, out)
+    q, d, m = block_quantize_q4_1(values)
+    back = QuantizedMatrix(q, d, m, chunk=0).dequantize()
+    np.testing.assert_array_equal(back, values)
+    q4_0_form = m == (d.astype(np.float32) * -8).astype(np.float16)       # blocks not spanning 0..15
+    assert q4_0_form.mean() > 0.5
+    plain = quantized._keep_q4_0_blocks                                      # control: switched off
+    try:
+        quantized._keep_q4_0_blocks = lambda blocks, nib, d16, lo16: (nib, d16, lo16)
+        q2, d2, m2 = block_quantize_q4_1(values)
+    finally:
+        quantized._keep_q4_0_blocks = plain
+    assert not np.array_equal(QuantizedMatrix(q2, d2, m2, chunk=0).dequantize(), values)

@@ -159,6 +159,11 @@ def block_quantize_q4_1(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     Per block, as llama.cpp's ``quantize_row_q4_1_ref``: ``m = min w``, ``d = (max w - m) / 15``,
     ``nibble = min(15, floor((w - m) / d + 0.5))``; d and m kept in float16. Quantizing the
     values of Q4_1 blocks (each has a 0 and a 15 nibble) gives those blocks back.
+
+    A block that holds the values of a GGUF Q4_0 block, ``(n - 8) * d`` with ``d`` float16
+    and the largest magnitude at ``n = 0`` (llama.cpp's ``quantize_row_q4_0_ref``), is kept
+    exactly instead: scale ``d``, offset ``-8 d``, the same nibbles (a Q4_0 GGUF served as
+    ``q4_1`` loses nothing).
     """
     w = np.asarray(w, np.float32)
     n_in, n_out = w.shape
@@ -169,8 +174,32 @@ def block_quantize_q4_1(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     d = ((hi - lo) / np.float32(15)).astype(np.float32)
     inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), np.float32(0))
     nib = np.minimum(15, np.floor((blocks - lo[:, None]) * inv[:, None] + np.float32(0.5))).astype(np.uint8)
+    d16, lo16 = d.astype(np.float16), lo.astype(np.float16)
+    nib, d16, lo16 = _keep_q4_0_blocks(blocks, nib, d16, lo16)
     packed = nib[:, :BLOCK // 2] | (nib[:, BLOCK // 2:] << 4)                # (nb, 16, out)
-    return (np.ascontiguousarray(packed.reshape(n_in // 2, n_out)), d.astype(np.float16), lo.astype(np.float16))
+    return np.ascontiguousarray(packed.reshape(n_in // 2, n_out)), d16, lo16
+
+
+def _keep_q4_0_blocks(blocks, nib, d16, lo16):
+    """Where a (32, out) block is exactly a Q4_0 block's values and the Q4_1 rule does not give
+    them back, use the Q4_0 form (scale d, offset -8 d, nibbles n)."""
+    f32 = np.float32
+    exact = (nib.astype(f32) * d16.astype(f32)[:, None] + lo16.astype(f32)[:, None]) == blocks
+    amax_at = np.argmax(np.abs(blocks), axis=1)                              # (nb, out)
+    extreme = np.take_along_axis(blocks, amax_at[:, None], axis=1)[:, 0]      # the Q4_0 n = 0 value
+    d = (extreme / f32(-8)).astype(np.float16)                               # (nb, out)
+    d32 = d.astype(f32)
+    safe = np.where(d32 == 0, f32(1), d32)
+    n = blocks / safe[:, None] + f32(8)                                       # (nb, 32, out)
+    n_int = np.rint(n)
+    q4_0 = ((n == n_int) & (n_int >= 0) & (n_int <= 15)).all(axis=1) & (d32 != 0) & np.isfinite(d32)
+    q4_0 &= ((n_int - f32(8)) * d32[:, None] == blocks).all(axis=1)          # bit-exact values back
+    q4_0 &= np.isfinite((d32 * f32(-8)).astype(np.float16))
+    use = q4_0 & ~exact.all(axis=1)                                           # (nb, out)
+    if not use.any():
+        return nib, d16, lo16
+    nib = np.where(use[:, None], n_int.astype(np.uint8), nib)
+    return nib, np.where(use, d, d16), np.where(use, (d32 * f32(-8)).astype(np.float16), lo16)
 
 
 __all__ = ["QuantizedMatrix", "StoredProduct", "block_quantize", "block_quantize_q4_1", "BLOCK", "CHUNK"]

@@ -19,7 +19,8 @@ Slot names flatten the model's weights pytree with dots: ``embed``, ``norm``,
           a multiple of 32 is stored as ``int8``.
 ``q4_1``  GGUF's Q4_1 for the (in, out) matrices: two 4-bit values a byte, ``<name>`` uint8
           (in / 2, out), with ``<name>.scale`` and ``<name>.offset`` float16 (in / 32, out)
-          (``models.quantized.block_quantize_q4_1``; a Q4_1 GGUF's blocks come back exactly);
+          (``models.quantized.block_quantize_q4_1``; a Q4_1 GGUF's blocks come back exactly,
+          and so do a Q4_0 GGUF's values, stored with scale d and offset -8 d);
           the tables and an untied output head as ``q8_0``, as llama.cpp's Q4_1 files keep them.
 
 bf16 and per-channel int8 (in, out) matrices reach the model as
