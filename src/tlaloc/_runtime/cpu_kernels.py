@@ -79,12 +79,13 @@ def cache_dir() -> str:
 
 
 def library_path(compiler: str) -> str:
-    """Where the library for this source, compiler, flags, jaxlib and CPU is cached."""
+    """Where the library for these sources (and headers), compiler, flags, jaxlib and CPU is cached."""
     import jaxlib
     sources = []
-    for path in SOURCES:
-        with open(path, "rb") as f:
-            sources.append(f.read())
+    for name in sorted(os.listdir(_DIR)):                       # the sources and the headers they include
+        if name.endswith((".cc", ".h")):
+            with open(os.path.join(_DIR, name), "rb") as f:
+                sources.append(name.encode() + b"\0" + f.read())
     key = hashlib.sha256(b"\0".join([*sources, compiler.encode(), " ".join(FLAGS).encode(),
                                      jaxlib.__version__.encode(), _cpu_signature().encode()])).hexdigest()[:20]
     return os.path.join(cache_dir(), f"matmul-{key}.so")

@@ -14,35 +14,20 @@
 // per block and used for up to four rows of x.
 // Rows of W are split into units (their count depends on N only) that the calling thread
 // and tasks on XLA's intra-op pool claim from a shared counter, as in matmul.cc.
-#include <algorithm>
-#include <atomic>
-#include <cstdint>
-#include <cstring>
-#include <memory>
-#include <thread>
+#include <type_traits>
 
-#include "xla/ffi/api/ffi.h"
+#include "common.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
 
+using tlaloc_cpu::bf16_to_f32;
+using tlaloc_cpu::f16_to_f32;
+
 constexpr int64_t QK = 32;
 constexpr int64_t GROUP = 4;       // rows of W per micro-kernel call (they share each load of x)
 constexpr int64_t UNITS = 16;
-
-inline float f16(uint16_t h) {
-  _Float16 v;
-  std::memcpy(&v, &h, 2);
-  return static_cast<float>(v);
-}
-
-inline float bf16(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float v;
-  std::memcpy(&v, &bits, 4);
-  return v;
-}
 
 struct Problem {
   const float* x;    // (M, K)
@@ -60,7 +45,7 @@ struct F32T {
 };
 struct BF16T {
   const uint16_t* w; int64_t K;
-  float value(int64_t n, int64_t k) const { return bf16(w[n * K + k]); }
+  float value(int64_t n, int64_t k) const { return bf16_to_f32(w[n * K + k]); }
   float block_scale(int64_t, int64_t) const { return 1.f; }
   float row_scale(int64_t) const { return 1.f; }
 };
@@ -73,7 +58,7 @@ struct I8ChT {
 struct Q8_0T {
   const int8_t* q; const uint16_t* scale; int64_t K;
   float value(int64_t n, int64_t k) const { return static_cast<float>(q[n * K + k]); }
-  float block_scale(int64_t n, int64_t b) const { return f16(scale[n * (K / QK) + b]); }
+  float block_scale(int64_t n, int64_t b) const { return f16_to_f32(scale[n * (K / QK) + b]); }
   float row_scale(int64_t) const { return 1.f; }
 };
 
@@ -174,28 +159,14 @@ template <class Fmt>
 void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
   const int64_t per_unit = std::max<int64_t>(GROUP, (p.N + UNITS - 1) / UNITS);
   const int64_t units = (p.N + per_unit - 1) / per_unit;
-  struct Shared {
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-  };
-  auto shared = std::make_shared<Shared>();
-  auto work = [shared, units, per_unit, &f, &p]() {
-    for (;;) {
-      const int64_t u = shared->next.fetch_add(1, std::memory_order_relaxed);
-      if (u >= units) return;          // a late task: nothing left; it touches only `shared`
-      const int64_t n0 = u * per_unit, n1 = std::min(p.N, n0 + per_unit);
+  tlaloc_cpu::run_units(pool, units, units, [&f, &p, per_unit](int64_t u) {
+    const int64_t n0 = u * per_unit, n1 = std::min(p.N, n0 + per_unit);
 #ifdef TLALOC_AVX512
-      rows_avx(f, p, n0, n1);
+    rows_avx(f, p, n0, n1);
 #else
-      rows_scalar(f, p, n0, n1);
+    rows_scalar(f, p, n0, n1);
 #endif
-      shared->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), units) - 1;
-  for (int64_t h = 0; h < helpers; ++h) pool.Schedule([work]() { work(); });
-  work();
-  while (shared->done.load(std::memory_order_acquire) < units) std::this_thread::yield();
+  });
 }
 
 Problem problem(ffi::Buffer<ffi::F32>& x, ffi::ResultBuffer<ffi::F32>& y) {
@@ -232,21 +203,14 @@ ffi::Error RowsBF16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
   return ffi::Error::Success();
 }
 
-ffi::Error RowsI8Ch(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> q, ffi::Buffer<ffi::F32> scale,
-                    ffi::ResultBuffer<ffi::F32> y) {
+template <class Fmt, ffi::DataType Scale>
+ffi::Error RowsScaled(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> q, ffi::Buffer<Scale> scale,
+                      ffi::ResultBuffer<ffi::F32> y) {
   Problem p = problem(x, y);
   auto d = q.dimensions();
   if (auto e = check(p, d[0], d[1]); e.failure()) return e;
-  run(pool, I8ChT{q.typed_data(), scale.typed_data(), p.K}, p);
-  return ffi::Error::Success();
-}
-
-ffi::Error RowsQ8_0(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> q, ffi::Buffer<ffi::F16> scale,
-                    ffi::ResultBuffer<ffi::F32> y) {
-  Problem p = problem(x, y);
-  auto d = q.dimensions();
-  if (auto e = check(p, d[0], d[1]); e.failure()) return e;
-  run(pool, Q8_0T{q.typed_data(), reinterpret_cast<const uint16_t*>(scale.untyped_data()), p.K}, p);
+  using S = std::conditional_t<Scale == ffi::F32, float, uint16_t>;
+  run(pool, Fmt{q.typed_data(), reinterpret_cast<const S*>(scale.untyped_data()), p.K}, p);
   return ffi::Error::Success();
 }
 
@@ -258,11 +222,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_f32_t, RowsF32,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_bf16_t, RowsBF16,
                               ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::BF16>>().Ret<ffi::Buffer<ffi::F32>>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_i8ch_t, RowsI8Ch,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_i8ch_t, (RowsScaled<I8ChT, ffi::F32>),
                               ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::S8>>().Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q8_0_t, RowsQ8_0,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q8_0_t, (RowsScaled<Q8_0T, ffi::F16>),
                               ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::S8>>().Arg<ffi::Buffer<ffi::F16>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());

@@ -15,16 +15,11 @@
 //
 // Each (row, kv head) is computed by one thread; rows x kv heads are shared between the
 // calling thread and tasks of XLA's intra-op pool as in matmul.cc.
-#include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <memory>
-#include <thread>
+#include <type_traits>
 #include <vector>
 
-#include "xla/ffi/api/ffi.h"
+#include "common.h"
 
 namespace ffi = xla::ffi;
 
@@ -32,16 +27,9 @@ namespace {
 
 constexpr int64_t LANES = 16;
 
-inline float bf16_value(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float v;
-  std::memcpy(&v, &bits, 4);
-  return v;
-}
-
 template <class T> inline float value(const T* p, int64_t i);
 template <> inline float value<float>(const float* p, int64_t i) { return p[i]; }
-template <> inline float value<uint16_t>(const uint16_t* p, int64_t i) { return bf16_value(p[i]); }
+template <> inline float value<uint16_t>(const uint16_t* p, int64_t i) { return tlaloc_cpu::bf16_to_f32(p[i]); }
 
 struct Shape {
   int64_t B, T, H, E, P, BS, K, M;
@@ -111,26 +99,12 @@ template <class T>
 void run(ffi::ThreadPool& pool, const Shape& s, const float* q, const T* kc, const T* vc, const int32_t* tables,
          const int32_t* lens, const int32_t* positions, float scale, int64_t window, float* out) {
   const int64_t units = s.B * s.K;
-  struct Shared {
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-  };
-  auto shared = std::make_shared<Shared>();
-  auto work = [=, &s]() {
-    std::vector<float> scores;
-    for (;;) {
-      const int64_t u = shared->next.fetch_add(1, std::memory_order_relaxed);
-      if (u >= units) return;          // a late task: nothing left; it touches only `shared`
-      attend_one(s, q, kc, vc, tables, lens, positions, scale, window, u / s.K, u % s.K, out, scores);
-      shared->done.fetch_add(1, std::memory_order_release);
-    }
-  };
   // one (row, kv head) is ~T * S * E * 2 * G multiply-adds: hand out work only when it pays
   const int64_t work_size = s.T * s.M * s.BS * s.E * (s.H / s.K) * units;
-  const int64_t helpers = work_size < (1 << 18) ? 0 : std::min<int64_t>(pool.num_threads(), units) - 1;
-  for (int64_t h = 0; h < helpers; ++h) pool.Schedule([work]() { work(); });
-  work();
-  while (shared->done.load(std::memory_order_acquire) < units) std::this_thread::yield();
+  tlaloc_cpu::run_units(pool, units, work_size < (1 << 18) ? 1 : units, [&](int64_t u) {
+    thread_local std::vector<float> scores;
+    attend_one(s, q, kc, vc, tables, lens, positions, scale, window, u / s.K, u % s.K, out, scores);
+  });
 }
 
 template <ffi::DataType KV>
