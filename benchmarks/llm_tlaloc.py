@@ -36,12 +36,13 @@ def write_tokenizer(folder: str, vocab_size: int) -> None:
     tok.save(os.path.join(folder, "tokenizer.json"))
 
 
-def export_artifact(folder: str, out: str, *, dtype: str, batch, context, prefill_chunk=None) -> tuple:
-    """(artifact dir, seconds) for ``export(folder, out, ...)``; dtype "f32" or "bf16"."""
+def export_artifact(folder: str, out: str, *, dtype: str, batch, context, prefill_chunk=None, weights=None) -> tuple:
+    """(artifact dir, seconds) for ``export(folder, out, ...)``; dtype "f32" or "bf16"; weights None,
+    "int8", "q8_0" or "q4_1"."""
     from tlaloc.serving.export import export
     t0 = common.now()
     export(folder, out, batch=tuple(batch), context=tuple(context), block_size=16, dtype=dtype,
-           prefill_chunk=prefill_chunk, progress=False)
+           prefill_chunk=prefill_chunk, weights=weights, progress=False)
     return out, common.now() - t0
 
 

@@ -1,9 +1,9 @@
 """Serving throughput: aggregate tokens/s with 1, 4 and 16 concurrent requests through ``tlaloc serve``.
 
-    python benchmarks/serving.py [--quick] [--repeats N] [--threads N]
+    python benchmarks/serving.py [--quick] [--repeats N] [--threads N] [--weights f32|bf16|int8|q8_0|q4_1]
 
 The SmolLM2-135M-shaped random checkpoint of llm_inference.py is exported
-(float32, batch buckets 1, 4 and 16, context 128) and served by ``tlaloc serve``
+(``--weights``, default float32; batch buckets 1, 4 and 16, context 128) and served by ``tlaloc serve``
 on 127.0.0.1 (a free port) in a child process. For N = 1, 4, 16, N client
 threads each send one ``POST /v1/completions`` (a 16-token prompt as token ids,
 greedy, ``max_tokens`` 64) at once; throughput is the completion tokens of all
@@ -93,8 +93,8 @@ def burst(httpx, url: str, n: int, new_tokens: int, vocab: int) -> tuple:
     return dt, sum(results)
 
 
-def run(quick: bool = False, repeats=None):
-    common.print_header("7. serving throughput (tlaloc serve)")
+def run(quick: bool = False, repeats=None, weights: str = "f32"):
+    common.print_header(f"7. serving throughput (tlaloc serve, {weights} weights)")
     gone = missing()
     httpx = common.optional_import("httpx")
     torch = common.optional_import("torch")
@@ -115,7 +115,9 @@ def run(quick: bool = False, repeats=None):
         model, _ = L.build_model(torch, transformers, torch.float32, 2 if quick else 30)
         ckpt = T.save_checkpoint(model, os.path.join(tmp, "hf"))
         del model
-        art, _ = T.export_artifact(ckpt, os.path.join(tmp, "art"), dtype="f32", batch=levels, context=(128,))
+        fmt = {"f32": ("f32", None), "bf16": ("bf16", None)}.get(weights, ("f32", weights))
+        art, _ = T.export_artifact(ckpt, os.path.join(tmp, "art"), dtype=fmt[0], weights=fmt[1], batch=levels,
+                                   context=(128,))
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
         proc = subprocess.Popen([sys.executable, "-m", "tlaloc.cli", "serve", art, "--port", str(port),
@@ -148,8 +150,8 @@ def run(quick: bool = False, repeats=None):
 
 
 def main(argv=None) -> int:
-    args = common.parse_args(__doc__, argv)
-    run(args.quick, args.repeats)
+    args = common.parse_args(__doc__, argv, extra=lambda p: p.add_argument("--weights", default="f32"))
+    run(args.quick, args.repeats, args.weights)
     return 0
 
 
