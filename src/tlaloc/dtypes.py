@@ -75,11 +75,13 @@ def check_float_mix(op: str, operands: dict) -> None:
 
 
 def result_dtype(*dtypes):
-    """NumPy's result dtype for non-weak operand dtypes (``None`` entries are skipped)."""
-    known = [np.dtype(d) for d in dtypes if d is not None]
-    if not known:
+    """NumPy's result dtype for non-weak operand dtypes; ``None`` (an operand whose dtype is not
+    known yet) makes the result unknown too: ``unknown @ int64`` may be int64 or float64.
+    (Regression: the unknown entry was skipped, so ``x @ n`` with an int ``n`` was typed int64
+    before x's dtype was known, and ``grad`` refused an "int64 output".)"""
+    if not dtypes or any(d is None for d in dtypes):
         return None
-    return np.result_type(*known)
+    return np.result_type(*(np.dtype(d) for d in dtypes))
 
 
 __all__ = ["float64", "float32", "float16", "bfloat16", "int8", "int32", "int64",

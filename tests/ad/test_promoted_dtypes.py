@@ -56,6 +56,18 @@ def rem_int(x, n):
     return np.sum(np.remainder(n, x + 0.013) + np.remainder(x * n, 7))
 
 
+def matmul_int(x, n):
+    return np.sum((x * x) @ np.outer(n, n[:3]))
+
+
+def where_int(x, n):
+    return np.sum(np.where(x > 0.5, x * x, n))
+
+
+def concat_int(x, n):
+    return np.sum(np.concatenate([x, n]) ** 2 * np.concatenate([n, x]))
+
+
 def _jnp(name):
     return {"mul_slice": lambda x, n: jnp.sum((x * jnp.arange(6))[1:3]),
             "mul_arg": lambda x, n: jnp.sum(x * n),
@@ -63,10 +75,14 @@ def _jnp(name):
             "pow_int": lambda x, n: jnp.sum(x ** n),
             "sin_add_int": lambda x, n: jnp.sum(jnp.sin(x + n) + n * x),
             "max_int": lambda x, n: jnp.sum(jnp.maximum(x, n - 3) * n + jnp.minimum(x, n - 4)),
-            "rem_int": lambda x, n: jnp.sum(jnp.remainder(n, x + 0.013) + jnp.remainder(x * n, 7))}[name]
+            "rem_int": lambda x, n: jnp.sum(jnp.remainder(n, x + 0.013) + jnp.remainder(x * n, 7)),
+            "matmul_int": lambda x, n: jnp.sum((x * x) @ jnp.outer(n, n[:3])),
+            "where_int": lambda x, n: jnp.sum(jnp.where(x > 0.5, x * x, n)),
+            "concat_int": lambda x, n: jnp.sum(jnp.concatenate([x, n]) ** 2 * jnp.concatenate([n, x]))}[name]
 
 
-FUNCS = [mul_slice, mul_arg, int_over_x, pow_int, sin_add_int, max_int, rem_int]
+FUNCS = [mul_slice, mul_arg, int_over_x, pow_int, sin_add_int, max_int, rem_int, matmul_int, where_int,
+         concat_int]
 
 
 def _close(got, want, dtype):

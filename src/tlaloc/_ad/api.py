@@ -19,6 +19,7 @@ from .._prims.misc import grad_seed_p
 from ..errors import ArgumentError, GradientError
 from . import control_rules  # noqa: F401  (registers the control-flow rules)
 from .reverse import forward_sweep
+from .call_checks import refuse_none_argnums
 from .transformed import Transformed, _LEAF
 
 
@@ -124,6 +125,9 @@ class _ReverseTransform(Transformed):
         if self.single:
             return trees[0]
         return _pytree.TreeDef("tuple", None, tuple(trees))
+
+    def check_structure(self, args):
+        refuse_none_argnums(self.kind, self.fn, args, self.argnums)
 
     def check_args(self, args, trees, flat, lowered, entry):
         ranges = entry["ranges"]

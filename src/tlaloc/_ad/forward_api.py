@@ -15,6 +15,7 @@ from .. import _pytree
 from ..errors import ArgumentError
 from . import forward_rules  # noqa: F401  (registers the control-flow rules)
 from .api import _fn_name, grad as _grad
+from .call_checks import refuse_array_subclasses
 from .forward import jvp_graph
 from .jacobian import JacobianTransform
 from .transformed import Transformed
@@ -44,6 +45,7 @@ class _JVPTransform(Transformed):
             raise ArgumentError("jvp: primals and tangents must be tuples of arguments, e.g. jvp(f, (x,), (v,))")
         if len(primals) != len(tangents):
             raise ArgumentError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+        refuse_array_subclasses("jvp", self.fn, primals)
         flat, trees, tflat = [], [], []
         for p, t in zip(primals, tangents):
             pl, pt = _pytree.flatten(p)

@@ -34,6 +34,7 @@ from .api import _fn_name, _normalize_argnums
 from .batching import batch_graph, batched
 from .forward import jvp_graph
 from .reverse import vjp_graph
+from .call_checks import refuse_array_subclasses, refuse_none_argnums, refuse_none_arguments
 from .transformed import _LEAF, ShapeDependent, _as_array, _check_against_interpreter, known_shapes, render_and_load
 
 
@@ -176,6 +177,9 @@ class JacobianTransform(ShapeDependent):
         return entry
 
     def __call__(self, *args):
+        refuse_none_argnums(self.kind, self.fn, args, self.argnums)
+        refuse_none_arguments(self.kind, self.fn, args)
+        refuse_array_subclasses(self.kind, self.fn, args)
         flat = [_as_array(a) if not isinstance(a, (tuple, list, dict)) else a for a in args]
         trees = [_pytree.flatten(a)[1] for a in flat]
         entry = self._built(trees, [_aval.of(x) if isinstance(x, np.ndarray) else None for x in flat])

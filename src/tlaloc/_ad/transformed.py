@@ -25,6 +25,7 @@ from .._frontend import typing_hooks
 from .._frontend import specialise
 from .._frontend.structure import ShapeNeeded, StructureNeeded
 from .._render.python import render_module
+from .call_checks import refuse_array_subclasses
 from .signature_code import SignatureCode
 from ..errors import ArgumentError, FenceError, TlalocError
 
@@ -140,6 +141,8 @@ class Transformed:
                 and all(type(a) is np.ndarray for a in args)):          # fast path: plain arrays
             entry, trees, flat = base, base["leaf_trees"], args
         else:
+            refuse_array_subclasses(self.kind, self.fn, args)
+            self.check_structure(args)
             raw, trees = [], []
             for a in args:
                 leaves, tree = _pytree.flatten(a)
@@ -189,6 +192,10 @@ class Transformed:
 
     def check_args(self, args, trees, flat, lowered, entry):
         pass
+
+    def check_structure(self, args):
+        """Refusals that need only the call's arguments, before anything is built for them
+        (called where an argument is not a plain ndarray)."""
 
     def source(self, *args) -> str:
         if args:

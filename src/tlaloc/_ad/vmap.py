@@ -28,6 +28,7 @@ from .._frontend.structure import ShapeNeeded
 from ..errors import ArgumentError, FenceError, TlalocError, TypeAnnotationError
 from . import api as _api  # noqa: F401  (reverse-mode rules, for vmap of grad)
 from . import batching_control, batching_index, batching_linalg, batching_rules  # noqa: F401  (rules)
+from .call_checks import refuse_array_subclasses
 from .batching import batch_graph, batched, moveaxis, rank, unbatched_aval
 from .transformed import ShapeDependent, _as_array, _check_against_interpreter, known_shapes, render_and_load
 
@@ -223,6 +224,7 @@ class _VmapTransform(ShapeDependent):
 
     # -- the Transformed protocol ---------------------------------------------------------------
     def __call__(self, *args):
+        refuse_array_subclasses("vmap", self.fn, args)
         flat, trees, names = [], [], []
         for k, a in enumerate(args):
             leaves, tree = _pytree.flatten(a)

@@ -63,6 +63,8 @@ class Builder:
         if isinstance(x, Literal):
             return x
         if x is None:                    # UNDEF: a value no path assigned (see _core/control.py)
+            if getattr(_state, "user_operands", None):
+                raise NoneOperand("None is not an array operand")
             return Literal(None, _aval.UNKNOWN)
         if isinstance(x, (bool, int, float, np.generic)) or isinstance(x, np.ndarray):
             return Literal(x, _aval.of(x))
@@ -213,6 +215,20 @@ def _thread_setting(name: str, value):
         yield
     finally:
         setattr(_state, name, old)
+
+
+class NoneOperand(TypeError):
+    """A None met as an array operand in user code (``user_operands``)."""
+
+
+@contextlib.contextmanager
+def user_operands(on: bool = True):
+    """While the block runs (``on``), a None operand raises ``NoneOperand`` instead of standing
+    for UNDEF, the value no path assigned that control flow and transforms bind: the front end
+    evaluates the user's operators and calls inside it, so ``a * x`` with ``a`` None is refused
+    where it is written; ``passes.inline`` turns it off for the graphs it copies."""
+    with _thread_setting("user_operands", on):
+        yield
 
 
 def body_bind(prim, args, params):

@@ -2,7 +2,7 @@
 the forward/backward split (partial evaluation) of a VJP graph."""
 from __future__ import annotations
 
-from .builder import Value, current_builder
+from .builder import Value, current_builder, user_operands
 from .graph import Graph, Literal, Var
 
 
@@ -19,6 +19,11 @@ def inline(graph: Graph, args, copy_hints: bool = True):
     def read(a):
         return a.value if isinstance(a, Literal) else env[a.id]
 
+    with user_operands(False):           # a None literal here is UNDEF, not a user's None
+        return _inline(graph, read, env, copy_hints)
+
+
+def _inline(graph, read, env, copy_hints):
     b = None
     for node in graph.nodes:
         ins = [read(a) for a in node.inputs]

@@ -15,7 +15,7 @@ import types
 import numpy as np
 
 from .. import numpy as tnp
-from .._core.builder import Value
+from .._core.builder import NoneOperand, Value, user_operands
 from ..errors import FenceError, TlalocError
 from . import call_time, calls, host, odeint
 from .structure import ShapeNeeded
@@ -143,9 +143,14 @@ class CallLowerer:
         args = [callable_(a) for a in args]
         kwargs = {k: callable_(v) for k, v in kwargs.items()}
         try:
-            return fn(*args, **kwargs)
+            with user_operands():
+                return fn(*args, **kwargs)
         except FenceError:
             raise
+        except NoneOperand:
+            pairs = [(None if isinstance(a, ast.Starred) else a, v) for a, v in zip(node.args, args)]
+            pairs += [(kw.value, kwargs.get(kw.arg)) for kw in node.keywords if kw.arg is not None]
+            raise self.none_operand(node, pairs) from None
         except TlalocError as e:
             msg = str(e)
             loc = self.src.loc(node)

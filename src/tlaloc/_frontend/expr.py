@@ -8,7 +8,7 @@ import operator
 import numpy as np
 
 from .. import numpy as tnp
-from .._core.builder import Value
+from .._core.builder import Value, user_operands
 from ..errors import ShapeError, TlalocError
 from . import host
 from .structure import ShapeNeeded
@@ -39,7 +39,8 @@ def binop(op_type, a, b):
     if op_type is ast.Pow and is_symbolic(a) and isinstance(b, int) and not isinstance(b, bool):
         from .._prims.elementwise import integer_pow
         return integer_pow(a, b)
-    return sym_op(a, b)
+    with user_operands():
+        return sym_op(a, b)
 
 
 class ExprLowerer:
@@ -117,6 +118,8 @@ class ExprLowerer:
         except TlalocError:
             raise                     # DTypeError is a TypeError too: it is located and worded already
         except TypeError:
+            if a is None or b is None:
+                raise self.none_operand(node, [(node.left, a), (node.right, b)]) from None
             # an operand that is not an array: a list or tuple argument (a pytree of its items, where
             # NumPy would convert it), a string, None. Regression: `TypeError: cannot use list [...]
             # as an array operand`, raised with no location.
@@ -124,6 +127,17 @@ class ExprLowerer:
             raise self.src.error(node, f"`{ast.unparse(node)}` combines {kinds}; pass arrays, "
                                        f"e.g. np.asarray(...) of a list before calling, or convert it "
                                        f"here with np.asarray") from None
+
+    def none_operand(self, node, operands):
+        """The FenceError for ``node`` given None where it needs an array; ``operands`` are its
+        ``(ast node, value)`` pairs. Regression: ``grad(f)(None, x)`` with ``a * x`` in ``f``
+        folded the None into the graph, which failed at run time with no location."""
+        names = [ast.unparse(n) for n, v in operands if v is None and n is not None]
+        what = f"`{names[0]}`" if names else "an operand"
+        fix = (f"pass an array for `{names[0]}`, or test `if {names[0]} is not None:` before using it"
+               if names else "pass an array")
+        return self.src.error(node, f"{what} is None here, but `{ast.unparse(node)}` needs an array; "
+                                    f"{fix}")
 
     def expr_UnaryOp(self, node):
         v = self.expr(node.operand)

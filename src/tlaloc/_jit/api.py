@@ -40,6 +40,7 @@ import numpy as np
 
 from .. import _pytree, _typecheck
 from .. import sharding as _sharding  # noqa: F401  (makes ``tl.sharding`` reachable once ``tl.jit`` is)
+from .._ad.call_checks import refuse_array_subclasses
 from .._core.interpreter import eval_graph
 from .._core.specialize import specialize
 from .._core.specialize_control import while_capacity
@@ -231,6 +232,7 @@ class Jitted:
                         out = dispatch.Hit.MISS     # the slow path grows the residual stacks
                     if out is not dispatch.Hit.MISS:
                         return out
+        refuse_array_subclasses("jit", self.__wrapped__, args)      # a masked array or np.matrix: refused by name
         if self._check is not None:
             self._check(args)                       # a new signature: the arguments against the annotations
         src, key, trees, flat, leaves, avals = self._prepare(args)

@@ -167,6 +167,7 @@ def _matmul_adjoint(g, other, target, lhs: bool):
     given ``g`` (shape of ``target``): a ``matmul`` with ``other`` transposed, or an outer
     product where the target is a vector against a matrix, then ``sum_to``."""
     tn, on, gs = len(shape(target)), len(shape(other)), shape(g)
+    g, other = _promoted(g, other)
     x_vec, y_vec = (tn == 1, on == 1) if lhs else (on == 1, tn == 1)
     if x_vec and y_vec:
         res = node("multiply", g, other)
@@ -181,6 +182,16 @@ def _matmul_adjoint(g, other, target, lhs: bool):
     else:
         res = node("matmul", g, _swap_last(other)) if lhs else node("matmul", _swap_last(other), g)
     return node("sum_to", res, target)
+
+
+def _promoted(g, other):
+    """``g`` and ``other`` in one float dtype, as NumPy promotes: ``x32 @ n`` (int ``n``) is
+    float64, so the cotangent of ``n`` multiplies a float64 ``g`` by the float32 ``x``."""
+    dg, do = _known_dtype(g), _known_dtype(other)
+    if dg is None or do is None or dg == do or not (_dt.is_float(dg) and _dt.is_float(do)):
+        return g, other
+    wide = _dt.result_dtype(dg, do)
+    return (g if dg == wide else node("convert", g, dtype=wide)), (other if do == wide else node("convert", other, dtype=wide))
 
 
 @composite(matmul_t_lhs_p)

@@ -21,7 +21,7 @@ from .. import dtypes as _dt
 from ..errors import NoRuleError, ShapeError
 from . import _eager
 from ._rules import broadcast_shapes, refuse_float_mix
-from .broadcasting import _sum_to_impl, broadcast_like, sum_to
+from .broadcasting import _sum_to_impl, broadcast_like, float_cast, sum_to
 from .elementwise import add, convert, multiply, negative
 from .shape_ops import transpose
 
@@ -33,18 +33,42 @@ def _mm_dtype(op):
     return rule
 
 
-def _contraction(op, fn, names=("x1", "x2")):
+def _mm_adjoint_dtype(op):
+    """dtype rule of ``matmul_t_lhs(g, y, x)`` / ``matmul_t_rhs(g, x, y)``: the product's dtype,
+    given a real floating ``like`` (the last operand)'s dtype where the widths differ, as
+    ``sum_to`` does: ``x @ n`` (float32 x, int n) is float64, and x's cotangent is float32."""
+    def rule(g, y, like):
+        dt = _dt.result_dtype(g.dtype, y.dtype)       # promoted, never refused: see _contraction
+        if dt is not None and _dt.is_float(dt) and like.dtype is None:
+            return None
+        return float_cast(dt, like.dtype) or dt
+    return rule
+
+
+def _contraction(op, fn, names=("x1", "x2"), promote=False):
     """NumPy contraction ``fn`` as a primitive impl: refuses a float32/float64
     mix eagerly, and computes bfloat16 in float32 rounded once to bfloat16
-    (NumPy's einsum has no bfloat16 loop, and its matmul returns float32)."""
-    def impl(*args, **params):
+    (NumPy's einsum has no bfloat16 loop, and its matmul returns float32).
+    With ``names`` of three operands (the matmul adjoints) the third is only a
+    shape and dtype template, and the two factors promote as NumPy does: the
+    cotangent of the int ``n`` in ``x32 @ n`` multiplies a float64 ``g`` (the
+    promoted output's) by the float32 ``x``, as derivative code, never user code."""
+    if len(names) == 3:
+        two = _contraction(op, fn, names[:2], promote=True)
+
+        def adjoint(a, b, like, **params):
+            return two(a, b, _like=(like,), **params)
+        adjoint.__name__ = getattr(fn, "__name__", op)
+        return adjoint
+
+    def impl(*args, _like=(), **params):
         if any(getattr(a, "dtype", None) == _dt.bfloat16 for a in args):
             want = _dt.result_dtype(*(getattr(a, "dtype", None) for a in args))
             args = [np.asarray(a, np.float32) if getattr(a, "dtype", None) == _dt.bfloat16 else a for a in args]
-            return np.asarray(fn(*args, **params)).astype(want)
-        return fn(*args, **params)
+            return np.asarray(fn(*args, *_like, **params)).astype(want)
+        return fn(*args, *_like, **params)
     impl.__name__ = getattr(fn, "__name__", op)
-    return refuse_float_mix(op, impl, list(names))
+    return refuse_float_mix(op, impl, list(names), promote=promote)
 
 
 def _matmul_shape(x, y):
@@ -109,10 +133,10 @@ def _mm_rhs_impl(g, x, y):
 
 matmul_t_lhs_p = Primitive("matmul_t_lhs", impl=_contraction("matmul_t_lhs", _mm_lhs_impl, ("g", "y", "x")),
                            hlo="stablehlo.dot_general",
-                           shape_rule=lambda g, y, x: x.shape, dtype_rule=_mm_dtype("matmul_t_lhs"))
+                           shape_rule=lambda g, y, x: x.shape, dtype_rule=_mm_adjoint_dtype("matmul_t_lhs"))
 matmul_t_rhs_p = Primitive("matmul_t_rhs", impl=_contraction("matmul_t_rhs", _mm_rhs_impl, ("g", "x", "y")),
                            hlo="stablehlo.dot_general",
-                           shape_rule=lambda g, x, y: y.shape, dtype_rule=_mm_dtype("matmul_t_rhs"))
+                           shape_rule=lambda g, x, y: y.shape, dtype_rule=_mm_adjoint_dtype("matmul_t_rhs"))
 matmul_p.eager = _eager.contraction(matmul_p, np.matmul)
 matmul_t_lhs_p.eager = _eager.contraction(matmul_t_lhs_p, _mm_lhs_impl)
 matmul_t_rhs_p.eager = _eager.contraction(matmul_t_rhs_p, _mm_rhs_impl)

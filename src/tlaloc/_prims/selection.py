@@ -11,7 +11,7 @@ import numpy as np
 
 from .._core.primitive import Primitive
 from ._rules import broadcast_shapes, elementwise_dtype, refuse_float_mix
-from .broadcasting import sum_to, zeros_like
+from .broadcasting import cast_like, sum_to, zeros_like
 from .elementwise import and_p, ge_p, le_p, logical_not_p, lt_p
 
 
@@ -42,8 +42,10 @@ def _select_vjp(g, pred, x, y, out):
 def _select_jvp(t, pred, x, y, out):
     if t[1] is None and t[2] is None:
         return None
-    tx = t[1] if t[1] is not None else zeros_like(out)
-    ty = t[2] if t[2] is not None else zeros_like(out)
+    # a tangent in out's float dtype: np.where(c, x32, n) is float64 (NumPy's promotion), and
+    # select refuses a float32/float64 mix of tangents (cast_like is the identity elsewhere)
+    tx = cast_like(t[1], out) if t[1] is not None else zeros_like(out)
+    ty = cast_like(t[2], out) if t[2] is not None else zeros_like(out)
     return select(pred, tx, ty)
 
 

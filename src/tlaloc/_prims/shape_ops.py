@@ -12,7 +12,7 @@ from .._core.aval import AbstractValue
 from .._core.primitive import Primitive
 from ..errors import ShapeError
 from ._rules import broadcast_shapes, normalize_axes, refuse_float_mix
-from .broadcasting import reshape_like, sum_to, zeros_like
+from .broadcasting import cast_like, reshape_like, sum_to, zeros_like
 from .reductions import reduce_sum
 
 
@@ -261,8 +261,16 @@ def split_like(g, likes, axis):
     return split_like_p.bind(g, *likes, axis=int(axis))
 
 
+def _cast_to(x, like):
+    """``x`` in ``like``'s real floating dtype (``cast_like``), with no node where both are known equal."""
+    dx, dl = (v.aval.dtype if hasattr(v, "aval") else np.asarray(v).dtype for v in (x, like))
+    return x if dx is not None and dx == dl else cast_like(x, like)
+
+
 def _concat_vjp(g, *xs, out, axis):
-    return tuple(split_like(g, xs, axis))
+    # each piece in its operand's float dtype: concatenate([x32, n]) is float64 (NumPy's promotion),
+    # and x's cotangent is float32 (JAX's convention; sum_to does the same for broadcasts)
+    return tuple(_cast_to(p, x) for p, x in zip(split_like(g, xs, axis), xs))
 
 
 def _concat_jvp(t, *xs, out, axis):
@@ -275,7 +283,7 @@ concatenate_p.vjp, concatenate_p.jvp = _concat_vjp, _concat_jvp
 
 
 def _split_like_vjp(gs, g, *likes, out, axis):
-    parts = [gi if gi is not None else zeros_like(o) for gi, o in zip(gs, out)]
+    parts = [_cast_to(gi, g) if gi is not None else zeros_like(o) for gi, o in zip(gs, out)]
     return (concatenate(parts, axis),) + (None,) * len(likes)
 
 

@@ -20,11 +20,14 @@ Derivatives (each the transpose of the JVP, written out):
   * qr (reduced, m >= n): the JVP of Townsend's "QR derivative" note (as JAX's
     ``qr_jvp_rule``); the VJP ``Ā = (Q̄ + Q copyltu(M)) R⁻ᵀ``, ``M = R R̄ᵀ - Q̄ᵀQ``
     (Liao et al. 2019, "Differentiable programming tensor networks", eq. 12).
+    Wide (m < n, either mode), as JAX's rule: ``A = [A1 A2]``, ``R = [R1 R2]`` with
+    ``A1 = Q R1`` a square QR and ``R2 = Qᵀ A2``, so ``Ṙ2 = Q̇ᵀ A2 + Qᵀ Ȧ2``, and the VJP
+    is its transpose (``Ā2 = Q R̄2``, ``Q̄ += A2 R̄2ᵀ``, then the square rule on ``A1``).
 Repeated eigenvalues or singular values make ``F`` infinite: the derivative of the
 vectors is then not defined and comes out inf/NaN (as in JAX); the values' own
 derivative stays finite. ``svd`` with ``full_matrices`` on a non-square matrix,
-and ``qr`` with m < n or mode='complete' (m != n), have no derivative: refused
-by name (``GradientError``).
+and ``qr`` with mode='complete' and m > n, have no derivative here: refused by
+name at the user's line (``GradientError``; JAX defines the latter).
 
 None of the three lowers to StableHLO (it has no such op; XLA reaches LAPACK
 only through custom calls that IREE and the artifacts lack): ``tl.jit`` refuses
@@ -36,12 +39,14 @@ import numpy as np
 
 from .._core.primitive import Primitive
 from ..errors import GradientError
+from .broadcasting import zeros_like
 from .decompositions import _inexact, diag_mask_p, mT, tril, triangular_solve
 from .diagonal import diagonal
 from .elementwise import add, divide, equal, multiply, negative, subtract
 from .linalg import matmul
 from .selection import select
-from .shape_ops import expand_dims
+from .shape_ops import concatenate, expand_dims
+from .slicing import static_slice
 
 
 def _diag(m):
@@ -249,12 +254,20 @@ def qr(a, mode="reduced"):
 
 
 def _qr_check(a, mode):
+    """The matrix's ``(m, n)``, or GradientError where the derivative is not defined here."""
     m, n = _last_two(a)
-    if type(m) is not int or type(n) is not int:
-        return
-    if m < n or (mode == "complete" and m != n):
-        raise GradientError(f"qr: the derivative needs a (..., m, n) matrix with m >= n and mode='reduced', "
-                            f"got shape (..., {m}, {n}) and mode={mode!r} (the factors are not unique there)")
+    if type(m) is int and type(n) is int and mode == "complete" and m > n:
+        raise GradientError(f"{_where()}qr: the derivative of mode='complete' with m > n is not "
+                            f"implemented (shape (..., {m}, {n})); use mode='reduced' (the first {n} columns "
+                            f"of q, the top {n} rows of r)")
+    return m, n
+
+
+def _where() -> str:
+    """``file:line:col: `` of the user's line whose derivative is being built, if any."""
+    from .._core.builder import _stack
+    loc = _stack()[-1].loc if _stack() else None
+    return f"{loc}: " if loc is not None else ""
 
 
 def _right_rinv(x, r):
@@ -262,12 +275,32 @@ def _right_rinv(x, r):
     return mT(triangular_solve(r, mT(x), lower=False, transpose_a=True))
 
 
+def _columns(x, lo, hi):
+    """``x[..., :, lo:hi]`` (x's shape known)."""
+    shape = x.aval.shape if hasattr(x, "aval") else np.shape(x)
+    return static_slice(x, (0,) * (len(shape) - 1) + (lo,), tuple(shape[:-1]) + (hi,))
+
+
+def _wide(m, n) -> bool:
+    return type(m) is int and type(n) is int and m < n
+
+
 def _qr_jvp(t, a, out, mode):
     if t[0] is None:
         return (None, None)
-    _qr_check(a, mode)
+    m, n = _qr_check(a, mode)
     q, r = out
-    dx_rinv = _right_rinv(t[0], r)
+    if not _wide(m, n):
+        return _thin_qr_jvp(q, r, t[0])
+    # m < n (JAX's qr_jvp_rule): a = [a1 a2] with a1 m x m, r = [r1 r2]; a1 = q r1 is a square QR,
+    # and r2 = qᵀ a2, so ṙ2 = q̇ᵀ a2 + qᵀ ȧ2
+    dq, dr1 = _thin_qr_jvp(q, _columns(r, 0, m), _columns(t[0], 0, m))
+    dr2 = add(matmul(mT(dq), _columns(a, m, n)), matmul(mT(q), _columns(t[0], m, n)))
+    return dq, concatenate([dr1, dr2], -1)
+
+
+def _thin_qr_jvp(q, r, dx):
+    dx_rinv = _right_rinv(dx, r)
     qt_dx_rinv = matmul(mT(q), dx_rinv)
     low = tril(qt_dx_rinv, -1)
     do = subtract(low, mT(low))                                         # skew-symmetric
@@ -277,19 +310,33 @@ def _qr_jvp(t, a, out, mode):
 
 
 def _qr_vjp(gs, a, out, mode):
-    _qr_check(a, mode)
+    m, n = _qr_check(a, mode)
     q, r = out
     g_q, g_r = gs
+    if not _wide(m, n) or (g_q is None and g_r is None):
+        return (_thin_qr_vjp(q, r, g_q, g_r),)
+    # the transpose of the wide JVP: r2 = qᵀ a2 gives ā2 = q r̄2 and adds a2 r̄2ᵀ to q̄
+    if g_r is None:
+        return (concatenate([_thin_qr_vjp(q, _columns(r, 0, m), g_q, None),
+                             zeros_like(_columns(a, m, n))], -1),)
+    g_r2 = _columns(g_r, m, n)
+    x2_g = matmul(_columns(a, m, n), mT(g_r2))
+    g_q = x2_g if g_q is None else add(g_q, x2_g)
+    a1_bar = _thin_qr_vjp(q, _columns(r, 0, m), g_q, _columns(g_r, 0, m))
+    return (concatenate([a1_bar, matmul(q, g_r2)], -1),)
+
+
+def _thin_qr_vjp(q, r, g_q, g_r):
     m = None
     if g_r is not None:
         m = matmul(r, mT(g_r))
     if g_q is not None:
         m = negative(matmul(mT(g_q), q)) if m is None else subtract(m, matmul(mT(g_q), q))
     if m is None:
-        return (None,)
+        return None
     copyltu = add(tril(m), mT(tril(m, -1)))
     b = matmul(q, copyltu) if g_q is None else add(g_q, matmul(q, copyltu))
-    return (mT(triangular_solve(r, mT(b), lower=False, transpose_a=False)),)      # b R⁻ᵀ
+    return mT(triangular_solve(r, mT(b), lower=False, transpose_a=False))      # b R⁻ᵀ
 
 
 qr_p.jvp, qr_p.vjp = _qr_jvp, _qr_vjp

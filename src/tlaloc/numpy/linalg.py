@@ -95,9 +95,17 @@ def svdvals(a):
 
 def qr(a, mode="reduced"):
     """``(q, r)``: ``'reduced'`` q (..., m, k), r (..., k, n); ``'complete'`` q (..., m, m),
-    r (..., m, n); ``'r'`` only r (reduced). Derivative for m >= n, reduced."""
+    r (..., m, n); ``'r'`` only r (reduced). Derivatives for every m, n (JAX's rule for a wide
+    m < n), except ``'complete'`` with m > n (GradientError). A symbolic ``a`` needs known
+    sizes m and n (the derivative differs for m < n): ShapeError otherwise, which the
+    front end answers by building at the first call for the arguments' shapes."""
     if mode not in ("reduced", "complete", "r"):
         raise ArgumentError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
+    if _tnp()._is_symbolic(a):
+        sh = _tnp().shape(a)
+        if len(sh) < 2 or not all(type(d) is int for d in sh[-2:]):
+            raise ShapeError("qr: the matrix's sizes (m, n) must be known (the derivative of a wide "
+                             "m < n matrix differs from a tall one's)")
     if mode == "r":
         return _spec.qr(a, "reduced")[1]
     return _named(QRResult, _spec.qr(a, mode))
