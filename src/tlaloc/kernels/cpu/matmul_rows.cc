@@ -10,7 +10,7 @@
 // y (M, N) float32 = x (M, K) float32 @ W.T. K must be a multiple of 32. Each y[m, n] is a
 // dot product along a contiguous row of W with its dequantised weights (a Q8_0 block's scale
 // is applied to its weights, exactly), summed by one thread in a fixed order (16-lane partial
-// sums, then one horizontal sum), whatever the thread count. Four rows of W are decoded once
+// sums, then a fixed tree of lane additions), whatever the thread count. Four rows of W are decoded once
 // per block and used for up to four rows of x.
 // Rows of W are split into units (their count depends on N only) that the calling thread
 // and tasks on XLA's intra-op pool claim from a shared counter, as in matmul.cc.
@@ -131,13 +131,8 @@ inline void rows_tile(const Fmt& f, const Problem& p, int64_t n, int64_t m) {
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < G; ++i) {
-      alignas(64) float lanes[16];
-      _mm512_store_ps(lanes, acc[r][i]);
-      float total = 0.f;
-      for (int l = 0; l < 16; ++l) total += lanes[l];
-      p.y[(m + r) * p.N + n + i] = total * f.row_scale(n + i);
-    }
+    for (int i = 0; i < G; ++i)       // a fixed tree of lane additions (the same every call)
+      p.y[(m + r) * p.N + n + i] = _mm512_reduce_add_ps(acc[r][i]) * f.row_scale(n + i);
 }
 
 template <int G, class Fmt>
