@@ -36,6 +36,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "xla/ffi/api/ffi.h"
@@ -46,13 +47,17 @@ namespace {
 
 constexpr int64_t TILE = 64;      // output columns per unit of work
 constexpr int64_t QK = 32;        // input rows per block (GGUF's block size; also the prefetch step)
-#ifndef TLALOC_UNITS
-#define TLALOC_UNITS 8
+#ifndef TLALOC_UNITS_PER_THREAD
+#define TLALOC_UNITS_PER_THREAD 1
+#endif
+#ifndef TLALOC_PREFETCH_LOCALITY
+#define TLALOC_PREFETCH_LOCALITY 3
 #endif
 #ifndef TLALOC_PREFETCH_AHEAD
 #define TLALOC_PREFETCH_AHEAD 2
 #endif
-constexpr int64_t UNITS = TLALOC_UNITS;                    // column units per matrix (fewer when N has fewer tiles)
+constexpr int64_t UNITS_PER_THREAD = TLALOC_UNITS_PER_THREAD;  // column units per thread (see run)
+constexpr int64_t ACC_BYTES = 256 << 10;                         // most bytes of sums per unit (see run)
 constexpr int64_t PREFETCH_AHEAD = TLALOC_PREFETCH_AHEAD;  // blocks
 
 inline float f16_to_f32(uint16_t h) {
@@ -124,20 +129,106 @@ void scalar_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_
 #define TLALOC_AVX512 1
 #include <immintrin.h>
 
-inline __m512 load_f16x16(const uint16_t* p) {
+using Rows = std::pair<int64_t, int64_t>;   // the two input rows k of a row pair
+// The pieces of a micro-kernel must be inlined into its loops (a call would pass the vectors
+// through memory): GCC and Clang otherwise decline for the larger ones.
+#define TLALOC_INLINE inline __attribute__((always_inline))
+#define TLALOC_INLINE_LAMBDA __attribute__((always_inline))
+
+TLALOC_INLINE __m512 load_f16x16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-inline __m512 load_i8x16(const int8_t* q) {
+TLALOC_INLINE __m512 load_i8x16(const int8_t* q) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
 }
 
-// The heart of every AVX-512 kernel: for the row pairs j < pairs of one block, pair(j, wa, wb)
-// converts (exactly) the weight vectors of two rows ka, kb of the strip, V vectors of 16 columns
-// each, and returns {ka, kb}; every converted vector serves R rows of x. The two rows of a pair
-// go to separate accumulators (two FMA chains hide the FMA latency); out = their sum. The order
-// of the sums depends on K only, so a row's result does not depend on M.
+// -- one micro-kernel per format, in three parts ------------------------------------------------
+// row(f, p, k, n, w): the exact float32 vectors w[v] = W[k, n + 16 v : n + 16 v + 16], v < V
+//   (unblocked formats; a row pair is two consecutive rows, and an odd K leaves a last row alone);
+// pair(f, p, b, n, j, wa, wb): the vectors of the j-th row pair of block b, returning its rows;
+// finish(f, p, b, n, m, s, acc, lda): acc[r * lda + 16 v + t] += block b's part given its sums
+//   s[r][v] = sum over the block of x[m + r, k] * (converted weight).
+
+template <int V> TLALOC_INLINE void row(const F32& f, const Problem& p, int64_t k, int64_t n, __m512* w) {
+  for (int v = 0; v < V; ++v) w[v] = _mm512_loadu_ps(f.w + k * p.N + n + 16 * v);
+}
+// bfloat16 -> float32 is exact: the 16 bits become the high half of the float.
+template <int V> TLALOC_INLINE void row(const BF16& f, const Problem& p, int64_t k, int64_t n, __m512* w) {
+  for (int v = 0; v < V; ++v) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(f.w + k * p.N + n + 16 * v));
+    w[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+// int8 per channel: sums of x * q; the scale multiplies the finished sum when it is stored.
+template <int V> TLALOC_INLINE void row(const I8Channel& f, const Problem& p, int64_t k, int64_t n, __m512* w) {
+  for (int v = 0; v < V; ++v) w[v] = load_i8x16(f.q + k * p.N + n + 16 * v);
+}
+template <int V, class Fmt> TLALOC_INLINE Rows pair(const Fmt& f, const Problem& p, int64_t b, int64_t n, int64_t j, __m512* wa, __m512* wb) {
+  const int64_t k = b * QK + 2 * j;
+  row<V>(f, p, k, n, wa);
+  row<V>(f, p, k + 1, n, wb);
+  return {k, k + 1};
+}
+template <int R, int V, class Fmt>
+TLALOC_INLINE void finish(const Fmt&, const Problem&, int64_t, int64_t, int64_t, __m512 s[R][V], float* acc, int64_t lda) {
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) {
+      float* a = acc + r * lda + 16 * v;
+      _mm512_storeu_ps(a, _mm512_add_ps(_mm512_loadu_ps(a), s[r][v]));
+    }
+}
+
+// Q8_0: acc += (sum over the block of x * q) * scale.
+template <int V> TLALOC_INLINE Rows pair(const Q8_0& f, const Problem& p, int64_t b, int64_t n, int64_t j, __m512* wa, __m512* wb) {
+  const int64_t k = b * QK + 2 * j;
+  for (int v = 0; v < V; ++v) wa[v] = load_i8x16(f.q + k * p.N + n + 16 * v), wb[v] = load_i8x16(f.q + (k + 1) * p.N + n + 16 * v);
+  return {k, k + 1};
+}
+template <int R, int V>
+TLALOC_INLINE void finish(const Q8_0& f, const Problem& p, int64_t b, int64_t n, int64_t, __m512 s[R][V], float* acc, int64_t lda) {
+  for (int v = 0; v < V; ++v) {
+    const __m512 scale = load_f16x16(f.scale + b * p.N + n + 16 * v);
+    for (int r = 0; r < R; ++r) {
+      float* a = acc + r * lda + 16 * v;
+      _mm512_storeu_ps(a, _mm512_fmadd_ps(s[r][v], scale, _mm512_loadu_ps(a)));
+    }
+  }
+}
+
+// Q4_1: byte row j of a block holds rows j (low nibbles) and j + 16 (high): a natural pair. A
+// nibble becomes a float by table lookup: vpermps reads only the low 4 bits of each index lane,
+// so the low nibble needs no mask and the high one a shift (cheaper than masking and an
+// int -> float conversion each). acc += (sum x * nibble) * scale + (sum x) * offset.
+template <int V> TLALOC_INLINE Rows pair(const Q4_1& f, const Problem& p, int64_t b, int64_t n, int64_t j, __m512* wa, __m512* wb) {
+  const __m512 nibble = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const uint8_t* src = f.q + (b * (QK / 2) + j) * p.N + n;
+  for (int v = 0; v < V; ++v) {
+    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * v)));
+    wa[v] = _mm512_permutexvar_ps(bytes, nibble);
+    wb[v] = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), nibble);
+  }
+  return {b * QK + j, b * QK + j + QK / 2};
+}
+template <int R, int V>
+TLALOC_INLINE void finish(const Q4_1& f, const Problem& p, int64_t b, int64_t n, int64_t m, __m512 s[R][V], float* acc, int64_t lda) {
+  for (int v = 0; v < V; ++v) {
+    const __m512 scale = load_f16x16(f.scale + b * p.N + n + 16 * v), offset = load_f16x16(f.offset + b * p.N + n + 16 * v);
+    for (int r = 0; r < R; ++r) {
+      float* a = acc + r * lda + 16 * v;
+      const __m512 xs = _mm512_set1_ps(f.xsum[(m + r) * (p.K / QK) + b]);
+      _mm512_storeu_ps(a, _mm512_fmadd_ps(s[r][v], scale, _mm512_fmadd_ps(xs, offset, _mm512_loadu_ps(a))));
+    }
+  }
+}
+
+// -- the shared sums ----------------------------------------------------------------------------
+
+// out[r][v] = sum over the pairs j < pairs of x[r, ka] wa[v] + x[r, kb] wb[v], where
+// {ka, kb} = pair(j, wa, wb); each converted vector serves R rows of x. The two rows of a pair
+// go to separate accumulators (two FMA chains hide the FMA latency), added at the end. The
+// order of the sums depends on K only: a row's result does not depend on M, nor on R or V.
 template <int R, int V, class Pair>
-inline void avx_pair_sums(const float* x, int64_t ldx, int64_t pairs, Pair pair, __m512 out[R][V]) {
+TLALOC_INLINE void avx_pair_sums(const float* x, int64_t ldx, int64_t pairs, Pair pair, __m512 out[R][V]) {
   __m512 sa[R][V], sb[R][V];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < V; ++v) sa[r][v] = sb[r][v] = _mm512_setzero_ps();
@@ -156,97 +247,34 @@ inline void avx_pair_sums(const float* x, int64_t ldx, int64_t pairs, Pair pair,
     for (int v = 0; v < V; ++v) out[r][v] = _mm512_add_ps(sa[r][v], sb[r][v]);
 }
 
-// Unblocked formats: load(k, v) is the exact float32 vector W[k, n0 + 16 v : n0 + 16 v + 16].
-// acc += the block's sums (an odd last row, only when K is odd, is added alone).
-template <int R, int V, class Load>
-inline void avx_dense_block(Load load, const Problem& p, int64_t b, int64_t m, float* acc, int64_t lda) {
-  const int64_t k0 = b * QK, rows = std::min(QK, p.K - k0);
-  __m512 s[R][V];
-  avx_pair_sums<R, V>(p.x + m * p.K, p.K, rows / 2, [&](int64_t j, __m512* wa, __m512* wb) {
-    const int64_t k = k0 + 2 * j;
-    for (int v = 0; v < V; ++v) wa[v] = load(k, v), wb[v] = load(k + 1, v);
-    return std::pair<int64_t, int64_t>{k, k + 1};
-  }, s);
-  if (rows % 2)
+// The rows of block b (fewer than QK only in an unblocked format's last block).
+inline int64_t block_rows(const Problem& p, int64_t b) { return std::min(QK, p.K - b * QK); }
+
+// An unblocked format's odd last row, added alone after the pairs.
+template <int R, int V, class Fmt>
+TLALOC_INLINE void add_last_row(const Fmt& f, const Problem& p, int64_t b, int64_t n, int64_t m, __m512 s[R][V]) {
+  if constexpr (!std::is_same_v<Fmt, Q8_0> && !std::is_same_v<Fmt, Q4_1>) {
+    const int64_t rows = block_rows(p, b);
+    if (rows % 2 == 0) return;
+    __m512 w[V];
+    row<V>(f, p, b * QK + rows - 1, n, w);
     for (int r = 0; r < R; ++r)
-      for (int v = 0; v < V; ++v)
-        s[r][v] = _mm512_fmadd_ps(_mm512_set1_ps(p.x[(m + r) * p.K + k0 + rows - 1]), load(k0 + rows - 1, v), s[r][v]);
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) {
-      float* a = acc + r * lda + 16 * v;
-      _mm512_storeu_ps(a, _mm512_add_ps(_mm512_loadu_ps(a), s[r][v]));
-    }
-}
-
-// One block kernel per format: acc[r * lda + t] += block b's part of y[m + r, n0 + t], r < R, t < 16 V.
-template <int R, int V> void avx_block(const F32& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* acc, int64_t lda) {
-  const float* w = f.w + n0;
-  avx_dense_block<R, V>([&](int64_t k, int v) { return _mm512_loadu_ps(w + k * p.N + 16 * v); }, p, b, m, acc, lda);
-}
-
-// bfloat16 -> float32 is exact: the 16 bits become the high half of the float.
-template <int R, int V> void avx_block(const BF16& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* acc, int64_t lda) {
-  const uint16_t* w = f.w + n0;
-  avx_dense_block<R, V>([&](int64_t k, int v) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k * p.N + 16 * v));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }, p, b, m, acc, lda);
-}
-
-// int8 per channel: sums of x * q; the scale multiplies the finished sum (when stored).
-template <int R, int V> void avx_block(const I8Channel& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* acc, int64_t lda) {
-  const int8_t* q = f.q + n0;
-  avx_dense_block<R, V>([&](int64_t k, int v) { return load_i8x16(q + k * p.N + 16 * v); }, p, b, m, acc, lda);
-}
-
-// Q8_0: acc += (sum over the block of x * q) * scale.
-template <int R, int V> void avx_block(const Q8_0& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* acc, int64_t lda) {
-  const int8_t* q = f.q + b * QK * p.N + n0;
-  __m512 s[R][V];
-  avx_pair_sums<R, V>(p.x + m * p.K + b * QK, p.K, QK / 2, [&](int64_t j, __m512* wa, __m512* wb) {
-    for (int v = 0; v < V; ++v) wa[v] = load_i8x16(q + 2 * j * p.N + 16 * v), wb[v] = load_i8x16(q + (2 * j + 1) * p.N + 16 * v);
-    return std::pair<int64_t, int64_t>{2 * j, 2 * j + 1};
-  }, s);
-  for (int v = 0; v < V; ++v) {
-    const __m512 scale = load_f16x16(f.scale + b * p.N + n0 + 16 * v);
-    for (int r = 0; r < R; ++r) {
-      float* a = acc + r * lda + 16 * v;
-      _mm512_storeu_ps(a, _mm512_fmadd_ps(s[r][v], scale, _mm512_loadu_ps(a)));
-    }
+      for (int v = 0; v < V; ++v) s[r][v] = _mm512_fmadd_ps(_mm512_set1_ps(p.x[(m + r) * p.K + b * QK + rows - 1]), w[v], s[r][v]);
   }
 }
 
-// Q4_1: a nibble becomes a float by table lookup: vpermps reads only the low 4 bits of each
-// index lane, so the low nibble needs no mask and the high one a shift; cheaper than masking
-// and an int -> float conversion each. A byte row j holds rows j and j + 16 of the block.
-// acc += (sum x * nibble) * scale + (sum x) * offset.
-template <int R, int V> void avx_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* acc, int64_t lda) {
-  const uint8_t* q = f.q + b * (QK / 2) * p.N + n0;
-  const __m512 nibble = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  __m512 s[R][V];
-  avx_pair_sums<R, V>(p.x + m * p.K + b * QK, p.K, QK / 2, [&](int64_t j, __m512* wa, __m512* wb) {
-    for (int v = 0; v < V; ++v) {
-      const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + j * p.N + 16 * v)));
-      wa[v] = _mm512_permutexvar_ps(bytes, nibble);
-      wb[v] = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), nibble);
-    }
-    return std::pair<int64_t, int64_t>{j, j + QK / 2};
-  }, s);
-  const int64_t nb = p.K / QK;
-  for (int v = 0; v < V; ++v) {
-    const __m512 scale = load_f16x16(f.scale + b * p.N + n0 + 16 * v), offset = load_f16x16(f.offset + b * p.N + n0 + 16 * v);
-    for (int r = 0; r < R; ++r) {
-      float* a = acc + r * lda + 16 * v;
-      const __m512 xs = _mm512_set1_ps(f.xsum[(m + r) * nb + b]);
-      _mm512_storeu_ps(a, _mm512_fmadd_ps(s[r][v], scale, _mm512_fmadd_ps(xs, offset, _mm512_loadu_ps(a))));
-    }
-  }
-}
-
-// R rows of one tile as TILE / (16 V) strips of V vectors.
+// Rows m .. m + R - 1 of x for one tile, 16 V columns at a time: each weight vector is
+// converted once and used straight from registers for the R rows (R V <= 8 keeps the 2 R V
+// sums in registers).
 template <int R, int V, class Fmt>
 void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* acc, int64_t lda) {
-  for (int64_t c = 0; c < TILE; c += 16 * V) avx_block<R, V>(f, p, b, n0 + c, m, acc + c, lda);
+  for (int64_t c = 0; c < TILE; c += 16 * V) {
+    __m512 s[R][V];
+    avx_pair_sums<R, V>(p.x + m * p.K, p.K, block_rows(p, b) / 2,
+                        [&](int64_t j, __m512* wa, __m512* wb) TLALOC_INLINE_LAMBDA { return pair<V>(f, p, b, n0 + c, j, wa, wb); }, s);
+    add_last_row<R, V>(f, p, b, n0 + c, m, s);
+    finish<R, V>(f, p, b, n0 + c, m, s, acc + c, lda);
+  }
 }
 #endif
 
@@ -255,17 +283,17 @@ void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, 
 inline void prefetch_rows(const void* base, int64_t rows, int64_t row_bytes, int64_t offset, int64_t bytes) {
   const char* p = static_cast<const char*>(base) + offset;
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + r * row_bytes + i);
+    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + r * row_bytes + i, 0, TLALOC_PREFETCH_LOCALITY);
 }
-inline int64_t block_rows(int64_t K, int64_t b) { return std::min(QK, K - b * QK); }
+inline int64_t rows_in_block(int64_t K, int64_t b) { return std::min(QK, K - b * QK); }
 void prefetch(const F32& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-  prefetch_rows(f.w + b * QK * p.N, block_rows(p.K, b), 4 * p.N, 4 * c0, 4 * (c1 - c0));
+  prefetch_rows(f.w + b * QK * p.N, rows_in_block(p.K, b), 4 * p.N, 4 * c0, 4 * (c1 - c0));
 }
 void prefetch(const BF16& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-  prefetch_rows(f.w + b * QK * p.N, block_rows(p.K, b), 2 * p.N, 2 * c0, 2 * (c1 - c0));
+  prefetch_rows(f.w + b * QK * p.N, rows_in_block(p.K, b), 2 * p.N, 2 * c0, 2 * (c1 - c0));
 }
 void prefetch(const I8Channel& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-  prefetch_rows(f.q + b * QK * p.N, block_rows(p.K, b), p.N, c0, c1 - c0);
+  prefetch_rows(f.q + b * QK * p.N, rows_in_block(p.K, b), p.N, c0, c1 - c0);
 }
 void prefetch(const Q8_0& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
   prefetch_rows(f.q + b * QK * p.N, QK, p.N, c0, c1 - c0);
@@ -309,42 +337,44 @@ void run_unit(const Fmt& f, const Problem& p, int64_t c0, int64_t c1, float* acc
     for (int64_t t = 0; t < W; ++t) p.y[m * p.N + c0 + t] = acc[m * W + t] * channel_scale(f, c0 + t);
 }
 
-// Splits N into units of whole tiles (a count that depends on N only, so the split, and
-// every sum, is the same on any number of threads), runs them on this thread and on tasks of
-// XLA's intra-op pool, which claim units from a shared counter.
+// Splits N into units of whole tiles and runs them on this thread and on tasks of XLA's
+// intra-op pool, which claim units from a shared counter. No sum depends on the split (each
+// output column is summed whole, in an order fixed by K), so the units are chosen for speed:
+// as few and as wide as possible (long contiguous runs of each weight row: the hardware
+// prefetchers follow them, and a unit's per-block setup is paid once), one per thread, but
+// narrow enough that a unit's sums acc (M rows) stay within L2 when M is large.
 template <class Fmt>
 void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
   const int64_t tiles = p.N / TILE;
-  const int64_t per_unit = (tiles + UNITS - 1) / UNITS;
-  const int64_t units = (tiles + per_unit - 1) / per_unit;
+#ifdef TLALOC_ONE_THREAD
+  const int64_t threads = 1;
+#else
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), tiles));
+#endif
+  const int64_t max_unit_tiles = std::max<int64_t>(1, ACC_BYTES / (sizeof(float) * TILE * p.M));
+  const int64_t units = std::min(tiles, std::max(threads * UNITS_PER_THREAD, (tiles + max_unit_tiles - 1) / max_unit_tiles));
   struct Shared {
     std::atomic<int64_t> next{0};
     std::atomic<int64_t> done{0};
   };
   auto shared = std::make_shared<Shared>();
-  auto work = [shared, units, per_unit, tiles, &f, &p]() {
+  auto work = [shared, units, tiles, &f, &p]() {
     std::unique_ptr<float[]> acc;
     for (;;) {
       const int64_t u = shared->next.fetch_add(1, std::memory_order_relaxed);
       if (u >= units) return;          // a late task: nothing left; it touches only `shared`
-      const int64_t c0 = u * per_unit * TILE, c1 = std::min(tiles, (u + 1) * per_unit) * TILE;
-      if (!acc) acc.reset(new float[p.M * per_unit * TILE]);
+      const int64_t c0 = u * tiles / units * TILE, c1 = (u + 1) * tiles / units * TILE;
+      if (!acc) acc.reset(new float[p.M * ((tiles + units - 1) / units) * TILE]);
       run_unit(f, p, c0, c1, acc.get());
       shared->done.fetch_add(1, std::memory_order_release);
     }
   };
-#ifdef TLALOC_ONE_THREAD
-  const int64_t helpers = 0;
-#else
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), units) - 1;
-#endif
-  for (int64_t h = 0; h < helpers; ++h) pool.Schedule([work]() { work(); });
+  for (int64_t h = 1; h < std::min(threads, units); ++h) pool.Schedule([work]() { work(); });
   work();
   // Every unit is claimed; wait for those other threads are still computing. Until then
   // this frame (f, p) is alive, which is all a running unit reads.
   while (shared->done.load(std::memory_order_acquire) < units) std::this_thread::yield();
 }
-
 
 Problem problem(ffi::Buffer<ffi::F32>& x, ffi::ResultBuffer<ffi::F32>& y) {
   auto dims = x.dimensions();
