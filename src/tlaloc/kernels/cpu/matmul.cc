@@ -17,19 +17,24 @@
 // y += scale[b] * (sum_j x_j q_j) + offset[b] * (sum_j x_j). x is never rounded: every product
 // is a float32 x times an exactly converted weight, summed in float32.
 //
-// Work: the unit is a tile of TILE = 64 output columns over the whole of K and every row of x.
-// The calling thread and the tasks it schedules on XLA's intra-op pool claim tiles from a shared
-// counter (a task that starts late finds nothing left and returns). Each output element is
-// summed by one thread in an order fixed by K alone (not by the thread count, nor by M), so
-// results are reproducible and the same for a row whatever the batch it is in.
+// Sums. Each output element is summed by one thread, in an order fixed by K alone: per block
+// of 32 input rows, two float32 chains over the block's row pairs, added, then (blocked
+// formats) scaled into the element's running total. Neither the thread count, the split of
+// the work, nor M changes any sum: results are reproducible, and a row's result is the same
+// whatever the batch it is in (benchmarks/cpu_kernels.py checks this bit for bit).
 //
-// With AVX-512 (compiled with -march=native on the machine that runs it) a tile is computed by
-// one register-resident micro-kernel per format: it walks down the tile's column strip, converts
-// each weight vector once and uses it for R rows of x (R up to 4), keeping all sums in
-// registers until the end of the strip (per block for the blocked formats, then scaled into
-// running totals). The strip is read 64 bytes or more per row, N bytes apart, a pattern the
-// hardware prefetchers do not follow, so the kernels prefetch PREFETCH_BYTES ahead in software.
-// Elsewhere plain loops compute the same sums.
+// Work. N is split into one unit of consecutive columns per thread (see run): the calling
+// thread and the tasks it schedules on XLA's intra-op pool claim units from a shared counter
+// (a task that starts late finds nothing left and returns, and the caller takes its unit).
+// A unit walks the weights block by block in storage order, so each thread reads long runs of
+// consecutive bytes, prefetched PREFETCH_AHEAD blocks ahead in software; per block and tile of
+// TILE = 64 columns a micro-kernel sums in registers and adds into the unit's float32 sums.
+//
+// Micro-kernels. With AVX-512 (compiled with -march=native on the machine that runs it) each
+// format converts its weight vectors exactly to float32 (pair), the shared loop
+// (avx_pair_sums) uses each converted vector for up to 4 rows of x, and the format's finish
+// applies the block's scale (and offset). x is never rounded. Elsewhere plain loops compute
+// the same sums in another order (also fixed by K alone).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -45,13 +50,10 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-constexpr int64_t TILE = 64;      // output columns per unit of work
-constexpr int64_t QK = 32;        // input rows per block (GGUF's block size; also the prefetch step)
+constexpr int64_t TILE = 64;      // output columns per micro-kernel call
+constexpr int64_t QK = 32;        // input rows per block (GGUF's block size)
 #ifndef TLALOC_UNITS_PER_THREAD
 #define TLALOC_UNITS_PER_THREAD 1
-#endif
-#ifndef TLALOC_PREFETCH_LOCALITY
-#define TLALOC_PREFETCH_LOCALITY 3
 #endif
 #ifndef TLALOC_PREFETCH_AHEAD
 #define TLALOC_PREFETCH_AHEAD 2
@@ -283,7 +285,7 @@ void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, 
 inline void prefetch_rows(const void* base, int64_t rows, int64_t row_bytes, int64_t offset, int64_t bytes) {
   const char* p = static_cast<const char*>(base) + offset;
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + r * row_bytes + i, 0, TLALOC_PREFETCH_LOCALITY);
+    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + r * row_bytes + i);
 }
 inline int64_t rows_in_block(int64_t K, int64_t b) { return std::min(QK, K - b * QK); }
 void prefetch(const F32& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
