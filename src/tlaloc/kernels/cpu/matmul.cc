@@ -81,6 +81,9 @@ struct Problem {
   float* y;            // (M, N)
 };
 
+// The rows of block b (fewer than QK only in an unblocked format's last block).
+inline int64_t rows_in_block(int64_t K, int64_t b) { return std::min(QK, K - b * QK); }
+
 struct F32 { const float* w; };
 struct BF16 { const uint16_t* w; };
 struct I8Channel { const int8_t* q; const float* scale; };
@@ -97,9 +100,8 @@ inline float weight(const I8Channel& f, int64_t k, int64_t n, int64_t N) { retur
 
 template <class Fmt>
 void scalar_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* acc, int64_t lda) {
-  const int64_t k1 = std::min(p.K, (b + 1) * QK);
   for (int r = 0; r < R; ++r)
-    for (int64_t k = b * QK; k < k1; ++k)
+    for (int64_t k = b * QK; k < b * QK + rows_in_block(p.K, b); ++k)
       for (int64_t t = 0; t < TILE; ++t) acc[r * lda + t] += p.x[(m + r) * p.K + k] * weight(f, k, n0 + t, p.N);
 }
 
@@ -249,14 +251,11 @@ TLALOC_INLINE void avx_pair_sums(const float* x, int64_t ldx, int64_t pairs, Pai
     for (int v = 0; v < V; ++v) out[r][v] = _mm512_add_ps(sa[r][v], sb[r][v]);
 }
 
-// The rows of block b (fewer than QK only in an unblocked format's last block).
-inline int64_t block_rows(const Problem& p, int64_t b) { return std::min(QK, p.K - b * QK); }
-
 // An unblocked format's odd last row, added alone after the pairs.
 template <int R, int V, class Fmt>
 TLALOC_INLINE void add_last_row(const Fmt& f, const Problem& p, int64_t b, int64_t n, int64_t m, __m512 s[R][V]) {
   if constexpr (!std::is_same_v<Fmt, Q8_0> && !std::is_same_v<Fmt, Q4_1>) {
-    const int64_t rows = block_rows(p, b);
+    const int64_t rows = rows_in_block(p.K, b);
     if (rows % 2 == 0) return;
     __m512 w[V];
     row<V>(f, p, b * QK + rows - 1, n, w);
@@ -272,7 +271,7 @@ template <int R, int V, class Fmt>
 void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* acc, int64_t lda) {
   for (int64_t c = 0; c < TILE; c += 16 * V) {
     __m512 s[R][V];
-    avx_pair_sums<R, V>(p.x + m * p.K, p.K, block_rows(p, b) / 2,
+    avx_pair_sums<R, V>(p.x + m * p.K, p.K, rows_in_block(p.K, b) / 2,
                         [&](int64_t j, __m512* wa, __m512* wb) TLALOC_INLINE_LAMBDA { return pair<V>(f, p, b, n0 + c, j, wa, wb); }, s);
     add_last_row<R, V>(f, p, b, n0 + c, m, s);
     finish<R, V>(f, p, b, n0 + c, m, s, acc + c, lda);
@@ -280,14 +279,14 @@ void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, 
 }
 #endif
 
-// Software prefetch of block b's weight bytes in columns [c0, c1): the rows of a unit are
-// N apart, a pattern the hardware prefetchers do not follow.
+// Software prefetch of block b's weight bytes in columns [c0, c1): a unit reads each weight
+// row only c1 - c0 columns long before jumping N ahead, runs too short for the hardware
+// prefetchers to get far enough ahead.
 inline void prefetch_rows(const void* base, int64_t rows, int64_t row_bytes, int64_t offset, int64_t bytes) {
   const char* p = static_cast<const char*>(base) + offset;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + r * row_bytes + i);
 }
-inline int64_t rows_in_block(int64_t K, int64_t b) { return std::min(QK, K - b * QK); }
 void prefetch(const F32& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
   prefetch_rows(f.w + b * QK * p.N, rows_in_block(p.K, b), 4 * p.N, 4 * c0, 4 * (c1 - c0));
 }
