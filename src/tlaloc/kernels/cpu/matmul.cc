@@ -14,25 +14,35 @@
 //           W[k, n] = nibble * scale[k/32, n] + offset[k/32, n]
 //
 // The blocked formats are evaluated per block as GGUF defines them: for each block b,
-// y += scale[b] * (sum_j x_j q_j) + offset[b] * (sum_j x_j). Sums are float32, in a fixed
-// order that does not depend on the thread count (each output column is computed by one
-// thread), so results are reproducible run to run.
+// y += scale[b] * (sum_j x_j q_j) + offset[b] * (sum_j x_j). x is never rounded: every product
+// is a float32 x times an exactly converted weight, summed in float32.
 //
-// Work is split into units of consecutive output columns (their count depends on N only, so
-// the split, and every sum, is the same on any number of threads). The calling thread and
-// the tasks it schedules on XLA's intra-op thread pool claim units from a shared counter; a
-// task that starts late finds nothing left and returns (no waiting on a busy pool). A unit
-// walks the weights block by block (32 input rows) in storage order, so each thread reads
-// a few long runs of consecutive bytes; per block and TILE = 64 columns the products are
-// summed in registers and added to the unit's float32 accumulators. With AVX-512 (compiled
-// with -march=native on the machine that runs it) the block loops are intrinsics, two rows
-// of x sharing each decoded weight vector; elsewhere they are plain loops.
+// Sums. Each output element is summed by one thread, in an order fixed by K alone: per block
+// of 32 input rows, two float32 chains over the block's row pairs, added, then (blocked
+// formats) scaled into the element's running total. Neither the thread count, the split of
+// the work, nor M changes any sum: results are reproducible, and a row's result is the same
+// whatever the batch it is in (benchmarks/cpu_kernels.py checks this bit for bit).
+//
+// Work. N is split into one unit of consecutive columns per thread (see run): the calling
+// thread and the tasks it schedules on XLA's intra-op pool claim units from a shared counter
+// (a task that starts late finds nothing left and returns, and the caller takes its unit).
+// A unit walks the weights block by block in storage order, so each thread reads long runs of
+// consecutive bytes, prefetched PREFETCH_AHEAD blocks ahead in software; per block and tile of
+// TILE = 64 columns a micro-kernel sums in registers and adds into the unit's float32 sums.
+//
+// Micro-kernels. With AVX-512 (compiled with -march=native on the machine that runs it) each
+// format converts its weight vectors exactly to float32 (pair), the shared loop
+// (avx_pair_sums) uses each converted vector for up to 4 rows of x, and the format's finish
+// applies the block's scale (and offset). x is never rounded. Elsewhere plain loops compute
+// the same sums in another order (also fixed by K alone).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -42,8 +52,15 @@ namespace {
 
 constexpr int64_t TILE = 64;      // output columns per micro-kernel call
 constexpr int64_t QK = 32;        // input rows per block (GGUF's block size)
-constexpr int64_t UNITS = 8;      // column units per matrix (fewer when N has fewer tiles)
-constexpr int64_t PREFETCH_AHEAD = 2;   // blocks
+#ifndef TLALOC_UNITS_PER_THREAD
+#define TLALOC_UNITS_PER_THREAD 1
+#endif
+#ifndef TLALOC_PREFETCH_AHEAD
+#define TLALOC_PREFETCH_AHEAD 2
+#endif
+constexpr int64_t UNITS_PER_THREAD = TLALOC_UNITS_PER_THREAD;  // column units per thread (see run)
+constexpr int64_t ACC_BYTES = 256 << 10;                         // most bytes of sums per unit (see run)
+constexpr int64_t PREFETCH_AHEAD = TLALOC_PREFETCH_AHEAD;  // blocks
 
 inline float f16_to_f32(uint16_t h) {
   _Float16 v;
@@ -64,71 +81,51 @@ struct Problem {
   float* y;            // (M, N)
 };
 
-// -- formats: W[k, n0 + t] for one block of input rows, and the per-block epilogue ------------
-// weight(k, n) is the scalar definition; the AVX-512 kernels below read the same bytes.
+// The rows of block b (fewer than QK only in an unblocked format's last block).
+inline int64_t rows_in_block(int64_t K, int64_t b) { return std::min(QK, K - b * QK); }
 
-struct F32 {
-  const float* w; int64_t N;
-  float weight(int64_t k, int64_t n) const { return w[k * N + n]; }
-};
+struct F32 { const float* w; };
+struct BF16 { const uint16_t* w; };
+struct I8Channel { const int8_t* q; const float* scale; };
+struct Q8_0 { const int8_t* q; const uint16_t* scale; };
+struct Q4_1 { const uint8_t* q; const uint16_t* scale; const uint16_t* offset; const float* xsum; };
 
-struct BF16 {
-  const uint16_t* w; int64_t N;
-  float weight(int64_t k, int64_t n) const { return bf16_to_f32(w[k * N + n]); }
-};
+// -- scalar block kernels (any CPU) -------------------------------------------------------------
+// acc[r * lda + t] += the sum over block b's rows of x[m + r, k] W[k, n0 + t], t < TILE, for the
+// blocked formats as scale * sum(x q) (+ offset * sum x).
 
-struct I8Channel {                  // the scale is applied when the unit is stored
-  const int8_t* q; const float* scale; int64_t N;
-  float weight(int64_t k, int64_t n) const { return static_cast<float>(q[k * N + n]); }
-};
+inline float weight(const F32& f, int64_t k, int64_t n, int64_t N) { return f.w[k * N + n]; }
+inline float weight(const BF16& f, int64_t k, int64_t n, int64_t N) { return bf16_to_f32(f.w[k * N + n]); }
+inline float weight(const I8Channel& f, int64_t k, int64_t n, int64_t N) { return static_cast<float>(f.q[k * N + n]); }
 
-// Scalar block kernel (any CPU): acc[r][t] += sum over the block's rows k of x[m + r, k] W[k, n0 + t],
-// for the blocked formats as scale * sum(x q) (+ offset * sum x).
 template <class Fmt>
-void block_plain(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* const* acc) {
-  const int64_t k0 = b * QK, k1 = std::min(p.K, k0 + QK);
+void scalar_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* acc, int64_t lda) {
   for (int r = 0; r < R; ++r)
-    for (int64_t k = k0; k < k1; ++k) {
-      const float xv = p.x[(m + r) * p.K + k];
-      for (int64_t t = 0; t < TILE; ++t) acc[r][t] += xv * f.weight(k, n0 + t);
-    }
+    for (int64_t k = b * QK; k < b * QK + rows_in_block(p.K, b); ++k)
+      for (int64_t t = 0; t < TILE; ++t) acc[r * lda + t] += p.x[(m + r) * p.K + k] * weight(f, k, n0 + t, p.N);
 }
 
-struct Q8_0 {
-  const int8_t* q; const uint16_t* scale; int64_t N;
-};
-
-struct Q4_1 {
-  const uint8_t* q; const uint16_t* scale; const uint16_t* offset; const float* xsum; int64_t N;
-};
-
-void block_q8_0(const Q8_0& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* const* acc) {
-  alignas(64) float part[TILE];
+void scalar_block(const Q8_0& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* acc, int64_t lda) {
   for (int r = 0; r < R; ++r) {
-    for (int64_t t = 0; t < TILE; ++t) part[t] = 0.f;
-    for (int64_t j = 0; j < QK; ++j) {
-      const float xv = p.x[(m + r) * p.K + b * QK + j];
-      const int8_t* src = f.q + (b * QK + j) * f.N + n0;
-      for (int64_t t = 0; t < TILE; ++t) part[t] += xv * static_cast<float>(src[t]);
-    }
-    for (int64_t t = 0; t < TILE; ++t) acc[r][t] += part[t] * f16_to_f32(f.scale[b * f.N + n0 + t]);
+    float part[TILE] = {};
+    for (int64_t k = b * QK; k < (b + 1) * QK; ++k)
+      for (int64_t t = 0; t < TILE; ++t) part[t] += p.x[(m + r) * p.K + k] * static_cast<float>(f.q[k * p.N + n0 + t]);
+    for (int64_t t = 0; t < TILE; ++t) acc[r * lda + t] += part[t] * f16_to_f32(f.scale[b * p.N + n0 + t]);
   }
 }
 
-void block_q4_1(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* const* acc) {
-  alignas(64) float part[TILE];
-  const int64_t nb = p.K / QK;
+void scalar_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* acc, int64_t lda) {
   for (int r = 0; r < R; ++r) {
-    for (int64_t t = 0; t < TILE; ++t) part[t] = 0.f;
+    float part[TILE] = {};
     const float* xr = p.x + (m + r) * p.K + b * QK;
     for (int64_t j = 0; j < QK / 2; ++j) {
-      const uint8_t* src = f.q + (b * (QK / 2) + j) * f.N + n0;
+      const uint8_t* src = f.q + (b * (QK / 2) + j) * p.N + n0;
       for (int64_t t = 0; t < TILE; ++t)
         part[t] += xr[j] * static_cast<float>(src[t] & 15) + xr[j + QK / 2] * static_cast<float>(src[t] >> 4);
     }
-    const float xs = f.xsum[(m + r) * nb + b];
+    const float xs = f.xsum[(m + r) * (p.K / QK) + b];
     for (int64_t t = 0; t < TILE; ++t)
-      acc[r][t] += part[t] * f16_to_f32(f.scale[b * f.N + n0 + t]) + xs * f16_to_f32(f.offset[b * f.N + n0 + t]);
+      acc[r * lda + t] += part[t] * f16_to_f32(f.scale[b * p.N + n0 + t]) + xs * f16_to_f32(f.offset[b * p.N + n0 + t]);
   }
 }
 
@@ -136,170 +133,186 @@ void block_q4_1(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t 
 #define TLALOC_AVX512 1
 #include <immintrin.h>
 
-inline __m512 load_f16x16(const uint16_t* p) {
+using Rows = std::pair<int64_t, int64_t>;   // the two input rows k of a row pair
+// The pieces of a micro-kernel must be inlined into its loops (a call would pass the vectors
+// through memory): GCC and Clang otherwise decline for the larger ones.
+#define TLALOC_INLINE inline __attribute__((always_inline))
+#define TLALOC_INLINE_LAMBDA __attribute__((always_inline))
+
+TLALOC_INLINE __m512 load_f16x16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-
-// Unblocked formats: load(k, v) is W[k, n0 + 16 v : n0 + 16 v + 16]; even and odd rows k
-// go to separate accumulators (FMA latency), added at the end of the block.
-template <int R, class Load>
-void avx_plain(Load load, const Problem& p, int64_t b, int64_t m, float* const* acc) {
-  const int64_t k0 = b * QK, k1 = std::min(p.K, k0 + QK);
-  __m512 ae[R][4], ao[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 4; ++v) ae[r][v] = ao[r][v] = _mm512_setzero_ps();
-  int64_t k = k0;
-  for (; k + 1 < k1; k += 2) {
-    __m512 x0[R], x1[R];
-    for (int r = 0; r < R; ++r) {
-      x0[r] = _mm512_set1_ps(p.x[(m + r) * p.K + k]);
-      x1[r] = _mm512_set1_ps(p.x[(m + r) * p.K + k + 1]);
-    }
-    for (int v = 0; v < 4; ++v) {
-      const __m512 w0 = load(k, v), w1 = load(k + 1, v);
-      for (int r = 0; r < R; ++r) {
-        ae[r][v] = _mm512_fmadd_ps(x0[r], w0, ae[r][v]);
-        ao[r][v] = _mm512_fmadd_ps(x1[r], w1, ao[r][v]);
-      }
-    }
-  }
-  if (k < k1)
-    for (int v = 0; v < 4; ++v) {
-      const __m512 w0 = load(k, v);
-      for (int r = 0; r < R; ++r) ae[r][v] = _mm512_fmadd_ps(_mm512_set1_ps(p.x[(m + r) * p.K + k]), w0, ae[r][v]);
-    }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 4; ++v)
-      _mm512_storeu_ps(acc[r] + 16 * v, _mm512_add_ps(_mm512_loadu_ps(acc[r] + 16 * v), _mm512_add_ps(ae[r][v], ao[r][v])));
+TLALOC_INLINE __m512 load_i8x16(const int8_t* q) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
 }
 
-template <int R>
-void avx_q8_0(const Q8_0& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* const* acc) {
-  __m512 be[R][4], bo[R][4];
+// -- one micro-kernel per format, in three parts ------------------------------------------------
+// row(f, p, k, n, w): the exact float32 vectors w[v] = W[k, n + 16 v : n + 16 v + 16], v < V
+//   (unblocked formats; a row pair is two consecutive rows, and an odd K leaves a last row alone);
+// pair(f, p, b, n, j, wa, wb): the vectors of the j-th row pair of block b, returning its rows;
+// finish(f, p, b, n, m, s, acc, lda): acc[r * lda + 16 v + t] += block b's part given its sums
+//   s[r][v] = sum over the block of x[m + r, k] * (converted weight).
+
+template <int V> TLALOC_INLINE void row(const F32& f, const Problem& p, int64_t k, int64_t n, __m512* w) {
+  for (int v = 0; v < V; ++v) w[v] = _mm512_loadu_ps(f.w + k * p.N + n + 16 * v);
+}
+// bfloat16 -> float32 is exact: the 16 bits become the high half of the float.
+template <int V> TLALOC_INLINE void row(const BF16& f, const Problem& p, int64_t k, int64_t n, __m512* w) {
+  for (int v = 0; v < V; ++v) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(f.w + k * p.N + n + 16 * v));
+    w[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+// int8 per channel: sums of x * q; the scale multiplies the finished sum when it is stored.
+template <int V> TLALOC_INLINE void row(const I8Channel& f, const Problem& p, int64_t k, int64_t n, __m512* w) {
+  for (int v = 0; v < V; ++v) w[v] = load_i8x16(f.q + k * p.N + n + 16 * v);
+}
+template <int V, class Fmt> TLALOC_INLINE Rows pair(const Fmt& f, const Problem& p, int64_t b, int64_t n, int64_t j, __m512* wa, __m512* wb) {
+  const int64_t k = b * QK + 2 * j;
+  row<V>(f, p, k, n, wa);
+  row<V>(f, p, k + 1, n, wb);
+  return {k, k + 1};
+}
+template <int R, int V, class Fmt>
+TLALOC_INLINE void finish(const Fmt&, const Problem&, int64_t, int64_t, int64_t, __m512 s[R][V], float* acc, int64_t lda) {
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 4; ++v) be[r][v] = bo[r][v] = _mm512_setzero_ps();
-  for (int64_t j = 0; j < QK; j += 2) {
-    const int8_t* src = f.q + (b * QK + j) * f.N + n0;
-    __m512 x0[R], x1[R];
-    for (int r = 0; r < R; ++r) {
-      const float* xr = p.x + (m + r) * p.K + b * QK + j;
-      x0[r] = _mm512_set1_ps(xr[0]);
-      x1[r] = _mm512_set1_ps(xr[1]);
+    for (int v = 0; v < V; ++v) {
+      float* a = acc + r * lda + 16 * v;
+      _mm512_storeu_ps(a, _mm512_add_ps(_mm512_loadu_ps(a), s[r][v]));
     }
-    for (int v = 0; v < 4; ++v) {
-      const __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * v))));
-      const __m512 w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + f.N + 16 * v))));
-      for (int r = 0; r < R; ++r) {
-        be[r][v] = _mm512_fmadd_ps(x0[r], w0, be[r][v]);
-        bo[r][v] = _mm512_fmadd_ps(x1[r], w1, bo[r][v]);
+}
+
+// Q8_0: acc += (sum over the block of x * q) * scale.
+template <int V> TLALOC_INLINE Rows pair(const Q8_0& f, const Problem& p, int64_t b, int64_t n, int64_t j, __m512* wa, __m512* wb) {
+  const int64_t k = b * QK + 2 * j;
+  for (int v = 0; v < V; ++v) wa[v] = load_i8x16(f.q + k * p.N + n + 16 * v), wb[v] = load_i8x16(f.q + (k + 1) * p.N + n + 16 * v);
+  return {k, k + 1};
+}
+template <int R, int V>
+TLALOC_INLINE void finish(const Q8_0& f, const Problem& p, int64_t b, int64_t n, int64_t, __m512 s[R][V], float* acc, int64_t lda) {
+  for (int v = 0; v < V; ++v) {
+    const __m512 scale = load_f16x16(f.scale + b * p.N + n + 16 * v);
+    for (int r = 0; r < R; ++r) {
+      float* a = acc + r * lda + 16 * v;
+      _mm512_storeu_ps(a, _mm512_fmadd_ps(s[r][v], scale, _mm512_loadu_ps(a)));
+    }
+  }
+}
+
+// Q4_1: byte row j of a block holds rows j (low nibbles) and j + 16 (high): a natural pair. A
+// nibble becomes a float by table lookup: vpermps reads only the low 4 bits of each index lane,
+// so the low nibble needs no mask and the high one a shift (cheaper than masking and an
+// int -> float conversion each). acc += (sum x * nibble) * scale + (sum x) * offset.
+template <int V> TLALOC_INLINE Rows pair(const Q4_1& f, const Problem& p, int64_t b, int64_t n, int64_t j, __m512* wa, __m512* wb) {
+  const __m512 nibble = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const uint8_t* src = f.q + (b * (QK / 2) + j) * p.N + n;
+  for (int v = 0; v < V; ++v) {
+    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * v)));
+    wa[v] = _mm512_permutexvar_ps(bytes, nibble);
+    wb[v] = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), nibble);
+  }
+  return {b * QK + j, b * QK + j + QK / 2};
+}
+template <int R, int V>
+TLALOC_INLINE void finish(const Q4_1& f, const Problem& p, int64_t b, int64_t n, int64_t m, __m512 s[R][V], float* acc, int64_t lda) {
+  for (int v = 0; v < V; ++v) {
+    const __m512 scale = load_f16x16(f.scale + b * p.N + n + 16 * v), offset = load_f16x16(f.offset + b * p.N + n + 16 * v);
+    for (int r = 0; r < R; ++r) {
+      float* a = acc + r * lda + 16 * v;
+      const __m512 xs = _mm512_set1_ps(f.xsum[(m + r) * (p.K / QK) + b]);
+      _mm512_storeu_ps(a, _mm512_fmadd_ps(s[r][v], scale, _mm512_fmadd_ps(xs, offset, _mm512_loadu_ps(a))));
+    }
+  }
+}
+
+// -- the shared sums ----------------------------------------------------------------------------
+
+// out[r][v] = sum over the pairs j < pairs of x[r, ka] wa[v] + x[r, kb] wb[v], where
+// {ka, kb} = pair(j, wa, wb); each converted vector serves R rows of x. The two rows of a pair
+// go to separate accumulators (two FMA chains hide the FMA latency), added at the end. The
+// order of the sums depends on K only: a row's result does not depend on M, nor on R or V.
+template <int R, int V, class Pair>
+TLALOC_INLINE void avx_pair_sums(const float* x, int64_t ldx, int64_t pairs, Pair pair, __m512 out[R][V]) {
+  __m512 sa[R][V], sb[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) sa[r][v] = sb[r][v] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < pairs; ++j) {
+    __m512 wa[V], wb[V];
+    const auto [ka, kb] = pair(j, wa, wb);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xa = _mm512_set1_ps(x[r * ldx + ka]), xb = _mm512_set1_ps(x[r * ldx + kb]);
+      for (int v = 0; v < V; ++v) {
+        sa[r][v] = _mm512_fmadd_ps(xa, wa[v], sa[r][v]);
+        sb[r][v] = _mm512_fmadd_ps(xb, wb[v], sb[r][v]);
       }
     }
   }
-  for (int v = 0; v < 4; ++v) {
-    const __m512 s = load_f16x16(f.scale + b * f.N + n0 + 16 * v);
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) out[r][v] = _mm512_add_ps(sa[r][v], sb[r][v]);
+}
+
+// An unblocked format's odd last row, added alone after the pairs.
+template <int R, int V, class Fmt>
+TLALOC_INLINE void add_last_row(const Fmt& f, const Problem& p, int64_t b, int64_t n, int64_t m, __m512 s[R][V]) {
+  if constexpr (!std::is_same_v<Fmt, Q8_0> && !std::is_same_v<Fmt, Q4_1>) {
+    const int64_t rows = rows_in_block(p.K, b);
+    if (rows % 2 == 0) return;
+    __m512 w[V];
+    row<V>(f, p, b * QK + rows - 1, n, w);
     for (int r = 0; r < R; ++r)
-      _mm512_storeu_ps(acc[r] + 16 * v, _mm512_fmadd_ps(_mm512_add_ps(be[r][v], bo[r][v]), s, _mm512_loadu_ps(acc[r] + 16 * v)));
+      for (int v = 0; v < V; ++v) s[r][v] = _mm512_fmadd_ps(_mm512_set1_ps(p.x[(m + r) * p.K + b * QK + rows - 1]), w[v], s[r][v]);
   }
 }
 
-template <int R>
-void avx_q4_1(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* const* acc) {
-  const int64_t nb = p.K / QK;
-  const __m512i low4 = _mm512_set1_epi32(15);
-  __m512 blo[R][4], bhi[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 4; ++v) blo[r][v] = bhi[r][v] = _mm512_setzero_ps();
-  const uint8_t* base = f.q + b * (QK / 2) * f.N + n0;
-  for (int64_t j = 0; j < QK / 2; ++j) {
-    const uint8_t* src = base + j * f.N;
-    __m512 x0[R], x1[R];
-    for (int r = 0; r < R; ++r) {
-      const float* xr = p.x + (m + r) * p.K + b * QK;
-      x0[r] = _mm512_set1_ps(xr[j]);
-      x1[r] = _mm512_set1_ps(xr[j + QK / 2]);
-    }
-    for (int v = 0; v < 4; ++v) {
-      const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * v)));
-      const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(bytes, low4));
-      const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4));
-      for (int r = 0; r < R; ++r) {
-        blo[r][v] = _mm512_fmadd_ps(x0[r], lo, blo[r][v]);
-        bhi[r][v] = _mm512_fmadd_ps(x1[r], hi, bhi[r][v]);
-      }
-    }
+// Rows m .. m + R - 1 of x for one tile, 16 V columns at a time: each weight vector is
+// converted once and used straight from registers for the R rows (R V <= 8 keeps the 2 R V
+// sums in registers).
+template <int R, int V, class Fmt>
+void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* acc, int64_t lda) {
+  for (int64_t c = 0; c < TILE; c += 16 * V) {
+    __m512 s[R][V];
+    avx_pair_sums<R, V>(p.x + m * p.K, p.K, rows_in_block(p.K, b) / 2,
+                        [&](int64_t j, __m512* wa, __m512* wb) TLALOC_INLINE_LAMBDA { return pair<V>(f, p, b, n0 + c, j, wa, wb); }, s);
+    add_last_row<R, V>(f, p, b, n0 + c, m, s);
+    finish<R, V>(f, p, b, n0 + c, m, s, acc + c, lda);
   }
-  for (int v = 0; v < 4; ++v) {
-    const __m512 s = load_f16x16(f.scale + b * f.N + n0 + 16 * v);
-    const __m512 o = load_f16x16(f.offset + b * f.N + n0 + 16 * v);
-    for (int r = 0; r < R; ++r) {
-      const __m512 xs = _mm512_set1_ps(f.xsum[(m + r) * nb + b]);
-      const __m512 a = _mm512_fmadd_ps(xs, o, _mm512_loadu_ps(acc[r] + 16 * v));
-      _mm512_storeu_ps(acc[r] + 16 * v, _mm512_fmadd_ps(_mm512_add_ps(blo[r][v], bhi[r][v]), s, a));
-    }
-  }
-}
-
-// The AVX-512 block kernel of each format, for R = 1 or 2 rows.
-template <int R> void avx_block(const F32& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* const* acc) {
-  avx_plain<R>([&](int64_t k, int v) { return _mm512_loadu_ps(f.w + k * f.N + n0 + 16 * v); }, p, b, m, acc);
-}
-template <int R> void avx_block(const BF16& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* const* acc) {
-  avx_plain<R>([&](int64_t k, int v) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(f.w + k * f.N + n0 + 16 * v));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }, p, b, m, acc);
-}
-template <int R> void avx_block(const I8Channel& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* const* acc) {
-  avx_plain<R>([&](int64_t k, int v) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(f.q + k * f.N + n0 + 16 * v));
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-  }, p, b, m, acc);
-}
-template <int R> void avx_block(const Q8_0& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* const* acc) {
-  avx_q8_0<R>(f, p, b, n0, m, acc);
-}
-template <int R> void avx_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* const* acc) {
-  avx_q4_1<R>(f, p, b, n0, m, acc);
 }
 #endif
 
-template <class Fmt> void scalar_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R,
-                                       float* const* acc) { block_plain(f, p, b, n0, m, R, acc); }
-void scalar_block(const Q8_0& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* const* acc) {
-  block_q8_0(f, p, b, n0, m, R, acc);
-}
-void scalar_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* const* acc) {
-  block_q4_1(f, p, b, n0, m, R, acc);
-}
-
-// Software prefetch of block b's weight bytes in columns [c0, c1): each row of a block is
-// only (c1 - c0) columns long, too short for the hardware prefetcher to follow.
+// Software prefetch of block b's weight bytes in columns [c0, c1): a unit reads each weight
+// row only c1 - c0 columns long before jumping N ahead, runs too short for the hardware
+// prefetchers to get far enough ahead.
 inline void prefetch_rows(const void* base, int64_t rows, int64_t row_bytes, int64_t offset, int64_t bytes) {
   const char* p = static_cast<const char*>(base) + offset;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + r * row_bytes + i);
 }
-inline int64_t block_rows(int64_t K, int64_t b) { return std::min(QK, K - b * QK); }
 void prefetch(const F32& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-  prefetch_rows(f.w + b * QK * f.N, block_rows(p.K, b), 4 * f.N, 4 * c0, 4 * (c1 - c0));
+  prefetch_rows(f.w + b * QK * p.N, rows_in_block(p.K, b), 4 * p.N, 4 * c0, 4 * (c1 - c0));
 }
 void prefetch(const BF16& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-  prefetch_rows(f.w + b * QK * f.N, block_rows(p.K, b), 2 * f.N, 2 * c0, 2 * (c1 - c0));
+  prefetch_rows(f.w + b * QK * p.N, rows_in_block(p.K, b), 2 * p.N, 2 * c0, 2 * (c1 - c0));
 }
 void prefetch(const I8Channel& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-  prefetch_rows(f.q + b * QK * f.N, block_rows(p.K, b), f.N, c0, c1 - c0);
+  prefetch_rows(f.q + b * QK * p.N, rows_in_block(p.K, b), p.N, c0, c1 - c0);
 }
 void prefetch(const Q8_0& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-  prefetch_rows(f.q + b * QK * f.N, QK, f.N, c0, c1 - c0);
-  prefetch_rows(f.scale + b * f.N, 1, 0, 2 * c0, 2 * (c1 - c0));
+  prefetch_rows(f.q + b * QK * p.N, QK, p.N, c0, c1 - c0);
+  prefetch_rows(f.scale + b * p.N, 1, 0, 2 * c0, 2 * (c1 - c0));
 }
 void prefetch(const Q4_1& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-  prefetch_rows(f.q + b * (QK / 2) * f.N, QK / 2, f.N, c0, c1 - c0);
-  prefetch_rows(f.scale + b * f.N, 1, 0, 2 * c0, 2 * (c1 - c0));
-  prefetch_rows(f.offset + b * f.N, 1, 0, 2 * c0, 2 * (c1 - c0));
+  prefetch_rows(f.q + b * (QK / 2) * p.N, QK / 2, p.N, c0, c1 - c0);
+  prefetch_rows(f.scale + b * p.N, 1, 0, 2 * c0, 2 * (c1 - c0));
+  prefetch_rows(f.offset + b * p.N, 1, 0, 2 * c0, 2 * (c1 - c0));
 }
 
-// One unit: output columns [c0, c1) (whole tiles) of every row. acc is (M, c1 - c0).
+inline float channel_scale(const I8Channel& f, int64_t n) { return f.scale[n]; }
+template <class Fmt> float channel_scale(const Fmt&, int64_t) { return 1.f; }
+
+// One unit: output columns [c0, c1) (whole tiles) of every row, block by block in storage
+// order (each block's rows are read c1 - c0 columns at a time), summed into acc (M, c1 - c0),
+// then stored into y. On AVX-512 four rows of x share each converted weight vector (in strips
+// of 32 columns, so that the sums stay in registers); one or two rows take 64 columns at once.
 template <class Fmt>
 void run_unit(const Fmt& f, const Problem& p, int64_t c0, int64_t c1, float* acc) {
   const int64_t W = c1 - c0, blocks = (p.K + QK - 1) / QK;
@@ -307,78 +320,62 @@ void run_unit(const Fmt& f, const Problem& p, int64_t c0, int64_t c1, float* acc
   for (int64_t b = 0; b < blocks; ++b) {
     if (b + PREFETCH_AHEAD < blocks) prefetch(f, p, b + PREFETCH_AHEAD, c0, c1);
     for (int64_t n0 = c0; n0 < c1; n0 += TILE) {
-      int64_t m = 0;
+      float* a = acc + (n0 - c0);
 #ifdef TLALOC_AVX512
-      for (; m + 1 < p.M; m += 2) {
-        float* rows[2] = {acc + m * W + (n0 - c0), acc + (m + 1) * W + (n0 - c0)};
-        avx_block<2>(f, p, b, n0, m, rows);
-      }
-      if (m < p.M) {
-        float* rows[1] = {acc + m * W + (n0 - c0)};
-        avx_block<1>(f, p, b, n0, m, rows);
+      int64_t m = 0;
+      for (; m + 4 <= p.M; m += 4) avx_rows<4, 2>(f, p, b, n0, m, a + m * W, W);
+      switch (p.M - m) {
+        case 3: avx_rows<3, 2>(f, p, b, n0, m, a + m * W, W); break;
+        case 2: avx_rows<2, 4>(f, p, b, n0, m, a + m * W, W); break;
+        case 1: avx_rows<1, 4>(f, p, b, n0, m, a + m * W, W); break;
       }
 #else
-      for (; m < p.M; ++m) {
-        float* rows[1] = {acc + m * W + (n0 - c0)};
-        scalar_block(f, p, b, n0, m, 1, rows);
-      }
+      scalar_block(f, p, b, n0, 0, static_cast<int>(p.M), a, W);
 #endif
     }
   }
+  for (int64_t m = 0; m < p.M; ++m)
+    for (int64_t t = 0; t < W; ++t) p.y[m * p.N + c0 + t] = acc[m * W + t] * channel_scale(f, c0 + t);
 }
 
-// Splits N into units (a count that depends on N only), runs them on this thread and on
-// tasks of XLA's intra-op pool, and stores each unit with store(c0, c1, acc).
-template <class Fmt, class Store>
-void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p, Store store) {
+// Splits N into units of whole tiles and runs them on this thread and on tasks of XLA's
+// intra-op pool, which claim units from a shared counter. No sum depends on the split (each
+// output column is summed whole, in an order fixed by K), so the units are chosen for speed:
+// as few and as wide as possible (long contiguous runs of each weight row: the hardware
+// prefetchers follow them, and a unit's per-block setup is paid once), one per thread, but
+// narrow enough that a unit's sums acc (M rows) stay within L2 when M is large.
+template <class Fmt>
+void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
   const int64_t tiles = p.N / TILE;
-  const int64_t per_unit = (tiles + UNITS - 1) / UNITS;
-  const int64_t units = (tiles + per_unit - 1) / per_unit;
+#ifdef TLALOC_ONE_THREAD
+  const int64_t threads = 1;
+#else
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), tiles));
+#endif
+  const int64_t max_unit_tiles = std::max<int64_t>(1, ACC_BYTES / (sizeof(float) * TILE * p.M));
+  const int64_t units = std::min(tiles, std::max(threads * UNITS_PER_THREAD, (tiles + max_unit_tiles - 1) / max_unit_tiles));
   struct Shared {
     std::atomic<int64_t> next{0};
     std::atomic<int64_t> done{0};
   };
   auto shared = std::make_shared<Shared>();
-  auto work = [shared, units, per_unit, tiles, &f, &p, store]() {
+  auto work = [shared, units, tiles, &f, &p]() {
     std::unique_ptr<float[]> acc;
     for (;;) {
       const int64_t u = shared->next.fetch_add(1, std::memory_order_relaxed);
       if (u >= units) return;          // a late task: nothing left; it touches only `shared`
-      const int64_t c0 = u * per_unit * TILE, c1 = std::min(tiles, (u + 1) * per_unit) * TILE;
-      if (!acc) acc.reset(new float[p.M * per_unit * TILE]);
+      const int64_t c0 = u * tiles / units * TILE, c1 = (u + 1) * tiles / units * TILE;
+      if (!acc) acc.reset(new float[p.M * ((tiles + units - 1) / units) * TILE]);
       run_unit(f, p, c0, c1, acc.get());
-      store(c0, c1, acc.get());
       shared->done.fetch_add(1, std::memory_order_release);
     }
   };
-#ifdef TLALOC_ONE_THREAD
-  const int64_t helpers = 0;
-#else
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), units) - 1;
-#endif
-  for (int64_t h = 0; h < helpers; ++h) pool.Schedule([work]() { work(); });
+  for (int64_t h = 1; h < std::min(threads, units); ++h) pool.Schedule([work]() { work(); });
   work();
   // Every unit is claimed; wait for those other threads are still computing. Until then
-  // this frame (f, p, store) is alive, which is all a running unit reads.
+  // this frame (f, p) is alive, which is all a running unit reads.
   while (shared->done.load(std::memory_order_acquire) < units) std::this_thread::yield();
 }
-
-// y[m, c0:c1] = acc[m] (times the per-channel scale when given).
-struct Store {
-  const Problem* p;
-  const float* channel_scale;
-  void operator()(int64_t c0, int64_t c1, const float* acc) const {
-    const int64_t W = c1 - c0;
-    for (int64_t m = 0; m < p->M; ++m) {
-      float* dst = p->y + m * p->N + c0;
-      const float* src = acc + m * W;
-      if (channel_scale)
-        for (int64_t t = 0; t < W; ++t) dst[t] = src[t] * channel_scale[c0 + t];
-      else
-        std::memcpy(dst, src, sizeof(float) * W);
-    }
-  }
-};
 
 Problem problem(ffi::Buffer<ffi::F32>& x, ffi::ResultBuffer<ffi::F32>& y) {
   auto dims = x.dimensions();
@@ -405,7 +402,7 @@ ffi::Error MatmulF32(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<
   Problem p = problem(x, y);
   auto d = w.dimensions();
   if (auto e = check(p, d[0], d[1], false); e.failure()) return e;
-  run(pool, F32{w.typed_data(), p.N}, p, Store{&p, nullptr});
+  run(pool, F32{w.typed_data()}, p);
   return ffi::Error::Success();
 }
 
@@ -414,7 +411,7 @@ ffi::Error MatmulBF16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   Problem p = problem(x, y);
   auto d = w.dimensions();
   if (auto e = check(p, d[0], d[1], false); e.failure()) return e;
-  run(pool, BF16{reinterpret_cast<const uint16_t*>(w.untyped_data()), p.N}, p, Store{&p, nullptr});
+  run(pool, BF16{reinterpret_cast<const uint16_t*>(w.untyped_data())}, p);
   return ffi::Error::Success();
 }
 
@@ -423,7 +420,7 @@ ffi::Error MatmulI8Channel(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::B
   Problem p = problem(x, y);
   auto d = q.dimensions();
   if (auto e = check(p, d[0], d[1], false); e.failure()) return e;
-  run(pool, I8Channel{q.typed_data(), scale.typed_data(), p.N}, p, Store{&p, scale.typed_data()});
+  run(pool, I8Channel{q.typed_data(), scale.typed_data()}, p);
   return ffi::Error::Success();
 }
 
@@ -432,8 +429,7 @@ ffi::Error MatmulQ8_0(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   Problem p = problem(x, y);
   auto d = q.dimensions();
   if (auto e = check(p, d[0], d[1], true); e.failure()) return e;
-  run(pool, Q8_0{q.typed_data(), reinterpret_cast<const uint16_t*>(scale.untyped_data()), p.N}, p,
-      Store{&p, nullptr});
+  run(pool, Q8_0{q.typed_data(), reinterpret_cast<const uint16_t*>(scale.untyped_data())}, p);
   return ffi::Error::Success();
 }
 
@@ -451,8 +447,8 @@ ffi::Error MatmulQ4_1(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
       xsum[m * nb + b] = s;
     }
   Q4_1 f{q.typed_data(), reinterpret_cast<const uint16_t*>(scale.untyped_data()),
-         reinterpret_cast<const uint16_t*>(offset.untyped_data()), xsum.get(), p.N};
-  run(pool, f, p, Store{&p, nullptr});
+         reinterpret_cast<const uint16_t*>(offset.untyped_data()), xsum.get()};
+  run(pool, f, p);
   return ffi::Error::Success();
 }
 

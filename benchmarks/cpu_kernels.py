@@ -1,0 +1,165 @@
+"""Speed and accuracy of the CPU matmul kernels (src/tlaloc/kernels/cpu/matmul.cc) against XLA's dot.
+
+    g++ -O3 -march=native -std=c++17 -shared -fPIC -w \
+        -I.venv/lib/python3.11/site-packages/jaxlib/include src/tlaloc/kernels/cpu/matmul.cc -o /tmp/tlk.so
+    python benchmarks/cpu_kernels.py /tmp/tlk.so [M] [--repeats 15] [--layers 12] [--n 3072] [--k 576]
+
+Each workload is a *dependency chain* of ``--layers`` calls y_i = x_i @ W_i with x_{i+1}
+depending on y_i (as in a decoder: independent calls would run concurrently in XLA's thread
+pool and mislead), on ``--layers`` different matrices (K, N) so that the weights are read
+from memory, not from a warm cache. Per format it prints the best of ``--repeats`` (and the
+median), weight bytes read per second, multiply-adds per second, the ratio to XLA's own
+float32 dot in the same run, and the relative error of the summed outputs against float64
+with the same dequantized weights; for M > 1 it checks that row 0 computed alone equals row 0
+of the batch bit for bit. A negative control runs the q4_1 kernel on weights with
+one perturbed nibble and checks that the error check flags it. Exits 1 if a check fails.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+import time
+
+import ml_dtypes
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+jax.config.update("jax_platforms", "cpu")
+
+FORMATS = ["f32", "bf16", "i8ch", "q8_0", "q4_1"]
+TOLERANCE = 1e-5            # relative error vs float64 above which a kernel is wrong
+
+
+def register(so_path: str) -> None:
+    lib = ctypes.CDLL(os.path.abspath(so_path))
+    for name in FORMATS:
+        capsule = jax.ffi.pycapsule(getattr(lib, f"tlaloc_cpu_matmul_{name}"))
+        jax.ffi.register_ffi_target(f"tlaloc_cpu_matmul_{name}", capsule, platform="cpu")
+
+
+def make_weights(rng, fmt: str, K: int, N: int):
+    """(stored arrays, the float64 matrix they stand for) for one (K, N) weight in format fmt."""
+    nb = K // 32
+    if fmt in ("f32", "bf16"):
+        w = rng.standard_normal((K, N)).astype(np.float32)
+        if fmt == "bf16":
+            w = w.astype(ml_dtypes.bfloat16)
+        return (w,), w.astype(np.float64)
+    if fmt == "i8ch":
+        q = rng.integers(-127, 128, (K, N), dtype=np.int8)
+        s = (rng.random(N) * 0.01).astype(np.float32)
+        return (q, s), q.astype(np.float64) * s.astype(np.float64)
+    if fmt == "q8_0":
+        q = rng.integers(-127, 128, (K, N), dtype=np.int8)
+        s = (rng.random((nb, N)) * 0.01).astype(np.float16)
+        return (q, s), (q.astype(np.float64).reshape(nb, 32, N) * s.astype(np.float64)[:, None]).reshape(K, N)
+    if fmt == "q4_1":
+        q = rng.integers(0, 256, (K // 2, N), dtype=np.uint8)
+        s = (rng.random((nb, N)) * 0.01).astype(np.float16)
+        o = (rng.random((nb, N)) * -0.05).astype(np.float16)
+        return (q, s, o), dequant_q4_1(q, s, o)
+    raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+
+
+def dequant_q4_1(q, s, o):
+    """GGUF Q4_1: byte 16b + j holds row 32b + j (low nibble) and row 32b + j + 16 (high nibble)."""
+    K2, N = q.shape
+    nb = K2 // 16
+    lo = (q & 15).astype(np.float64).reshape(nb, 16, N)
+    hi = (q >> 4).astype(np.float64).reshape(nb, 16, N)
+    nib = np.concatenate([lo, hi], axis=1)
+    return (nib * s.astype(np.float64)[:, None] + o.astype(np.float64)[:, None]).reshape(2 * K2, N)
+
+
+def chain(dot, x, weights, K):
+    """Sum of dot(x_i, W_i) over the layers, x_{i+1} = x + 0 * y_i[:, :1] (a true dependency)."""
+    total, y = 0.0, None
+    for w in weights:
+        xi = x if y is None else x + 0.0 * y[:, :1]
+        y = dot(xi, w)
+        total = total + y
+    return total
+
+
+def kernel_dot(fmt, M, N):
+    call = jax.ffi.ffi_call(f"tlaloc_cpu_matmul_{fmt}", jax.ShapeDtypeStruct((M, N), jnp.float32))
+    return lambda x, w: call(x, *w)
+
+
+def best_of(fn, args, repeats):
+    args = jax.device_put(args)         # numpy arguments would be copied in at every call
+    fn(*args).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn(*args).block_until_ready()
+        times.append(time.perf_counter() - t)
+    return min(times), float(np.median(times))
+
+
+def rel_err(out, x, dense):
+    ref = sum(x.astype(np.float64) @ d for d in dense)
+    return float(np.abs(np.asarray(out, np.float64) - ref).max() / np.abs(ref).max())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("so", help="path of the compiled kernels (.so)")
+    ap.add_argument("M", nargs="?", type=int, default=1, help="rows of x (batch)")
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--k", type=int, default=576)
+    ap.add_argument("--n", type=int, default=3072)
+    args = ap.parse_args()
+    register(args.so)
+    M, K, N, L = args.M, args.k, args.n, args.layers
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    print(f"M={M} K={K} N={N} layers={L} load={os.getloadavg()[0]:.2f} jax={jax.__version__}")
+
+    macs = M * K * N * L
+    dense32 = [rng.standard_normal((K, N)).astype(np.float32) for _ in range(L)]
+    xla = jax.jit(lambda x, ws: chain(lambda a, w: a @ w, x, ws, K))
+    t_xla, med = best_of(xla, (x, dense32), args.repeats)
+    err = rel_err(xla(x, dense32), x, [d.astype(np.float64) for d in dense32])
+    print(f"{'format':8s} {'best ms':>8s} {'med ms':>8s} {'GB/s':>7s} {'GMAC/s':>7s} {'/xla':>6s} {'relerr':>8s}")
+    print(f"{'xla f32':8s} {t_xla * 1e3:8.3f} {med * 1e3:8.3f} {4 * K * N * L / t_xla / 1e9:7.2f} "
+          f"{macs / t_xla / 1e9:7.2f} {1.0:6.2f} {err:8.1e}")
+    failed = False
+    for fmt in FORMATS:
+        if K % 32 and fmt in ("q8_0", "q4_1"):
+            continue                        # blocked formats need K a multiple of 32
+        made = [make_weights(rng, fmt, K, N) for _ in range(L)]
+        stored, dense = [m[0] for m in made], [m[1] for m in made]
+        nbytes = sum(a.nbytes for a in stored[0]) * L
+        fn = jax.jit(lambda x, ws, fmt=fmt: chain(kernel_dot(fmt, M, N), x, ws, K))
+        best, med = best_of(fn, (x, stored), args.repeats)
+        err = rel_err(fn(x, stored), x, dense)
+        flag = "" if err < TOLERANCE else "  FAIL"
+        failed |= bool(flag)
+        print(f"{fmt:8s} {best * 1e3:8.3f} {med * 1e3:8.3f} {nbytes / best / 1e9:7.2f} {macs / best / 1e9:7.2f} "
+              f"{best / t_xla:6.2f} {err:8.1e}{flag}")
+        if M > 1:                          # a row's result must not depend on the batch it is in
+            one = jax.jit(kernel_dot(fmt, 1, N))(x[:1], stored[0])
+            same = bool(np.array_equal(np.asarray(one)[0], np.asarray(jax.jit(kernel_dot(fmt, M, N))(x, stored[0]))[0]))
+            failed |= not same
+            print(f"{'':8s} row 0 alone == row 0 of the batch (bitwise): {same}")
+        if fmt == "q4_1":                  # negative control: one nibble of one matrix off by one
+            q, s, o = stored[0]
+            bad = q.copy()
+            bad[3, 5] ^= 1
+            err_bad = rel_err(fn(x, [(bad, s, o)] + stored[1:]), x, dense)
+            caught = err_bad >= TOLERANCE
+            failed |= not caught
+            print(f"negative control (q4_1, one nibble changed): relerr {err_bad:.1e} "
+                  f"{'caught' if caught else 'NOT CAUGHT'}")
+    print(f"load={os.getloadavg()[0]:.2f}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
