@@ -1,6 +1,6 @@
 // CPU kernels for x @ W with W kept as stored: float32, bfloat16, int8 per output channel,
 // and GGUF's Q8_0 and Q4_1 blocks. Registered with XLA as typed-FFI custom-call targets
-// (xla/ffi/api/ffi.h, shipped in jaxlib's include directory); see tlaloc/kernels/cpu/__init__.py.
+// (xla/ffi/api/ffi.h, shipped in jaxlib's include directory); built and registered by tlaloc/_runtime/cpu_kernels.py.
 //
 // Every target computes y (M, N) float32 = x (M, K) float32 @ W (K, N), where M is the
 // product of x's leading dimensions. W is in the serving artifacts' (in, out) layout:
@@ -35,16 +35,11 @@
 // (avx_pair_sums) uses each converted vector for up to 4 rows of x, and the format's finish
 // applies the block's scale (and offset). x is never rounded. Elsewhere plain loops compute
 // the same sums in another order (also fixed by K alone).
-#include <algorithm>
-#include <atomic>
-#include <cstdint>
-#include <cstring>
-#include <memory>
-#include <thread>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
-#include "xla/ffi/api/ffi.h"
+#include "common.h"
 
 namespace ffi = xla::ffi;
 
@@ -62,18 +57,8 @@ constexpr int64_t UNITS_PER_THREAD = TLALOC_UNITS_PER_THREAD;  // column units p
 constexpr int64_t ACC_BYTES = 256 << 10;                         // most bytes of sums per unit (see run)
 constexpr int64_t PREFETCH_AHEAD = TLALOC_PREFETCH_AHEAD;  // blocks
 
-inline float f16_to_f32(uint16_t h) {
-  _Float16 v;
-  std::memcpy(&v, &h, 2);
-  return static_cast<float>(v);
-}
-
-inline float bf16_to_f32(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float v;
-  std::memcpy(&v, &bits, 4);
-  return v;
-}
+using tlaloc_cpu::bf16_to_f32;
+using tlaloc_cpu::f16_to_f32;
 
 struct Problem {
   const float* x;      // (M, K)
@@ -354,27 +339,12 @@ void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
 #endif
   const int64_t max_unit_tiles = std::max<int64_t>(1, ACC_BYTES / (sizeof(float) * TILE * p.M));
   const int64_t units = std::min(tiles, std::max(threads * UNITS_PER_THREAD, (tiles + max_unit_tiles - 1) / max_unit_tiles));
-  struct Shared {
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-  };
-  auto shared = std::make_shared<Shared>();
-  auto work = [shared, units, tiles, &f, &p]() {
-    std::unique_ptr<float[]> acc;
-    for (;;) {
-      const int64_t u = shared->next.fetch_add(1, std::memory_order_relaxed);
-      if (u >= units) return;          // a late task: nothing left; it touches only `shared`
-      const int64_t c0 = u * tiles / units * TILE, c1 = (u + 1) * tiles / units * TILE;
-      if (!acc) acc.reset(new float[p.M * ((tiles + units - 1) / units) * TILE]);
-      run_unit(f, p, c0, c1, acc.get());
-      shared->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  for (int64_t h = 1; h < std::min(threads, units); ++h) pool.Schedule([work]() { work(); });
-  work();
-  // Every unit is claimed; wait for those other threads are still computing. Until then
-  // this frame (f, p) is alive, which is all a running unit reads.
-  while (shared->done.load(std::memory_order_acquire) < units) std::this_thread::yield();
+  tlaloc_cpu::run_units(pool, units, threads, [&f, &p, units, tiles](int64_t u) {
+    thread_local std::vector<float> acc;
+    const int64_t c0 = u * tiles / units * TILE, c1 = (u + 1) * tiles / units * TILE;
+    acc.resize(p.M * ((tiles + units - 1) / units) * TILE);
+    run_unit(f, p, c0, c1, acc.data());
+  });
 }
 
 Problem problem(ffi::Buffer<ffi::F32>& x, ffi::ResultBuffer<ffi::F32>& y) {
