@@ -142,10 +142,30 @@ inline void rows_group(const Fmt& f, const Problem& p, int64_t n) {
   for (; m < p.M; ++m) rows_tile<G, 1>(f, p, n, m);
 }
 
+// The bytes of rows [n, n + count) of W (and of their block scales), to prefetch: a group's
+// rows are one contiguous run, but each row is read a block at a time across the group's
+// rows, too short a stream for the hardware prefetchers to follow (2.8 against 12 GB/s on
+// one thread, bf16 head without this).
+inline void prefetch(const char* base, int64_t row_bytes, int64_t n, int64_t count) {
+  const char* start = base + n * row_bytes;
+  for (int64_t i = 0; i < count * row_bytes; i += 64) __builtin_prefetch(start + i);
+}
+inline void prefetch_rows(const F32T& f, int64_t n, int64_t count) { prefetch((const char*)f.w, 4 * f.K, n, count); }
+inline void prefetch_rows(const BF16T& f, int64_t n, int64_t count) { prefetch((const char*)f.w, 2 * f.K, n, count); }
+inline void prefetch_rows(const I8ChT& f, int64_t n, int64_t count) { prefetch((const char*)f.q, f.K, n, count); }
+inline void prefetch_rows(const Q8_0T& f, int64_t n, int64_t count) {
+  prefetch((const char*)f.q, f.K, n, count);
+  prefetch((const char*)f.scale, 2 * (f.K / QK), n, count);
+}
+
 template <class Fmt>
 void rows_avx(const Fmt& f, const Problem& p, int64_t n0, int64_t n1) {
+  constexpr int64_t AHEAD = 2;                          // groups
   int64_t n = n0;
-  for (; n + GROUP <= n1; n += GROUP) rows_group<GROUP>(f, p, n);
+  for (; n + GROUP <= n1; n += GROUP) {
+    if (n + (AHEAD + 1) * GROUP <= n1) prefetch_rows(f, n + AHEAD * GROUP, GROUP);
+    rows_group<GROUP>(f, p, n);
+  }
   for (; n < n1; ++n) rows_group<1>(f, p, n);
 }
 #endif
