@@ -102,7 +102,7 @@ def build(compiler: str | None = None) -> str:
     if exe is None:
         raise RuntimeError(f"no C++ compiler: {compiler!r} is not on PATH (set CXX to one)")
     path = library_path(compiler)
-    if os.path.isfile(path):
+    if os.path.isfile(path) and _intact(path):
         return path
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".matmul-", suffix=".so", dir=os.path.dirname(path))
@@ -112,12 +112,48 @@ def build(compiler: str | None = None) -> str:
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"compiling the CPU kernels failed ({' '.join(cmd)}):\n{done.stderr[-4000:]}")
+        with open(tmp, "rb") as f:
+            image = f.read()
+        if not image.startswith(b"\x7fELF"):
+            raise RuntimeError(f"{compiler!r} exited 0 but wrote no shared library ({len(image)} bytes at "
+                               f"{tmp}); set CXX to a C++ compiler such as g++")
+        _write_atomic(path + ".sha256", hashlib.sha256(image).hexdigest().encode())
         os.replace(tmp, path)                                   # atomic: readers see a whole library or none
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     log.info("kernels: built %s", path)
     return path
+
+
+def _intact(path: str) -> bool:
+    """Whether the cached library matches the sha256 recorded when it was built.
+
+    A truncated or altered library is not loaded: dlopen of a truncated ELF can kill the
+    process with SIGBUS (its segments are mapped past the end of the file), which no
+    ``except`` catches. A mismatch (or a missing record) means: build again.
+    """
+    try:
+        with open(path + ".sha256", "rb") as f:
+            expected = f.read().strip().decode()
+        with open(path, "rb") as f:
+            actual = hashlib.sha256(f.read()).hexdigest()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if actual != expected:
+        log.warning("kernels: cached library %s does not match its sha256 record; rebuilding", path)
+    return actual == expected
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".matmul-", suffix=".tmp", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _register(path: str) -> None:

@@ -1,0 +1,53 @@
+"""The cache of the built CPU-kernel library: a damaged entry is rebuilt, a non-compiler is refused.
+
+Oracle: the library the compiler writes (its sha256), and whether a fresh process can load
+and register it. Negative control: the damaged copy really is damaged (shorter, other digest).
+"""
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tlaloc._runtime import cpu_kernels
+
+
+def _compiler_or_skip():
+    if shutil.which(os.environ.get("CXX") or "g++") is None:
+        pytest.skip("no C++ compiler (g++ or $CXX) to build the CPU kernels")
+
+
+def test_a_truncated_cached_library_is_rebuilt_not_loaded(tmp_path, monkeypatch):
+    _compiler_or_skip()
+    built = cpu_kernels.build()                                 # the default cache: usually there already
+    monkeypatch.setenv("TLALOC_CACHE_DIR", str(tmp_path))
+    path = cpu_kernels.library_path(os.environ.get("CXX") or "g++")
+    os.makedirs(os.path.dirname(path))
+    with open(built, "rb") as f:
+        image = f.read()
+    with open(path, "wb") as f:                                 # a crash mid-copy, a full disk: the head only
+        f.write(image[:len(image) // 3])
+    with open(path + ".sha256", "w") as f:
+        f.write(hashlib.sha256(image).hexdigest())
+    assert os.path.getsize(path) < len(image)                   # control: the entry is damaged
+    code = "from tlaloc._runtime import cpu_kernels as k; print(k.load(), k.reason())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert done.returncode == 0, f"loading a truncated cached library killed the process: {done.returncode}"
+    assert done.stdout.strip() == "True"
+    with open(path, "rb") as f:
+        rebuilt = f.read()
+    with open(path + ".sha256") as f:
+        assert hashlib.sha256(rebuilt).hexdigest() == f.read().strip()
+    assert rebuilt.startswith(b"\x7fELF")
+
+
+def test_a_cxx_that_writes_no_library_is_refused_and_nothing_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("TLALOC_CACHE_DIR", str(tmp_path))
+    fake = shutil.which("true")
+    if fake is None:
+        pytest.skip("no `true` executable to stand in for a non-compiler")
+    with pytest.raises(RuntimeError, match="wrote no shared library.*set CXX"):
+        cpu_kernels.build(fake)
+    assert not os.path.exists(cpu_kernels.library_path(fake))
