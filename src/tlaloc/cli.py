@@ -94,7 +94,7 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
            context: str = typer.Option("64,256,1024", help="context-length ladder (multiples of --block-size)"),
            block_size: int = typer.Option(16, help="token slots per KV page"),
            dtype: str = typer.Option("f32", help="f32 or bf16: weights and KV pools as stored"),
-           weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights; q8_0: GGUF Q8_0 blocks"),
+           weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights; q8_0: GGUF Q8_0 blocks; q4_1: GGUF Q4_1 blocks"),
            name: Optional[str] = typer.Option(None, help="the model name the artifact reports"),
            overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT_DIR if it exists"),
            score: bool = typer.Option(False, "--score", help="also write score programs (per-token "

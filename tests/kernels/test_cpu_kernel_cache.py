@@ -51,3 +51,14 @@ def test_a_cxx_that_writes_no_library_is_refused_and_nothing_is_cached(tmp_path,
     with pytest.raises(RuntimeError, match="wrote no shared library.*set CXX"):
         cpu_kernels.build(fake)
     assert not os.path.exists(cpu_kernels.library_path(fake))
+
+
+def test_an_unwritable_cache_builds_into_a_private_directory(tmp_path):
+    _compiler_or_skip()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")                       # as root, chmod cannot make a dir read-only
+    code = "from tlaloc._runtime import cpu_kernels as k; print(k.load(), k.reason())"
+    env = dict(os.environ, TLALOC_CACHE_DIR=str(blocker / "cache"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip() == "True", done.stderr[-2000:]
+    assert "cannot write the cache" in done.stderr and "TLALOC_CACHE_DIR" in done.stderr

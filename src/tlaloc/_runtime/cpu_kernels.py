@@ -104,8 +104,15 @@ def build(compiler: str | None = None) -> str:
     path = library_path(compiler)
     if os.path.isfile(path) and _intact(path):
         return path
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".matmul-", suffix=".so", dir=os.path.dirname(path))
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".matmul-", suffix=".so", dir=os.path.dirname(path))
+    except OSError as e:                                        # read-only or not a directory: build uncached
+        private = tempfile.mkdtemp(prefix="tlaloc-cpu-kernels-")
+        log.warning("kernels: cannot write the cache %s (%s); building into %s for this process "
+                    "(set TLALOC_CACHE_DIR to a writable directory to keep it)", os.path.dirname(path), e, private)
+        path = os.path.join(private, os.path.basename(path))
+        fd, tmp = tempfile.mkstemp(prefix=".matmul-", suffix=".so", dir=private)
     os.close(fd)
     try:
         cmd = [exe, *FLAGS, f"-I{_include_dir()}", *SOURCES, "-o", tmp]
