@@ -5,6 +5,7 @@ and register it. Negative control: the damaged copy really is damaged (shorter, 
 """
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,16 +15,18 @@ import pytest
 from tlaloc._runtime import cpu_kernels
 
 
-def _compiler_or_skip():
-    if shutil.which(os.environ.get("CXX") or "g++") is None:
+def _compiler_or_skip() -> str:
+    exe = shutil.which(shlex.split(os.environ.get("CXX") or "g++")[0])
+    if exe is None:
         pytest.skip("no C++ compiler (g++ or $CXX) to build the CPU kernels")
+    return exe
 
 
 def test_a_truncated_cached_library_is_rebuilt_not_loaded(tmp_path, monkeypatch):
     _compiler_or_skip()
     built = cpu_kernels.build()                                 # the default cache: usually there already
     monkeypatch.setenv("TLALOC_CACHE_DIR", str(tmp_path))
-    path = cpu_kernels.library_path(os.environ.get("CXX") or "g++")
+    path = cpu_kernels.library_path(os.environ.get("CXX") or "g++")       # the key build() uses
     os.makedirs(os.path.dirname(path))
     with open(built, "rb") as f:
         image = f.read()
@@ -62,3 +65,14 @@ def test_an_unwritable_cache_builds_into_a_private_directory(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert done.stdout.strip() == "True", done.stderr[-2000:]
     assert "cannot write the cache" in done.stderr and "TLALOC_CACHE_DIR" in done.stderr
+
+
+def test_a_cxx_with_a_wrapper_or_flags_is_split_like_a_shell_word_list(tmp_path, monkeypatch):
+    exe = _compiler_or_skip()
+    monkeypatch.setenv("TLALOC_CACHE_DIR", str(tmp_path))
+    compiler = f"{exe} -DTLALOC_UNUSED=1"    # as make passes $(CXX)
+    path = cpu_kernels.build(compiler)
+    with open(path, "rb") as f:
+        assert f.read(4) == b"\x7fELF"
+    with pytest.raises(RuntimeError, match=r"no C\+\+ compiler.*not on PATH"):
+        cpu_kernels.build("no-such-compiler-xyz -O2")

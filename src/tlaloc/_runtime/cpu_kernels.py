@@ -7,9 +7,11 @@ picks the second at load time when :func:`load` returns True on the CPU platform
 first otherwise (another platform, no C++ compiler, ``TLALOC_CPU_KERNELS=0``).
 
 :func:`load` compiles the C++ source once per (source, compiler flags, jaxlib, CPU) with
-``$CXX`` (default ``g++``) and ``-O3 -march=native`` against the FFI headers jaxlib ships,
-into ``$TLALOC_CACHE_DIR/cpu-kernels/`` (default ``~/.cache/tlaloc``), written atomically,
-then registers every target for XLA's CPU platform (typed FFI, api_version 1 in
+``$CXX`` (default ``g++``; split like a shell word list, so ``ccache g++`` works) and
+``-O3 -march=native`` against the FFI headers jaxlib ships, into
+``$TLALOC_CACHE_DIR/cpu-kernels/`` (default ``~/.cache/tlaloc``), written atomically with its
+sha256 beside it (a damaged cached library is rebuilt, never loaded; an unwritable cache
+builds into a private temporary directory), then registers every target for XLA's CPU platform (typed FFI, api_version 1 in
 ``register_custom_call_target``'s numbering). Registration is process-wide and happens once.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -98,7 +101,8 @@ def build(compiler: str | None = None) -> str:
       RuntimeError: no compiler, or the compile failed (its stderr in the message).
     """
     compiler = compiler or os.environ.get("CXX") or "g++"
-    exe = shutil.which(compiler)
+    words = shlex.split(compiler)                               # CXX may carry a wrapper or flags: "ccache g++"
+    exe = shutil.which(words[0]) if words else None
     if exe is None:
         raise RuntimeError(f"no C++ compiler: {compiler!r} is not on PATH (set CXX to one)")
     path = library_path(compiler)
@@ -115,7 +119,7 @@ def build(compiler: str | None = None) -> str:
         fd, tmp = tempfile.mkstemp(prefix=".matmul-", suffix=".so", dir=private)
     os.close(fd)
     try:
-        cmd = [exe, *FLAGS, f"-I{_include_dir()}", *SOURCES, "-o", tmp]
+        cmd = [exe, *words[1:], *FLAGS, f"-I{_include_dir()}", *SOURCES, "-o", tmp]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"compiling the CPU kernels failed ({' '.join(cmd)}):\n{done.stderr[-4000:]}")
