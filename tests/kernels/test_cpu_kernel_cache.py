@@ -76,3 +76,14 @@ def test_a_cxx_with_a_wrapper_or_flags_is_split_like_a_shell_word_list(tmp_path,
         assert f.read(4) == b"\x7fELF"
     with pytest.raises(RuntimeError, match=r"no C\+\+ compiler.*not on PATH"):
         cpu_kernels.build("no-such-compiler-xyz -O2")
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("false", "False disabled by TLALOC_CPU_KERNELS=false"), ("OFF", "False disabled by TLALOC_CPU_KERNELS=OFF"),
+    ("maybe", "False TLALOC_CPU_KERNELS='maybe' is not one of")])
+def test_the_environment_switch_reads_the_usual_spellings_of_off(value, expected, tmp_path):
+    code = "from tlaloc._runtime import cpu_kernels as k; print(k.load(), k.reason())"
+    env = dict(os.environ, TLALOC_CPU_KERNELS=value, TLALOC_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip().startswith(expected)
+    assert not os.path.exists(tmp_path / "cpu-kernels")                  # nothing was built

@@ -38,6 +38,7 @@ TARGETS = {fmt: f"tlaloc_cpu_matmul_{fmt}" for fmt in ("f32", "bf16", "i8ch", "q
 OPS = {f"paged_attention_{kv}": f"tlaloc_cpu_paged_attention_{kv}" for kv in ("f32", "bf16")}
 FLAGS = ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w"]
 ENV_SWITCH = "TLALOC_CPU_KERNELS"
+_OFF, _ON = {"0", "false", "no", "off"}, {"1", "true", "yes", "on", ""}
 
 _lock = threading.Lock()
 _state: dict = {}          # "ok": bool, "reason": str, "path": str
@@ -185,8 +186,13 @@ def load() -> bool:
     """Build (once) and register the CPU kernels; False when they cannot be used (see :func:`reason`)."""
     with _lock:
         if "ok" not in _state:
-            if os.environ.get(ENV_SWITCH, "1") == "0":
-                _state.update(ok=False, reason=f"disabled by {ENV_SWITCH}=0")
+            switch = os.environ.get(ENV_SWITCH, "1").strip().lower()
+            if switch in _OFF:
+                _state.update(ok=False, reason=f"disabled by {ENV_SWITCH}={os.environ[ENV_SWITCH]}")
+            elif switch not in _ON:
+                _state.update(ok=False, reason=f"{ENV_SWITCH}={os.environ[ENV_SWITCH]!r} is not one of "
+                                               f"{sorted(_ON | _OFF)}; the kernels stay off until it is")
+                log.warning("kernels: %s", _state["reason"])
             else:
                 try:
                     path = build()
