@@ -87,3 +87,11 @@ def test_the_environment_switch_reads_the_usual_spellings_of_off(value, expected
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert out.strip().startswith(expected)
     assert not os.path.exists(tmp_path / "cpu-kernels")                  # nothing was built
+
+
+def test_the_cached_library_and_its_record_are_readable_by_every_user(tmp_path, monkeypatch):
+    exe = _compiler_or_skip()
+    monkeypatch.setenv("TLALOC_CACHE_DIR", str(tmp_path))
+    path = cpu_kernels.build(exe)
+    for name in (path, path + ".sha256"):
+        assert os.stat(name).st_mode & 0o444 == 0o444, oct(os.stat(name).st_mode)

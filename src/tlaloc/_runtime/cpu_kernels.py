@@ -130,6 +130,7 @@ def build(compiler: str | None = None) -> str:
             raise RuntimeError(f"{compiler!r} exited 0 but wrote no shared library ({len(image)} bytes at "
                                f"{tmp}); set CXX to a C++ compiler such as g++")
         _write_atomic(path + ".sha256", hashlib.sha256(image).hexdigest().encode())
+        os.chmod(tmp, 0o755)                                    # mkstemp's 0600: other users could not dlopen it
         os.replace(tmp, path)                                   # atomic: readers see a whole library or none
     finally:
         if os.path.exists(tmp):
@@ -160,6 +161,7 @@ def _intact(path: str) -> bool:
 def _write_atomic(path: str, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".matmul-", suffix=".tmp", dir=os.path.dirname(path))
     try:
+        os.fchmod(fd, 0o644)                                    # mkstemp's 0600 would hide it from a shared cache's users
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
