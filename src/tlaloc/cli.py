@@ -78,11 +78,17 @@ def _fail(message: str, code: int = 2):
     raise typer.Exit(code)
 
 
-def _load(artifact: str):
+#: serve and generate: which program texts run
+_RUN_CPU_KERNELS = typer.Option(True, "--cpu-kernels/--no-cpu-kernels",
+                                help="run the artifact's CPU-kernel programs where it has them "
+                                     "(else, or without a C++ compiler: the portable programs)")
+
+
+def _load(artifact: str, cpu_kernels: bool = True):
     from tlaloc.errors import TlalocError
     from tlaloc.serving import Engine
     try:
-        return Engine(str(artifact))
+        return Engine(str(artifact), cpu_kernels=cpu_kernels)
     except (TlalocError, RuntimeError, OSError, ValueError) as exc:
         _fail(f"cannot load {artifact}: {exc}")
 
@@ -94,7 +100,7 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
            context: str = typer.Option("64,256,1024", help="context-length ladder (multiples of --block-size)"),
            block_size: int = typer.Option(16, help="token slots per KV page"),
            dtype: str = typer.Option("f32", help="f32 or bf16: weights and KV pools as stored"),
-           weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights; q8_0: GGUF Q8_0 blocks"),
+           weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights; q8_0: GGUF Q8_0 blocks; q4_1: GGUF Q4_1 blocks"),
            name: Optional[str] = typer.Option(None, help="the model name the artifact reports"),
            overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT_DIR if it exists"),
            score: bool = typer.Option(False, "--score", help="also write score programs (per-token "
@@ -128,7 +134,7 @@ def generate(artifact: str = typer.Argument(..., help="an artifact directory (tl
              chat: bool = typer.Option(False, "--chat", help="wrap the prompt in the model's chat template"),
              temperature: float = typer.Option(0.0, help="0 is greedy"),
              top_k: Optional[int] = typer.Option(None), top_p: Optional[float] = typer.Option(None),
-             seed: Optional[int] = typer.Option(None)) -> None:
+             seed: Optional[int] = typer.Option(None), cpu_kernels: bool = _RUN_CPU_KERNELS) -> None:
     """Generate text for a prompt, streamed to the terminal as it is made."""
     import time
 
@@ -136,7 +142,7 @@ def generate(artifact: str = typer.Argument(..., help="an artifact directory (tl
     from tlaloc.serving.runtime.loop import EngineLoop
     from tlaloc.serving.server.openai_schema import OpenAIError
     from tlaloc.serving.server.prompts import chat_prompt
-    engine = _load(artifact)
+    engine = _load(artifact, cpu_kernels)
     if engine.kind != "decoder":
         _fail(f"{artifact} is an encoder artifact; use `tlaloc embed`")
     text = prompt
@@ -213,9 +219,7 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
           body_timeout: float = typer.Option(30.0, help="seconds a request body may stall (408 after)"),
           keep_alive: float = typer.Option(5.0, help="seconds an idle keep-alive connection is kept"),
           max_header_bytes: int = typer.Option(16 * 1024, help="largest request header block"),
-          cpu_kernels: bool = typer.Option(True, "--cpu-kernels/--no-cpu-kernels",
-                                           help="run the artifact's CPU-kernel programs where it has them "
-                                                "(else, or without a C++ compiler: the portable programs)")) -> None:
+          cpu_kernels: bool = _RUN_CPU_KERNELS) -> None:
     """Serve an artifact over an OpenAI-compatible HTTP API (completions, chat, embeddings, /metrics).
 
     The limits and their defaults are described in ``tlaloc.serving.server.limits``.

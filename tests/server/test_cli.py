@@ -48,6 +48,20 @@ def test_generate_chat_and_refusal(engines):
     assert result.exit_code == 2 and "exceeds" in result.output
 
 
+def test_generate_passes_no_cpu_kernels(monkeypatch):
+    seen = []
+
+    def fake_load(artifact, **options):
+        seen.append(options)
+        return FakeEngine(kind="decoder")
+
+    monkeypatch.setattr("tlaloc.serving.Engine", fake_load)
+    for flag, expected in (([], True), (["--no-cpu-kernels"], False)):
+        result = RUNNER.invoke(cli.app, ["generate", "art", "--prompt", "hi", "--max-new-tokens", "2", *flag])
+        assert result.exit_code == 0, result.output
+        assert seen[-1]["cpu_kernels"] is expected
+
+
 def test_embed_prints_a_summary(engines):
     result = RUNNER.invoke(cli.app, ["embed", "enc-art", "--text", "a cat", "--text", "a dog"])
     assert result.exit_code == 0, result.output
@@ -108,9 +122,9 @@ def test_export_passes_the_issue_flags(monkeypatch, tmp_path):
     monkeypatch.setattr(export, "export", lambda model, out, **kw: calls.append((model, out, kw)) or Summary())
     result = RUNNER.invoke(cli.app, ["export", "model.gguf", "out", "--batch", "1,2", "--context", "64",
                                      "--block-size", "32", "--dtype", "bf16", "--weights", "int8", "--score",
-                                     "--top-logprobs", "5"])
+                                     "--top-logprobs", "5", "--no-cpu-kernels"])
     assert result.exit_code == 0, result.output
     assert calls == [("model.gguf", "out", {"batch": "1,2", "context": "64", "block_size": 32, "dtype": "bf16",
                                             "weights": "int8", "name": None, "overwrite": False,
-                                            "score": True, "top_logprobs": 5})]
+                                            "score": True, "top_logprobs": 5, "cpu_kernels": False})]
     assert "4 programs" in result.output

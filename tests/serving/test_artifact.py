@@ -106,9 +106,17 @@ def test_tampered_program_is_refused_by_hash(artifact, tmp_path, monkeypatch):
     path.write_text(path.read_text().replace("stablehlo.add", "stablehlo.subtract", 1))
     with pytest.raises(ArtifactError, match=r"programs/decode_b1_c16.mlir: sha256 mismatch"):
         Engine(art)
-    eng = Engine(art, verify=False, fast_compile=True)                      # lazily compiled: checked again
+    # lazily compiled: checked again (the portable text; the CPU-kernel one is another file)
+    eng = Engine(art, verify=False, fast_compile=True, cpu_kernels=False)
     with pytest.raises(ArtifactError, match=r"programs/decode_b1_c16.mlir: sha256 mismatch"):
         eng.executor.executable("decode", 1, 16)
+    kernel_text = art / "programs" / "decode_b1_c16.cpu.mlir"
+    if kernel_text.exists():
+        kernel_text.write_text(kernel_text.read_text().replace("stablehlo.add", "stablehlo.subtract", 1))
+        eng = Engine(art, verify=False, fast_compile=True)
+        if eng.executor.cpu_kernels:
+            with pytest.raises(ArtifactError, match=r"programs/decode_b1_c16.cpu.mlir: sha256 mismatch"):
+                eng.executor.executable("decode", 1, 16)
 
 
 def test_unknown_schema_version_is_refused(artifact, tmp_path):

@@ -7,9 +7,11 @@ picks the second at load time when :func:`load` returns True on the CPU platform
 first otherwise (another platform, no C++ compiler, ``TLALOC_CPU_KERNELS=0``).
 
 :func:`load` compiles the C++ source once per (source, compiler flags, jaxlib, CPU) with
-``$CXX`` (default ``g++``) and ``-O3 -march=native`` against the FFI headers jaxlib ships,
-into ``$TLALOC_CACHE_DIR/cpu-kernels/`` (default ``~/.cache/tlaloc``), written atomically,
-then registers every target for XLA's CPU platform (typed FFI, api_version 1 in
+``$CXX`` (default ``g++``; split like a shell word list, so ``ccache g++`` works) and
+``-O3 -march=native`` against the FFI headers jaxlib ships, into
+``$TLALOC_CACHE_DIR/cpu-kernels/`` (default ``~/.cache/tlaloc``), written atomically with its
+sha256 beside it (a damaged cached library is rebuilt, never loaded; an unwritable cache
+builds into a private temporary directory), then registers every target for XLA's CPU platform (typed FFI, api_version 1 in
 ``register_custom_call_target``'s numbering). Registration is process-wide and happens once.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -35,6 +38,7 @@ TARGETS = {fmt: f"tlaloc_cpu_matmul_{fmt}" for fmt in ("f32", "bf16", "i8ch", "q
 OPS = {f"paged_attention_{kv}": f"tlaloc_cpu_paged_attention_{kv}" for kv in ("f32", "bf16")}
 FLAGS = ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w"]
 ENV_SWITCH = "TLALOC_CPU_KERNELS"
+_OFF, _ON = {"0", "false", "no", "off"}, {"1", "true", "yes", "on", ""}
 
 _lock = threading.Lock()
 _state: dict = {}          # "ok": bool, "reason": str, "path": str
@@ -98,26 +102,72 @@ def build(compiler: str | None = None) -> str:
       RuntimeError: no compiler, or the compile failed (its stderr in the message).
     """
     compiler = compiler or os.environ.get("CXX") or "g++"
-    exe = shutil.which(compiler)
+    words = shlex.split(compiler)                               # CXX may carry a wrapper or flags: "ccache g++"
+    exe = shutil.which(words[0]) if words else None
     if exe is None:
         raise RuntimeError(f"no C++ compiler: {compiler!r} is not on PATH (set CXX to one)")
     path = library_path(compiler)
-    if os.path.isfile(path):
+    if os.path.isfile(path) and _intact(path):
         return path
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".matmul-", suffix=".so", dir=os.path.dirname(path))
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".matmul-", suffix=".so", dir=os.path.dirname(path))
+    except OSError as e:                                        # read-only or not a directory: build uncached
+        private = tempfile.mkdtemp(prefix="tlaloc-cpu-kernels-")
+        log.warning("kernels: cannot write the cache %s (%s); building into %s for this process "
+                    "(set TLALOC_CACHE_DIR to a writable directory to keep it)", os.path.dirname(path), e, private)
+        path = os.path.join(private, os.path.basename(path))
+        fd, tmp = tempfile.mkstemp(prefix=".matmul-", suffix=".so", dir=private)
     os.close(fd)
     try:
-        cmd = [exe, *FLAGS, f"-I{_include_dir()}", *SOURCES, "-o", tmp]
+        cmd = [exe, *words[1:], *FLAGS, f"-I{_include_dir()}", *SOURCES, "-o", tmp]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"compiling the CPU kernels failed ({' '.join(cmd)}):\n{done.stderr[-4000:]}")
+        with open(tmp, "rb") as f:
+            image = f.read()
+        if not image.startswith(b"\x7fELF"):
+            raise RuntimeError(f"{compiler!r} exited 0 but wrote no shared library ({len(image)} bytes at "
+                               f"{tmp}); set CXX to a C++ compiler such as g++")
+        _write_atomic(path + ".sha256", hashlib.sha256(image).hexdigest().encode())
+        os.chmod(tmp, 0o755)                                    # mkstemp's 0600: other users could not dlopen it
         os.replace(tmp, path)                                   # atomic: readers see a whole library or none
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     log.info("kernels: built %s", path)
     return path
+
+
+def _intact(path: str) -> bool:
+    """Whether the cached library matches the sha256 recorded when it was built.
+
+    A truncated or altered library is not loaded: dlopen of a truncated ELF can kill the
+    process with SIGBUS (its segments are mapped past the end of the file), which no
+    ``except`` catches. A mismatch (or a missing record) means: build again.
+    """
+    try:
+        with open(path + ".sha256", "rb") as f:
+            expected = f.read().strip().decode()
+        with open(path, "rb") as f:
+            actual = hashlib.sha256(f.read()).hexdigest()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if actual != expected:
+        log.warning("kernels: cached library %s does not match its sha256 record; rebuilding", path)
+    return actual == expected
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".matmul-", suffix=".tmp", dir=os.path.dirname(path))
+    try:
+        os.fchmod(fd, 0o644)                                    # mkstemp's 0600 would hide it from a shared cache's users
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _register(path: str) -> None:
@@ -138,8 +188,13 @@ def load() -> bool:
     """Build (once) and register the CPU kernels; False when they cannot be used (see :func:`reason`)."""
     with _lock:
         if "ok" not in _state:
-            if os.environ.get(ENV_SWITCH, "1") == "0":
-                _state.update(ok=False, reason=f"disabled by {ENV_SWITCH}=0")
+            switch = os.environ.get(ENV_SWITCH, "1").strip().lower()
+            if switch in _OFF:
+                _state.update(ok=False, reason=f"disabled by {ENV_SWITCH}={os.environ[ENV_SWITCH]}")
+            elif switch not in _ON:
+                _state.update(ok=False, reason=f"{ENV_SWITCH}={os.environ[ENV_SWITCH]!r} is not one of "
+                                               f"{sorted(_ON | _OFF)}; the kernels stay off until it is")
+                log.warning("kernels: %s", _state["reason"])
             else:
                 try:
                     path = build()

@@ -38,12 +38,12 @@ def _masked(op, a, where, fill, out=None):
 def _extreme_fill(a, largest):
     """The identity of max (``largest=False``: -inf or the dtype's least) or of min."""
     dt = _np.dtype(a.aval.dtype if _is_symbolic(a) else _np.asarray(a).dtype)
-    if dt.kind == "f":
-        return -_np.inf if not largest else _np.inf
     if dt.kind == "b":
         return largest
-    info = _np.iinfo(dt)
-    return info.max if largest else info.min
+    if dt.kind in "iu":
+        info = _np.iinfo(dt)
+        return info.max if largest else info.min
+    return -_np.inf if not largest else _np.inf         # float, complex, and ml_dtypes' (kind "V")
 
 
 def sum(a, axis=None, keepdims=False, dtype=None, *, out=None, initial=None, where=None):
@@ -73,7 +73,8 @@ def _extremum(op, a, axis, keepdims, out, initial, where):
     if where is not None and where is not True and initial is None:
         raise ArgumentError(f"{op}: where= needs initial= (the value of a slice with nothing selected), "
                             f"as in NumPy; e.g. np.{op}(x, where=m, initial={'-' if op == 'max' else ''}np.inf)")
-    a = _masked(op, a, where, _extreme_fill(a, largest), out)
+    fill = None if where is None or where is True else _extreme_fill(a, largest)
+    a = _masked(op, a, where, fill, out)
     red = _red.reduce_min if largest else _red.reduce_max
     r = red(a, _axes(axis), keepdims)
     if initial is None:

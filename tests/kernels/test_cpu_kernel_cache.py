@@ -1,0 +1,97 @@
+"""The cache of the built CPU-kernel library: a damaged entry is rebuilt, a non-compiler is refused.
+
+Oracle: the library the compiler writes (its sha256), and whether a fresh process can load
+and register it. Negative control: the damaged copy really is damaged (shorter, other digest).
+"""
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tlaloc._runtime import cpu_kernels
+
+
+def _compiler_or_skip() -> str:
+    exe = shutil.which(shlex.split(os.environ.get("CXX") or "g++")[0])
+    if exe is None:
+        pytest.skip("no C++ compiler (g++ or $CXX) to build the CPU kernels")
+    return exe
+
+
+def test_a_truncated_cached_library_is_rebuilt_not_loaded(tmp_path, monkeypatch):
+    _compiler_or_skip()
+    built = cpu_kernels.build()                                 # the default cache: usually there already
+    monkeypatch.setenv("TLALOC_CACHE_DIR", str(tmp_path))
+    path = cpu_kernels.library_path(os.environ.get("CXX") or "g++")       # the key build() uses
+    os.makedirs(os.path.dirname(path))
+    with open(built, "rb") as f:
+        image = f.read()
+    with open(path, "wb") as f:                                 # a crash mid-copy, a full disk: the head only
+        f.write(image[:len(image) // 3])
+    with open(path + ".sha256", "w") as f:
+        f.write(hashlib.sha256(image).hexdigest())
+    assert os.path.getsize(path) < len(image)                   # control: the entry is damaged
+    code = "from tlaloc._runtime import cpu_kernels as k; print(k.load(), k.reason())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert done.returncode == 0, f"loading a truncated cached library killed the process: {done.returncode}"
+    assert done.stdout.strip() == "True"
+    with open(path, "rb") as f:
+        rebuilt = f.read()
+    with open(path + ".sha256") as f:
+        assert hashlib.sha256(rebuilt).hexdigest() == f.read().strip()
+    assert rebuilt.startswith(b"\x7fELF")
+
+
+def test_a_cxx_that_writes_no_library_is_refused_and_nothing_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("TLALOC_CACHE_DIR", str(tmp_path))
+    fake = shutil.which("true")
+    if fake is None:
+        pytest.skip("no `true` executable to stand in for a non-compiler")
+    with pytest.raises(RuntimeError, match="wrote no shared library.*set CXX"):
+        cpu_kernels.build(fake)
+    assert not os.path.exists(cpu_kernels.library_path(fake))
+
+
+def test_an_unwritable_cache_builds_into_a_private_directory(tmp_path):
+    _compiler_or_skip()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")                       # as root, chmod cannot make a dir read-only
+    code = "from tlaloc._runtime import cpu_kernels as k; print(k.load(), k.reason())"
+    env = dict(os.environ, TLALOC_CACHE_DIR=str(blocker / "cache"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip() == "True", done.stderr[-2000:]
+    assert "cannot write the cache" in done.stderr and "TLALOC_CACHE_DIR" in done.stderr
+
+
+def test_a_cxx_with_a_wrapper_or_flags_is_split_like_a_shell_word_list(tmp_path, monkeypatch):
+    exe = _compiler_or_skip()
+    monkeypatch.setenv("TLALOC_CACHE_DIR", str(tmp_path))
+    compiler = f"{exe} -DTLALOC_UNUSED=1"    # as make passes $(CXX)
+    path = cpu_kernels.build(compiler)
+    with open(path, "rb") as f:
+        assert f.read(4) == b"\x7fELF"
+    with pytest.raises(RuntimeError, match=r"no C\+\+ compiler.*not on PATH"):
+        cpu_kernels.build("no-such-compiler-xyz -O2")
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("false", "False disabled by TLALOC_CPU_KERNELS=false"), ("OFF", "False disabled by TLALOC_CPU_KERNELS=OFF"),
+    ("maybe", "False TLALOC_CPU_KERNELS='maybe' is not one of")])
+def test_the_environment_switch_reads_the_usual_spellings_of_off(value, expected, tmp_path):
+    code = "from tlaloc._runtime import cpu_kernels as k; print(k.load(), k.reason())"
+    env = dict(os.environ, TLALOC_CPU_KERNELS=value, TLALOC_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip().startswith(expected)
+    assert not os.path.exists(tmp_path / "cpu-kernels")                  # nothing was built
+
+
+def test_the_cached_library_and_its_record_are_readable_by_every_user(tmp_path, monkeypatch):
+    exe = _compiler_or_skip()
+    monkeypatch.setenv("TLALOC_CACHE_DIR", str(tmp_path))
+    path = cpu_kernels.build(exe)
+    for name in (path, path + ".sha256"):
+        assert os.stat(name).st_mode & 0o444 == 0o444, oct(os.stat(name).st_mode)
