@@ -13,12 +13,13 @@ import pytest
 from .fixtures import LADDER, NEW_TOKENS, PROMPTS
 
 FORMATS = {"q4_1": dict(weights="q4_1"), "q8_0": dict(weights="q8_0"), "int8": dict(weights="int8"),
-           "bf16": dict(dtype="bf16")}
+           "bf16": dict(dtype="bf16"), "f32": {}}
 #: the kernel of the layer products and of the tied head, per format
 TARGETS = {"q4_1": ["tlaloc_cpu_matmul_q4_1", "tlaloc_cpu_matmul_q8_0_t"],
            "q8_0": ["tlaloc_cpu_matmul_q8_0", "tlaloc_cpu_matmul_q8_0_t"],
            "int8": ["tlaloc_cpu_matmul_i8ch", "tlaloc_cpu_matmul_i8ch_t"],
-           "bf16": ["tlaloc_cpu_matmul_bf16", "tlaloc_cpu_matmul_bf16_t"]}
+           "bf16": ["tlaloc_cpu_matmul_bf16", "tlaloc_cpu_matmul_bf16_t"],
+           "f32": ["tlaloc_cpu_matmul_f32", "tlaloc_cpu_matmul_f32_t"]}
 #: decode programs also attend with the kernel reading the pages in place (prefill: the reference)
 ATTENTION = {"bf16": "tlaloc_cpu_paged_attention_bf16"}
 
@@ -51,13 +52,15 @@ def test_kernel_programs_give_the_portable_programs_greedy_ids(fmt, tiny, artifa
     assert all(len(ids) == NEW_TOKENS for ids in got)
 
 
-def test_float32_artifacts_take_only_the_attention_kernel_and_cpu_kernels_false_none(tiny, artifact, tmp_path):
+def test_float32_artifacts_take_the_f32_kernels_and_cpu_kernels_false_none(tiny, artifact, tmp_path):
     from tlaloc.serving.errors import ArgumentError
     from tlaloc.serving.export import export
     from tlaloc.serving.manifest import read_manifest
-    for p in read_manifest(artifact("llama"))["programs"]:
-        assert p.get("cpu_kernels", {}).get("targets") == (
-            ["tlaloc_cpu_paged_attention_f32"] if p["mode"] == "decode" else None), p["name"]
+    for p in read_manifest(artifact("llama"))["programs"]:                # untied head: (D, V), f32
+        attention = ["tlaloc_cpu_paged_attention_f32"] if p["mode"] == "decode" else []
+        assert p["cpu_kernels"]["targets"] == sorted(["tlaloc_cpu_matmul_f32"] + attention), p["name"]
+    for p in read_manifest(artifact("qwen3_tied"))["programs"]:           # tied head: the (V, D) table
+        assert {"tlaloc_cpu_matmul_f32", "tlaloc_cpu_matmul_f32_t"} <= set(p["cpu_kernels"]["targets"])
     _, folder = tiny("llama")
     export(folder, tmp_path / "off", **LADDER, weights="q4_1", cpu_kernels=False, progress=False)
     m = read_manifest(tmp_path / "off")
@@ -65,7 +68,7 @@ def test_float32_artifacts_take_only_the_attention_kernel_and_cpu_kernels_false_
     assert not [f for f in m["files"] if f.endswith(".cpu.mlir")]
     export(folder, tmp_path / "f32k", **LADDER, cpu_kernels=("f32", "f32_t"), progress=False)
     targets = {t for p in read_manifest(tmp_path / "f32k")["programs"] for t in p["cpu_kernels"]["targets"]}
-    assert targets == {"tlaloc_cpu_matmul_f32"}                    # llama's head is untied: (D, V) as stored
+    assert targets == {"tlaloc_cpu_matmul_f32"}                    # no attention kernel asked for
     with pytest.raises(ArgumentError, match="cpu_kernels must be True, False or a tuple of formats"):
         export(folder, tmp_path / "bad2", **LADDER, cpu_kernels="q4_1", progress=False)
     with pytest.raises(ArgumentError, match="cpu_kernels must be True, False or a tuple of formats"):
