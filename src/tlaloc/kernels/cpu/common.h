@@ -26,6 +26,23 @@ inline float bf16_to_f32(uint16_t h) {
   return v;
 }
 
+// y (M, N) float32 = x (M, K) float32 times a weight: M is the product of x's leading dimensions.
+struct Problem {
+  const float* x;    // (M, K)
+  int64_t M, K, N;
+  float* y;          // (M, N)
+};
+
+inline Problem problem(xla::ffi::Buffer<xla::ffi::F32>& x, xla::ffi::ResultBuffer<xla::ffi::F32>& y) {
+  auto dims = x.dimensions();
+  int64_t M = 1;
+  for (size_t i = 0; i + 1 < dims.size(); ++i) M *= dims[i];
+  const int64_t K = dims.size() ? dims[dims.size() - 1] : 1;
+  auto ydims = y->dimensions();
+  const int64_t N = ydims.size() ? ydims[ydims.size() - 1] : 1;
+  return Problem{x.typed_data(), M, K, N, y->typed_data()};
+}
+
 // Runs unit(u) for every u in [0, units): the calling thread and up to threads - 1 tasks
 // scheduled on XLA's intra-op pool claim units from a shared counter. A task that starts
 // after every unit is claimed returns at once, touching only the counter (kept alive by the

@@ -60,11 +60,8 @@ constexpr int64_t PREFETCH_AHEAD = TLALOC_PREFETCH_AHEAD;  // blocks
 using tlaloc_cpu::bf16_to_f32;
 using tlaloc_cpu::f16_to_f32;
 
-struct Problem {
-  const float* x;      // (M, K)
-  int64_t M, K, N;
-  float* y;            // (M, N)
-};
+using tlaloc_cpu::Problem;
+using tlaloc_cpu::problem;
 
 // The rows of block b (fewer than QK only in an unblocked format's last block).
 inline int64_t rows_in_block(int64_t K, int64_t b) { return std::min(QK, K - b * QK); }
@@ -345,16 +342,6 @@ void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
     acc.resize(p.M * ((tiles + units - 1) / units) * TILE);
     run_unit(f, p, c0, c1, acc.data());
   });
-}
-
-Problem problem(ffi::Buffer<ffi::F32>& x, ffi::ResultBuffer<ffi::F32>& y) {
-  auto dims = x.dimensions();
-  int64_t M = 1;
-  for (size_t i = 0; i + 1 < dims.size(); ++i) M *= dims[i];
-  const int64_t K = dims.size() ? dims[dims.size() - 1] : 1;
-  auto ydims = y->dimensions();
-  const int64_t N = ydims.size() ? ydims[ydims.size() - 1] : 1;
-  return Problem{x.typed_data(), M, K, N, y->typed_data()};
 }
 
 ffi::Error check(const Problem& p, int64_t k_stored, int64_t n_stored, bool blocked) {

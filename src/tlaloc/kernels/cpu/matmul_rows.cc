@@ -29,11 +29,8 @@ constexpr int64_t QK = 32;
 constexpr int64_t GROUP = 4;       // rows of W per micro-kernel call (they share each load of x)
 constexpr int64_t UNITS = 16;
 
-struct Problem {
-  const float* x;    // (M, K)
-  int64_t M, K, N;
-  float* y;          // (M, N)
-};
+using tlaloc_cpu::Problem;
+using tlaloc_cpu::problem;
 
 // Formats: value(n, k) is W[n, k] before the block or row scale; block_scale(n, b) and
 // row_scale(n) are 1 where the format has none.
@@ -182,16 +179,6 @@ void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
     rows_scalar(f, p, n0, n1);
 #endif
   });
-}
-
-Problem problem(ffi::Buffer<ffi::F32>& x, ffi::ResultBuffer<ffi::F32>& y) {
-  auto dims = x.dimensions();
-  int64_t M = 1;
-  for (size_t i = 0; i + 1 < dims.size(); ++i) M *= dims[i];
-  const int64_t K = dims.size() ? dims[dims.size() - 1] : 1;
-  auto ydims = y->dimensions();
-  const int64_t N = ydims.size() ? ydims[ydims.size() - 1] : 1;
-  return Problem{x.typed_data(), M, K, N, y->typed_data()};
 }
 
 ffi::Error check(const Problem& p, int64_t n_stored, int64_t k_stored) {
