@@ -46,7 +46,7 @@ def _extreme_fill(a, largest):
     return -_np.inf if not largest else _np.inf         # float, complex, and ml_dtypes' (kind "V")
 
 
-def sum(a, axis=None, keepdims=False, dtype=None, *, out=None, initial=None, where=None):
+def sum(a, axis=None, dtype=None, out=None, keepdims=False, *, initial=None, where=None):
     """Sum over ``axis``; ``dtype`` converts before and after (NumPy widens small integers).
     ``where``: a boolean mask (broadcast to ``a``) of the elements summed; ``initial``: added."""
     a = _masked("sum", a, where, 0, out)
@@ -57,7 +57,7 @@ def sum(a, axis=None, keepdims=False, dtype=None, *, out=None, initial=None, whe
     return r if initial is None else add(r, initial)
 
 
-def prod(a, axis=None, keepdims=False, dtype=None, *, out=None, initial=None, where=None):
+def prod(a, axis=None, dtype=None, out=None, keepdims=False, *, initial=None, where=None):
     """Product over ``axis``; ``dtype`` converts before and after (NumPy widens small integers).
     ``where``: a boolean mask of the elements multiplied; ``initial``: a factor."""
     a = _masked("prod", a, where, 1, out)
@@ -82,13 +82,13 @@ def _extremum(op, a, axis, keepdims, out, initial, where):
     return (minimum if largest else maximum)(r, initial)
 
 
-def max(a, axis=None, keepdims=False, *, out=None, initial=None, where=None):
+def max(a, axis=None, out=None, keepdims=False, *, initial=None, where=None):
     """Maximum over ``axis``; ``initial`` takes part as one more element, ``where`` (with
     ``initial``) masks the elements taking part. At a tie the cotangent is shared equally (JAX)."""
     return _extremum("max", a, axis, keepdims, out, initial, where)
 
 
-def min(a, axis=None, keepdims=False, *, out=None, initial=None, where=None):
+def min(a, axis=None, out=None, keepdims=False, *, initial=None, where=None):
     """Minimum over ``axis``; ``initial`` and ``where`` as in ``max``."""
     return _extremum("min", a, axis, keepdims, out, initial, where)
 
@@ -105,18 +105,18 @@ def _where_count(a, axis, keepdims, where):
     return _red.reduce_sum(_where(where, ones, 0.0), _axes(axis), keepdims)
 
 
-def mean(a, axis=None, keepdims=False, dtype=None, *, out=None, where=None):
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
     """Mean over ``axis``; ``where``: a boolean mask of the elements averaged (the count is the
     mask's). ``dtype`` converts first. Shape: the reduced shape."""
     if dtype is not None:
         a = astype(a, dtype)
-    s = sum(a, axis, keepdims, out=out, where=where)
+    s = sum(a, axis, keepdims=keepdims, out=out, where=where)
     if where is None or where is True:
         return divide(s, _misc.reduced_count(a, _axes(axis)))
     return divide(s, _where_count(a, axis, keepdims, where))
 
 
-def var(a, axis=None, keepdims=False, ddof=0, *, correction=None, dtype=None, out=None, where=None):
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None):
     """Variance over ``axis`` with ``ddof`` (NumPy) or ``correction`` (Array API) subtracted
     from the count; ``where`` masks the elements taking part."""
     ddof = correction if correction is not None else ddof
@@ -124,14 +124,14 @@ def var(a, axis=None, keepdims=False, ddof=0, *, correction=None, dtype=None, ou
         a = astype(a, dtype)
     m = mean(a, axis, keepdims=True, out=out, where=where)
     d = subtract(a, m)
-    ss = sum(multiply(d, d), axis, keepdims, where=where)
+    ss = sum(multiply(d, d), axis, keepdims=keepdims, where=where)
     n = _misc.reduced_count(a, _axes(axis)) if where is None or where is True else \
         _where_count(a, axis, keepdims, where)
     return divide(ss, subtract(n, ddof) if ddof else n)
 
 
-def std(a, axis=None, keepdims=False, ddof=0, *, correction=None, dtype=None, out=None, where=None):
-    return sqrt(var(a, axis, keepdims, ddof, correction=correction, dtype=dtype, out=out, where=where))
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None):
+    return sqrt(var(a, axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims, correction=correction, where=where))
 
 
 def argmax(a, axis=None, keepdims=False):
@@ -161,12 +161,12 @@ def cumprod(a, axis=None, dtype=None):
     return _cumulative(_red.cumprod, a, axis, dtype)
 
 
-def any(a, axis=None, keepdims=False, *, out=None, where=None):
+def any(a, axis=None, out=None, keepdims=False, *, where=None):
     a = _masked("any", a, where, False, out)
     return _red.reduce_any_p.bind(a, axes=_axes(axis), keepdims=_builtins.bool(keepdims))
 
 
-def all(a, axis=None, keepdims=False, *, out=None, where=None):
+def all(a, axis=None, out=None, keepdims=False, *, where=None):
     a = _masked("all", a, where, True, out)
     return _red.reduce_all_p.bind(a, axes=_axes(axis), keepdims=_builtins.bool(keepdims))
 
