@@ -56,6 +56,7 @@ class Executor:
         if self.cpu_kernels:
             from ..._runtime import cpu_kernels as kernels
             self.cpu_kernels = kernels.load()           # False (logged, with the reason) -> the portable texts
+        log.info("engine: %s programs on %s", "the CPU-kernel" if self.cpu_kernels else "the portable", platform)
         self.verify, self.fast_compile, self.cache_dir = verify, fast_compile, cache_dir
         self.programs = {(p["mode"], p["batch"], p["context"]): p for p in manifest["programs"]}
         self.programs_used: set = set()     # (mode, batch, context) of every decode/prefill program run
