@@ -101,6 +101,11 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
            block_size: int = typer.Option(16, help="token slots per KV page"),
            dtype: str = typer.Option("f32", help="f32 or bf16: weights and KV pools as stored"),
            weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights; q8_0: GGUF Q8_0 blocks; q4_1: GGUF Q4_1 blocks"),
+           prefill_chunk: Optional[int] = typer.Option(None, help="most prompt tokens per request per prefill "
+                                                       "step (default min(256, largest context))"),
+           prefill_tokens: Optional[str] = typer.Option(None, help="prefill program sizes in tokens per row, e.g. "
+                                                        "16,64 (default 16,64,... below the chunk); a prompt "
+                                                        "runs in the smallest that holds it"),
            name: Optional[str] = typer.Option(None, help="the model name the artifact reports"),
            overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT_DIR if it exists"),
            score: bool = typer.Option(False, "--score", help="also write score programs (per-token "
@@ -118,7 +123,8 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
     from tlaloc.errors import TlalocError
     try:
         summary = export_artifact(model, out_dir, batch=batch, context=context, block_size=block_size,
-                                  dtype=dtype, weights=weights, name=name, overwrite=overwrite, score=score,
+                                  dtype=dtype, weights=weights, prefill_chunk=prefill_chunk,
+                                  prefill_tokens=prefill_tokens, name=name, overwrite=overwrite, score=score,
                                   top_logprobs=top_logprobs, cpu_kernels=cpu_kernels)
     except (TlalocError, OSError, ValueError) as exc:
         _fail(str(exc))

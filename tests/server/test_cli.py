@@ -125,6 +125,7 @@ def test_export_passes_the_issue_flags(monkeypatch, tmp_path):
                                      "--top-logprobs", "5", "--no-cpu-kernels"])
     assert result.exit_code == 0, result.output
     assert calls == [("model.gguf", "out", {"batch": "1,2", "context": "64", "block_size": 32, "dtype": "bf16",
-                                            "weights": "int8", "name": None, "overwrite": False,
+                                            "weights": "int8", "prefill_chunk": None, "prefill_tokens": None,
+                                            "name": None, "overwrite": False,
                                             "score": True, "top_logprobs": 5, "cpu_kernels": False})]
     assert "4 programs" in result.output

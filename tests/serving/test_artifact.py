@@ -25,7 +25,7 @@ def _files(root):
 def test_manifest_schema(artifact):
     m = read_manifest(artifact("llama"))
     assert m["schema_version"] == SCHEMA_VERSION and m["kind"] == "decoder"
-    assert m["buckets"] == {"batch": [1, 4], "context": [16, 64], "prefill_chunk": 16}
+    assert m["buckets"] == {"batch": [1, 4], "context": [16, 64], "prefill_chunk": 16, "prefill_tokens": [16]}
     assert m["kv"]["block_size"] == 8 and m["kv"]["num_pages"] == 1 + 4 * 64 // 8 and m["kv"]["scratch_page"] == 0
     assert [s["name"] for s in m["kv"]["slots"]] == ["kv.0.k", "kv.0.v", "kv.1.k", "kv.1.v"]
     assert {p["name"] for p in m["programs"]} == {f"{mode}_b{b}_c{c}" for mode in ("prefill", "decode")

@@ -37,10 +37,10 @@ def _alone(engine, prompt, n=8, **sampling):
 
 def _poisoned(real, error=RuntimeError("injected device fault")):
     """A runner that raises whenever a row of the call holds the POISON token."""
-    def runner(mode, B, C, arrays):
+    def runner(mode, B, C, arrays, T=None):
         if (np.asarray(arrays["token_ids"]) == POISON).any():
             raise error
-        return real(mode, B, C, arrays)
+        return real(mode, B, C, arrays, T)
     return runner
 
 
@@ -74,12 +74,12 @@ def test_a_device_error_that_loses_the_kv_pools_fails_the_running_requests_and_s
     eng = engine("llama")
     real = eng.executor.run
 
-    def lose_pools(mode, B, C, arrays):
+    def lose_pools(mode, B, C, arrays, T=None):
         if (np.asarray(arrays["token_ids"]) == POISON).any():
             for pool in eng.executor.pools.values():
                 pool.delete()
             raise RuntimeError("execution failed after donation")
-        return real(mode, B, C, arrays)
+        return real(mode, B, C, arrays, T)
     monkeypatch.setattr(eng.executor, "run", lose_pools)
     eng.submit(PROMPTS[1], max_new_tokens=4)
     eng.submit([POISON, 3], max_new_tokens=4)

@@ -185,18 +185,18 @@ def test_a_failed_program_ends_its_requests_and_the_engine_keeps_serving(engine,
     real = eng.executor.run
     calls = {"n": 0}
 
-    def flaky(mode, B, C, arrays):
+    def flaky(mode, B, C, arrays, T=None):
         calls["n"] += 1
         if calls["n"] == 3:
             raise RuntimeError("device fell over")
-        return real(mode, B, C, arrays)
+        return real(mode, B, C, arrays, T)
     monkeypatch.setattr(eng.executor, "run", flaky)
     rid = eng.submit(PROMPTS[1], max_new_tokens=8)
     out, finished = _drain(eng)
     assert finished[rid] == "error" and eng.stats()["kv_pages_used"] == 0
     assert eng.stats()["requests_failed"] == 1
 
-    def lose_the_pools(mode, B, C, arrays):                                 # donated, then the call failed
+    def lose_the_pools(mode, B, C, arrays, T=None):                         # donated, then the call failed
         for pool in eng.executor.pools.values():
             pool.delete()
         raise RuntimeError("execution failed after donation")

@@ -14,7 +14,7 @@ BS = 4
 
 def _scheduler(**kwargs):
     options = dict(batch=[1, 2, 4], context=[16, 32], block_size=BS, num_pages=16, prefill_chunk=8, vocab_size=100,
-                   program_tokens=lambda mode, C: 1 if mode == "decode" else 8)
+                   program_tokens=lambda mode, C: [1] if mode == "decode" else [8])
     return Scheduler(**{**options, **kwargs})
 
 

@@ -94,7 +94,7 @@ class Executable:
         self.donated = set(getattr(program, "aliases", {}) or {})
         self.arg_names = arg_names or [f"argument {k}" for k in range(len(self.in_avals))]
         self._exe = self.client.compile_and_load(text, xc.DeviceList((self.device,)), xc.CompileOptions())
-        self._put = _putter(self.device)
+        self._put = putter(self.device)
         self._handlers = None           # per output, a C++ result handler (after the first call), or False
 
     def __call__(self, *args):
@@ -152,7 +152,7 @@ class Executable:
         else:
             outs = [r[0] for r in results.disassemble_into_single_device_arrays()]
             if handlers is None:
-                self._handlers = _result_handlers(outs, self.device)
+                self._handlers = result_handlers(outs, self.device)
         return without_checks(outs, self.checks)
 
     def to_device(self, a, k: int):
@@ -170,7 +170,7 @@ class Executable:
         return self.client.serialize_executable(self._exe)
 
 
-def _putter(device):
+def putter(device):
     """A fast host→device transfer (``batched_device_put``), else ``jax.device_put``."""
     jax = _jax()
     try:
@@ -246,7 +246,7 @@ def _cpp_runner(exe: Executable, slow, n_in: int, name: str):
     return run
 
 
-def _result_handlers(outs, device):
+def result_handlers(outs, device):
     """C++ result handlers that wrap each output of an execution as a device array like ``outs``
     (what jax's own dispatch uses: no Python per output), or ``False`` where jaxlib has none."""
     try:

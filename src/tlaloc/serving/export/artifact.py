@@ -31,6 +31,8 @@ log = logging.getLogger("tlaloc.serving")
 WEIGHTS_FILE = "weights.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_CHUNK = 256
+#: the default prefill token ladder below the chunk: powers of 4 from 16 (see :func:`prefill_token_ladder`)
+_PREFILL_RUNG, _PREFILL_STEP = 16, 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +56,30 @@ def _ladder(values, name: str) -> list[int]:
     if not out or out[0] < 1:
         raise ArgumentError(f"export: {name} must be a list of positive integers like 1,2,4,8; got {values!r}")
     return out
+
+
+def prefill_token_ladder(chunk: int, tokens=None) -> list:
+    """The prefill programs' tokens per row, ascending, ending at ``chunk``.
+
+    A prompt of n tokens runs in the smallest rung >= n (a longer one in chunks of ``chunk``),
+    so a short prompt does not pay for a full chunk of padding: a 6-token prompt in a
+    256-token prefill program computed 43x the tokens it needed (SmolLM2-135M q4_1: 385 ms
+    instead of ~25 ms; benchmarks/RESULTS.md). ``tokens``: the rungs to use (a list or
+    "16,64"), each at most ``chunk``; default 16, 64, 256, ... below ``chunk``. Rungs
+    above ``chunk`` are refused (ArgumentError); ``chunk`` itself is always added.
+    """
+    if tokens is None:
+        rungs, t = [], _PREFILL_RUNG
+        while t < chunk:
+            rungs.append(t)
+            t *= _PREFILL_STEP
+    else:
+        rungs = _ladder(tokens, "prefill_tokens")
+        over = [t for t in rungs if t > chunk]
+        if over:
+            raise ArgumentError(f"export: prefill_tokens {over} exceed the prefill chunk ({chunk} tokens); use rungs "
+                                f"up to {chunk} or a larger prefill_chunk")
+    return sorted(set(rungs) | {chunk})
 
 
 def _check_options(cfg, batch, context, block_size, dtype, weights, prefill_chunk):
@@ -140,7 +166,15 @@ def _kernel_variant(entry: dict, texts: dict, lower_for_kernels, formats) -> Non
                                                          + program.text.encode())}
 
 
-def _decoder_programs(cfg, stored, batch, context, block_size, chunk, num_pages, kv_dtype, bar, top_logprobs=0,
+def _token_buckets(mode: str, context: list, tokens: list) -> list:
+    """(C, T) of every ``mode`` program per batch size: decode T = 1; prefill every rung of the
+    token ladder ``tokens`` below C, then min(C, chunk) (chunk = ``tokens[-1]``)."""
+    if mode == "decode":
+        return [(C, 1) for C in context]
+    return [(C, T) for C in context for T in sorted({t for t in tokens if t < C} | {min(C, tokens[-1])})]
+
+
+def _decoder_programs(cfg, stored, batch, context, block_size, tokens, num_pages, kv_dtype, bar, top_logprobs=0,
                       kernel_formats=()):
     from .programs import Slot, decoder_step, kv_slots, logprob_slots, lower, request_slots, weight_slots
     kv = kv_slots(cfg, num_pages, block_size, kv_dtype)
@@ -149,9 +183,8 @@ def _decoder_programs(cfg, stored, batch, context, block_size, chunk, num_pages,
     programs, texts = [], {}
     for mode in ("prefill", "decode"):
         for B in batch:
-            for C in context:
-                T = 1 if mode == "decode" else min(C, chunk)
-                name = f"{mode}_b{B}_c{C}"
+            for C, T in _token_buckets(mode, context, tokens):
+                name = f"{mode}_b{B}_c{C}" + (f"_t{T}" if mode == "prefill" and T < min(C, tokens[-1]) else "")
                 request = request_slots(B, T, C // block_size, top_logprobs)
                 inputs = request + kv + ws
                 outputs = ([Slot("next_token_ids", "next_token_ids", np.dtype(np.int32), (B,))] + kv
@@ -228,7 +261,7 @@ def _model_name(model_path: str) -> str:
 
 def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), block_size: int = 16,
            dtype: str = "f32", weights: str | None = None, prefill_chunk: int | None = None,
-           num_pages: int | None = None, name: str | None = None, overwrite: bool = False,
+           prefill_tokens=None, num_pages: int | None = None, name: str | None = None, overwrite: bool = False,
            progress: bool | None = None, score: bool = False, fuse: bool = True,
            top_logprobs: int = 20, cpu_kernels: bool | tuple = True) -> ExportSummary:
     """Export a model to a serving artifact directory.
@@ -243,6 +276,10 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
       weights: None (as ``dtype``), "int8" (per-output-channel scales) or "q8_0" (GGUF's
         Q8_0 blocks of 32 with float16 scales) or "q4_1" (GGUF's Q4_1; see ``weights_format``).
       prefill_chunk: tokens per prefill step, at most (default min(256, max context)).
+      prefill_tokens: the ladder of prefill program sizes in tokens per row (list or
+        "16,64"), each at most the chunk; a prompt runs in the smallest that holds it
+        (see :func:`prefill_token_ladder`; default 16, 64, ... below the chunk). Each rung
+        adds one prefill program per batch size and context above it.
       num_pages: KV pages per layer, the scratch page included (default 1 + max batch *
         max context / block_size: every row at full context at once).
       name: the model name the artifact reports (default: the file or folder name).
@@ -293,8 +330,11 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
         raise ArgumentError("export: score=True writes next-token log-probability programs, which need a decoder; "
                             f"{model_path} is an encoder")
     chunk = min(prefill_chunk or DEFAULT_CHUNK, context[-1])
+    tokens = prefill_token_ladder(chunk, prefill_tokens)
     pages = num_pages or 1 + batch[-1] * context[-1] // block_size
-    count = len(batch) * len(context) * (1 if is_encoder else 2) + (len(context) if score and not is_encoder else 0)
+    count = (len(batch) * len(context) if is_encoder else
+             len(batch) * sum(len(_token_buckets(m, context, tokens)) for m in ("prefill", "decode")))
+    count += len(context) if score and not is_encoder else 0
     with tqdm(total=count, desc=f"export {_model_name(model_path)}", unit="program",
               disable=None if progress is None else not progress) as bar:
         if is_encoder:
@@ -303,7 +343,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
         else:
             if pages < 2:
                 raise ArgumentError(f"export: num_pages={pages}; at least 2 (page 0 is scratch)")
-            programs, texts, kv_list = _decoder_programs(cfg, stored, batch, context, block_size, chunk, pages,
+            programs, texts, kv_list = _decoder_programs(cfg, stored, batch, context, block_size, tokens, pages,
                                                          kv_dtype, bar, top_logprobs,
                                                          _kernel_formats(cpu_kernels))
             if score:
@@ -326,7 +366,8 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
         "kind": "encoder" if is_encoder else "decoder",
         "model": {"name": name or _model_name(model_path), "architecture": cfg.architecture,
                   "model_type": cfg.model_type, "config": _jsonable(cfg)},
-        "buckets": {"batch": batch, "context": context, "prefill_chunk": None if is_encoder else chunk},
+        "buckets": {"batch": batch, "context": context, "prefill_chunk": None if is_encoder else chunk,
+                    "prefill_tokens": None if is_encoder else tokens},
         "kv": kv,
         "logprobs": {"top": top_logprobs, "dtype": "float32"} if top_logprobs else None,
         "weights": {"file": WEIGHTS_FILE, "format": fmt, "fused": fused,

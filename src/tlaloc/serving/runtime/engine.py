@@ -115,10 +115,12 @@ class Engine:
             if prefill_chunk is not None and not 1 <= int(prefill_chunk) <= chunk:
                 raise ArgumentError(f"prefill_chunk={prefill_chunk}: this artifact's prefill programs take at most "
                                     f"{chunk} tokens per row; use 1..{chunk}")
-            programs, smallest = self.executor.programs, m["buckets"]["batch"][0]
+            smallest = m["buckets"]["batch"][0]
+            tokens = {(mode, C): self.executor.tokens(mode, smallest, C) for mode in ("prefill", "decode")
+                      for C in m["buckets"]["context"]}
             self.scheduler = Scheduler(
                 batch=m["buckets"]["batch"], context=m["buckets"]["context"], block_size=self.block_size,
-                program_tokens=lambda mode, C: programs[(mode, smallest, C)]["tokens"],
+                program_tokens=lambda mode, C: tokens[mode, C],
                 num_pages=self.num_pages, prefill_chunk=int(prefill_chunk or chunk), vocab_size=self.vocab_size,
                 max_waiting=max_waiting, max_logprobs=self.max_logprobs)
         elif self.kind != "encoder":
@@ -145,7 +147,7 @@ class Engine:
 
     @property
     def programs_used(self) -> set:
-        """(mode, batch, context) of every decode and prefill program this engine has run."""
+        """(mode, batch, context, tokens per row) of every decode and prefill program this engine has run."""
         return self.executor.programs_used
 
     # -- one step: schedule, build the inputs, run, update -----------------------------------------
@@ -170,7 +172,8 @@ class Engine:
         request ends with an error."""
         self.scheduler.count_call(batch)
         try:
-            sampled = self.executor.run(batch.mode, batch.size, batch.context, stack_rows(inputs, batch.size))
+            sampled = self.executor.run(batch.mode, batch.size, batch.context, stack_rows(inputs, batch.size),
+                                        batch.tokens)
         except Exception as e:  # noqa: BLE001 - the program failed: keep serving
             log.warning("serving: %s program (batch %d, context %d, %d rows) failed: %s: %s", batch.mode,
                         batch.size, batch.context, len(batch.rows), type(e).__name__, e)

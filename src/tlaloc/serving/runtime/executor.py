@@ -58,8 +58,12 @@ class Executor:
             self.cpu_kernels = kernels.load()           # False (logged, with the reason) -> the portable texts
         log.info("engine: %s programs on %s", "the CPU-kernel" if self.cpu_kernels else "the portable", platform)
         self.verify, self.fast_compile, self.cache_dir = verify, fast_compile, cache_dir
-        self.programs = {(p["mode"], p["batch"], p["context"]): p for p in manifest["programs"]}
-        self.programs_used: set = set()     # (mode, batch, context) of every decode/prefill program run
+        #: (mode, batch, context, tokens per row) -> manifest program entry
+        self.programs = {(p["mode"], p["batch"], p["context"], p["tokens"]): p for p in manifest["programs"]}
+        self._widest = {}                   # (mode, batch, context) -> the most tokens per row of its programs
+        for mode, B, C, T in self.programs:
+            self._widest[mode, B, C] = max(T, self._widest.get((mode, B, C), 0))
+        self.programs_used: set = set()     # (mode, batch, context, tokens) of every decode/prefill program run
         self._plans: dict = {}
         self.weights = self._upload_weights()
         self.pools: dict = {}
@@ -108,9 +112,14 @@ class Executor:
         return [p.unsafe_buffer_pointer() for p in self.pools.values()]
 
     # -- programs --------------------------------------------------------------------------------
-    def executable(self, mode: str, B: int, C: int):
-        """``(manifest program entry, compiled Program)`` of bucket (mode, B, C), compiled on first use."""
-        program = self.programs[(mode, B, C)]
+    def tokens(self, mode: str, B: int, C: int) -> list:
+        """The tokens per row of the ``mode`` programs of batch B and context C, ascending."""
+        return sorted(T for (m, b, c, T) in self.programs if (m, b, c) == (mode, B, C))
+
+    def executable(self, mode: str, B: int, C: int, T: int | None = None):
+        """``(manifest program entry, compiled Program)`` of bucket (mode, B, C, T), compiled on first use
+        (T None: the most tokens per row of (mode, B, C), the only program of most modes)."""
+        program = self.programs[(mode, B, C, self._widest[mode, B, C] if T is None else T)]
         key = (self._variant(program)["cache_key"], self.platform, self.fast_compile)
         exe = _COMPILED.get(key)
         if exe is None:
@@ -157,26 +166,34 @@ class Executor:
         return exe
 
     def _args(self, program: dict, request: dict) -> list:
+        """The program's arguments: a copy of its weights (fixed once loaded) with the request inputs
+        and the current pools put in their places (a few dozen of its hundreds of inputs)."""
         plan = self._plans.get(program["name"])
         if plan is None:
-            plan = self._plans[program["name"]] = [
-                ("r" if n in request else "k" if n in self.pools else "w", n) for n in program["inputs"]]
-        return [request[n] if k == "r" else self.pools[n] if k == "k" else self.weights[n] for k, n in plan]
+            names = program["inputs"]
+            plan = self._plans[program["name"]] = (
+                [self.weights.get(n) for n in names],
+                [(i, n, n in request) for i, n in enumerate(names) if n not in self.weights])
+        template, fill = plan
+        args, pools = list(template), self.pools
+        for i, n, from_request in fill:
+            args[i] = request[n] if from_request else pools[n]
+        return args
 
-    def call(self, mode: str, B: int, C: int, inputs: dict) -> list:
-        """Run bucket (mode, B, C) on the request ``inputs`` (the weights and pools are added); its outputs
+    def call(self, mode: str, B: int, C: int, inputs: dict, T: int | None = None) -> list:
+        """Run bucket (mode, B, C, T) on the request ``inputs`` (the weights and pools are added); its outputs
         in manifest order, as device arrays."""
-        program, exe = self.executable(mode, B, C)
+        program, exe = self.executable(mode, B, C, T)
         return exe(*self._args(program, inputs))
 
-    def run(self, mode: str, B: int, C: int, inputs: dict) -> dict:
+    def run(self, mode: str, B: int, C: int, inputs: dict, T: int | None = None) -> dict:
         """Run a decode or prefill program; the pools it returns replace the donated ones. Returns its
         other outputs by role (``next_token_ids``, and ``token_logprob``, ``top_logprobs``, ``top_ids``
         where the artifact has them) as host arrays."""
-        program, _ = self.executable(mode, B, C)
-        self.programs_used.add((mode, B, C))
+        program, _ = self.executable(mode, B, C, T)
+        self.programs_used.add((mode, B, C, program["tokens"]))
         results = {}
-        for slot, out in zip(program["outputs"], self.call(mode, B, C, inputs)):
+        for slot, out in zip(program["outputs"], self.call(mode, B, C, inputs, T)):
             if slot["role"] == "kv_pool":
                 self.pools[slot["name"]] = out
             else:

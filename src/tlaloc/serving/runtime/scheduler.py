@@ -46,7 +46,8 @@ class Scheduler:
     """The request queue, the running batch and the page allocator.
 
     batch, context: the artifact's bucket ladders (ascending); program_tokens(mode, C): the
-    tokens per row of that mode's programs at context C; prefill_chunk: prompt tokens per
+    tokens per row of that mode's programs at context C (ascending: a call takes the smallest
+    that holds its longest row); prefill_chunk: prompt tokens per
     request per step; max_logprobs: the most top log-probabilities the programs output.
     """
 
@@ -176,7 +177,8 @@ class Scheduler:
         if not rows:
             return None
         C = self.bucket(self.context, max(row.end for row in rows), "context")
-        return Batch(mode, self.bucket(self.batch, len(rows), "batch"), C, self.program_tokens(mode, C), tuple(rows))
+        T = self.bucket(self.program_tokens(mode, C), max(row.n for row in rows), "tokens")
+        return Batch(mode, self.bucket(self.batch, len(rows), "batch"), C, T, tuple(rows))
 
     def _take_pages(self, req: Request, tokens: int) -> None:
         while len(req.pages) < rq.pages_for(tokens, self.block_size):

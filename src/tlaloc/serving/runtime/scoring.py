@@ -81,7 +81,7 @@ def _ids(engine, prompt) -> list:
 
 def score_contexts(engine) -> list:
     """The context lengths of the artifact's score programs, ascending (empty if it has none)."""
-    return sorted(C for (mode, B, C) in engine.executor.programs if mode == "score" and B == 1)
+    return sorted(C for (mode, B, C, _) in engine.executor.programs if mode == "score" and B == 1)
 
 
 def score(engine, prompt) -> ScoreResult:
