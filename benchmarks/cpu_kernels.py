@@ -2,7 +2,7 @@
 
     g++ -O3 -march=native -std=c++17 -shared -fPIC -w \
         -I.venv/lib/python3.11/site-packages/jaxlib/include src/tlaloc/kernels/cpu/matmul.cc -o /tmp/tlk.so
-    python benchmarks/cpu_kernels.py /tmp/tlk.so [M] [--repeats 15] [--layers 12] [--n 3072] [--k 576]
+    PYTHONPATH=src python benchmarks/cpu_kernels.py /tmp/tlk.so [M] [--repeats 15] [--layers 12] [--n 3072] [--k 576]
 
 Each workload is a *dependency chain* of ``--layers`` calls y_i = x_i @ W_i with x_{i+1}
 depending on y_i (as in a decoder: independent calls would run concurrently in XLA's thread
@@ -30,6 +30,8 @@ import jax.numpy as jnp
 
 jax.config.update("jax_platforms", "cpu")
 
+from tlaloc._runtime.cpu_kernels import pack_panels  # noqa: E402  (the kernels read weights in panel order)
+
 FORMATS = ["f32", "bf16", "i8ch", "q8_0", "q4_1"]
 TOLERANCE = 1e-5            # relative error vs float64 above which a kernel is wrong
 
@@ -37,8 +39,8 @@ TOLERANCE = 1e-5            # relative error vs float64 above which a kernel is 
 def register(so_path: str) -> None:
     lib = ctypes.CDLL(os.path.abspath(so_path))
     for name in FORMATS:
-        capsule = jax.ffi.pycapsule(getattr(lib, f"tlaloc_cpu_matmul_{name}"))
-        jax.ffi.register_ffi_target(f"tlaloc_cpu_matmul_{name}", capsule, platform="cpu")
+        capsule = jax.ffi.pycapsule(getattr(lib, f"tlaloc_cpu_matmul_{name}_p64"))
+        jax.ffi.register_ffi_target(f"tlaloc_cpu_matmul_{name}_p64", capsule, platform="cpu")
 
 
 def make_weights(rng, fmt: str, K: int, N: int):
@@ -86,7 +88,7 @@ def chain(dot, x, weights, K):
 
 
 def kernel_dot(fmt, M, N):
-    call = jax.ffi.ffi_call(f"tlaloc_cpu_matmul_{fmt}", jax.ShapeDtypeStruct((M, N), jnp.float32))
+    call = jax.ffi.ffi_call(f"tlaloc_cpu_matmul_{fmt}_p64", jax.ShapeDtypeStruct((M, N), jnp.float32))
     return lambda x, w: call(x, *w)
 
 
@@ -134,7 +136,8 @@ def main() -> int:
         if K % 32 and fmt in ("q8_0", "q4_1"):
             continue                        # blocked formats need K a multiple of 32
         made = [make_weights(rng, fmt, K, N) for _ in range(L)]
-        stored, dense = [m[0] for m in made], [m[1] for m in made]
+        stored = [tuple(pack_panels(a) for a in m[0]) for m in made]
+        dense = [m[1] for m in made]
         nbytes = sum(a.nbytes for a in stored[0]) * L
         fn = jax.jit(lambda x, ws, fmt=fmt: chain(kernel_dot(fmt, M, N), x, ws, K))
         best, med = best_of(fn, (x, stored), args.repeats)

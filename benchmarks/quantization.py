@@ -39,7 +39,7 @@ PROMPT = "Once upon a time, in a small village by the sea,"
 SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FORMATS = {"f32": {}, "bf16": {"dtype": "bf16"}, "int8": {"weights": "int8"}, "q8_0": {"weights": "q8_0"},
            "q4_1": {"weights": "q4_1"}}
-_BYTES = {"float32": 4, "bfloat16": 2, "int8": 1}
+_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "uint8": 1}
 
 
 def default_model() -> str | None:
@@ -49,6 +49,16 @@ def default_model() -> str | None:
         return None
     path = os.path.join(spec.submodule_search_locations[0], SMOL_FILE)
     return path if os.path.isfile(path) else None
+
+
+def _head_copy_bytes(manifest: dict) -> int:
+    """Bytes of the exact (D, V) copy of a tied table that CPU-kernel exports add as the output head
+    (``weights_format.head_copy``): stored twice, read once per token."""
+    if not manifest["model"]["config"].get("tie_word_embeddings"):
+        return 0
+    slots = {s["name"]: s for s in manifest["weights"]["slots"]}
+    return sum(_BYTES[slots[n]["dtype"]] * math.prod(slots[n]["shape"]) for n in ("lm_head", "lm_head.scale")
+               if n in slots)
 
 
 def _kv_bytes(manifest: dict) -> int:
@@ -83,7 +93,9 @@ def measure(model: str, workdir: str, *, context=(64, 512), new_tokens: int = 32
         t1 = time.perf_counter()
         scored = token_logprobs(engine, text)                            # (n-1,) nats per token
         ids = engine.generate([prompt], max_new_tokens=new_tokens, stop=[])[0].token_ids
-        row = {"weight_bytes": summary.weight_bytes, "kv_bytes": _kv_bytes(read_manifest(summary.path)),
+        manifest = read_manifest(summary.path)
+        row = {"weight_bytes": summary.weight_bytes, "kv_bytes": _kv_bytes(manifest),
+               "head_copy_bytes": _head_copy_bytes(manifest),
                "tokens_scored": len(scored.logprobs), "nll": scored.nll, "ppl": math.exp(scored.nll),
                "greedy_ids": ids, "greedy_text": engine.decode(ids),
                "export_s": round(t_export, 1), "run_s": round(time.perf_counter() - t1, 1)}
@@ -113,7 +125,8 @@ def table(model: str, results: dict) -> str:
     for fmt, r in results.items():
         div = "none" if r["first_divergence"] is None else \
             f"{r['first_divergence']} (f32 margin {r['f32_margin_at_divergence']:.3f} nats)"
-        lines.append(f"| {fmt} | {r['weight_bytes'] / 1e6:.1f} | {r['weight_ratio']:.3f} | {r['kv_bytes'] / 1e6:.1f} "
+        copy = f" (+{r['head_copy_bytes'] / 1e6:.1f} head copy)" if r["head_copy_bytes"] else ""
+        lines.append(f"| {fmt} | {(r['weight_bytes'] - r['head_copy_bytes']) / 1e6:.1f}{copy} | {r['weight_ratio']:.3f} | {r['kv_bytes'] / 1e6:.1f} "
                      f"| {r['ppl']:.3f} | {r['nll']:.4f} | {r['ppl_ratio']:.4f} | {r['top1_agreement']:.3f} "
                      f"| {r['greedy_prefix']}/{r['greedy_total']} (same at {r['greedy_matching']}) | {div} |")
     for fmt, r in results.items():

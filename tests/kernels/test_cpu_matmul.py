@@ -64,6 +64,14 @@ def make_parts(fmt, K, N, seed=0):
     return [rng.integers(0, 256, (K // 2, N), dtype=np.uint8), scale, offset]
 
 
+def as_stored(fmt, parts):
+    """The arrays as the kernel reads them: the ``_p64`` targets (every format without ``_t``)
+    take their weights in panel order, as the executor uploads them."""
+    if fmt.endswith("_t"):
+        return parts
+    return [cpu_kernels.pack_panels(p) for p in parts]
+
+
 def compiled(fmt, x_shape, parts):
     """A compiled program computing stored_matmul(x, *parts) with the kernel (custom call)."""
     from tlaloc.serving.export.programs import Slot, lower
@@ -84,18 +92,21 @@ def test_kernel_equals_float64_on_the_dequantised_matrix(fmt, x_shape):
     parts = make_parts(fmt, K, N)
     x = np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)
     run = compiled(fmt, x_shape, parts)
-    got = np.asarray(run(x, *parts)[0])
+    got = np.asarray(run(x, *as_stored(fmt, parts))[0])
     want = x.astype(np.float64) @ dequantize(fmt, parts)
     assert got.shape == x_shape[:-1] + (N,) and got.dtype == np.float32
     scale = np.abs(x).astype(np.float64) @ np.abs(dequantize(fmt, parts))       # the size of the sums
     assert np.max(np.abs(got - want) / scale) < 1e-6
-    np.testing.assert_array_equal(np.asarray(run(x, *parts)[0]), got)           # the same bits again
+    np.testing.assert_array_equal(np.asarray(run(x, *as_stored(fmt, parts))[0]), got)   # the same bits again
     # negative control: one changed block of weights is seen
     bad = [p.copy() for p in parts]
     block = (slice(0, 64), slice(0, BLOCK)) if fmt.endswith("_t") else (slice(0, BLOCK // 2), slice(0, 64))
     bad[0][block] = bad[0][block] // 2 if fmt.split("_t")[0] not in ("f32", "bf16") else 0
-    moved = np.asarray(run(x, *bad)[0])
+    moved = np.asarray(run(x, *as_stored(fmt, bad))[0])
     assert np.max(np.abs(moved - want) / scale) > 1e-3
+    if not fmt.endswith("_t"):          # negative control: the weights in the plain (R, N) layout are misread
+        plain = np.asarray(run(x, *parts)[0])
+        assert np.max(np.abs(plain - want) / scale) > 1e-3
     # the primitive's NumPy definition (the eager path) is the same product
     eager = np.asarray(stored_matmul(x, *parts, format=fmt))
     assert np.max(np.abs(eager - want) / scale) < 1e-6
@@ -107,10 +118,24 @@ def test_wide_outputs_and_long_inputs_split_over_units():
     for K, N in ((64, 64 * 37), (1536, 128)):
         parts = make_parts("q4_1", K, N, seed=K)
         x = np.random.default_rng(2).standard_normal((2, K)).astype(np.float32)
-        got = np.asarray(compiled("q4_1", x.shape, parts)(x, *parts)[0])
+        got = np.asarray(compiled("q4_1", x.shape, parts)(x, *as_stored("q4_1", parts))[0])
         want = x.astype(np.float64) @ dequantize("q4_1", parts)
         scale = np.abs(x).astype(np.float64) @ np.abs(dequantize("q4_1", parts))
         assert np.max(np.abs(got - want) / scale) < 1e-6
+
+
+def test_pack_panels_puts_element_r_n_where_the_kernels_read_it():
+    R, N = 5, 192
+    a = np.arange(R * N, dtype=np.int32).reshape(R, N)
+    flat = cpu_kernels.pack_panels(a).ravel()
+    for r in range(R):
+        for n in range(N):
+            assert flat[((n // 64) * R + r) * 64 + n % 64] == a[r, n]
+    assert cpu_kernels.pack_panels(a).shape == (R, N)
+    scale = np.arange(N, dtype=np.float32)
+    assert cpu_kernels.pack_panels(scale) is scale                # a per-column vector is its own panel order
+    with pytest.raises(ValueError, match="multiple of 64"):
+        cpu_kernels.pack_panels(np.zeros((4, 96), np.float32))
 
 
 def test_kernel_calls_are_traced_only_when_asked_and_for_tile_widths():
@@ -139,3 +164,27 @@ def test_a_missing_compiler_is_reported_and_the_portable_programs_run(monkeypatc
     monkeypatch.setenv("TLALOC_CACHE_DIR", str(tmp_path))
     with pytest.raises(RuntimeError, match="no-such-compiler"):
         cpu_kernels.build()
+
+
+def test_a_weight_computed_in_the_program_is_put_in_panel_order_there():
+    """A converted weight (not a program input, so not uploaded packed) reaches the f32 panel
+    kernel through a transpose in the program; export lists no input of it as packed."""
+    _kernels_or_skip()
+    from tlaloc import numpy as tnp
+    from tlaloc.serving.export.artifact import _panel_weights
+    from tlaloc.serving.export.programs import Slot, lower
+    from tlaloc.serving.runtime.device import Program
+    K, N = 96, 192
+    w = make_parts("bf16", K, N)[0]
+    x = np.random.default_rng(3).standard_normal((2, K)).astype(np.float32)
+    slots = [Slot("x", "token_ids", np.dtype(np.float32), x.shape), Slot("w", "weight", w.dtype, w.shape)]
+    with kernel_calls(("f32",)):
+        program = lower(lambda x, w: [stored_matmul(x, tnp.astype(w, tnp.float32), format="f32")], slots, "mm")
+    assert "stablehlo.transpose" in program.text and _panel_weights(program.text, ["x", "w"], "mm") == []
+    run = Program(program.text, "cpu", ["x", "w"], [(s.dtype, s.shape) for s in slots])
+    got = np.asarray(run(x, w)[0])                                           # the plain layout goes in
+    want = x.astype(np.float64) @ w.astype(np.float64)
+    scale = np.abs(x).astype(np.float64) @ np.abs(w.astype(np.float64))
+    assert np.max(np.abs(got - want) / scale) < 1e-6
+    packed = np.asarray(run(x, cpu_kernels.pack_panels(w))[0])              # control: packing twice is wrong
+    assert np.max(np.abs(packed - want) / scale) > 1e-3

@@ -14,12 +14,13 @@ from .fixtures import LADDER, NEW_TOKENS, PROMPTS
 
 FORMATS = {"q4_1": dict(weights="q4_1"), "q8_0": dict(weights="q8_0"), "int8": dict(weights="int8"),
            "bf16": dict(dtype="bf16"), "f32": {}}
-#: the kernel of the layer products and of the tied head, per format
-TARGETS = {"q4_1": ["tlaloc_cpu_matmul_q4_1", "tlaloc_cpu_matmul_q8_0_t"],
-           "q8_0": ["tlaloc_cpu_matmul_q8_0", "tlaloc_cpu_matmul_q8_0_t"],
-           "int8": ["tlaloc_cpu_matmul_i8ch", "tlaloc_cpu_matmul_i8ch_t"],
-           "bf16": ["tlaloc_cpu_matmul_bf16", "tlaloc_cpu_matmul_bf16_t"],
-           "f32": ["tlaloc_cpu_matmul_f32", "tlaloc_cpu_matmul_f32_t"]}
+#: the kernel of the layer products and of the tied head, per format (an int8 or Q8_0 table's
+#: head is an exact (D, V) copy in the layers' kernel: weights_format.head_copy)
+TARGETS = {"q4_1": ["tlaloc_cpu_matmul_q4_1_p64", "tlaloc_cpu_matmul_q8_0_p64"],
+           "q8_0": ["tlaloc_cpu_matmul_q8_0_p64"],
+           "int8": ["tlaloc_cpu_matmul_i8ch_p64"],
+           "bf16": ["tlaloc_cpu_matmul_bf16_p64", "tlaloc_cpu_matmul_bf16_t"],
+           "f32": ["tlaloc_cpu_matmul_f32_p64", "tlaloc_cpu_matmul_f32_t"]}
 #: decode programs also attend with the kernel reading the pages in place (prefill: the reference)
 ATTENTION = {"bf16": "tlaloc_cpu_paged_attention_bf16"}
 
@@ -45,8 +46,15 @@ def test_kernel_programs_give_the_portable_programs_greedy_ids(fmt, tiny, artifa
         attention = [ATTENTION.get(fmt, "tlaloc_cpu_paged_attention_f32")] if p["mode"] == "decode" else []
         assert sorted(p["cpu_kernels"]["targets"]) == sorted(TARGETS[fmt] + attention), p["name"]
         assert p["cpu_kernels"]["file"] in m["files"] and p["cpu_kernels"]["cache_key"] != p["cache_key"]
+        # the layers' weights go to the panel-order kernels; the tied table (head and embedding) does not
+        packed = p["cpu_kernels"]["panel64"]
+        assert packed and set(packed) <= set(p["inputs"]) and not [n for n in packed if "embed" in n], p["name"]
     with_kernels, portable = Engine(path, fast_compile=True), Engine(path, fast_compile=True, cpu_kernels=False)
     assert with_kernels.executor.cpu_kernels and not portable.executor.cpu_kernels
+    # each packed weight is on the device once, packed (every program runs a kernel text)
+    for name in m["programs"][0]["cpu_kernels"]["panel64"]:
+        assert (name, "panel64") in with_kernels.executor.weights and name not in with_kernels.executor.weights
+        assert name in portable.executor.weights and (name, "panel64") not in portable.executor.weights
     got = _greedy(with_kernels)
     assert got == _greedy(portable)
     assert all(len(ids) == NEW_TOKENS for ids in got)
@@ -58,9 +66,9 @@ def test_float32_artifacts_take_the_f32_kernels_and_cpu_kernels_false_none(tiny,
     from tlaloc.serving.manifest import read_manifest
     for p in read_manifest(artifact("llama"))["programs"]:                # untied head: (D, V), f32
         attention = ["tlaloc_cpu_paged_attention_f32"] if p["mode"] == "decode" else []
-        assert p["cpu_kernels"]["targets"] == sorted(["tlaloc_cpu_matmul_f32"] + attention), p["name"]
+        assert p["cpu_kernels"]["targets"] == sorted(["tlaloc_cpu_matmul_f32_p64"] + attention), p["name"]
     for p in read_manifest(artifact("qwen3_tied"))["programs"]:           # tied head: the (V, D) table
-        assert {"tlaloc_cpu_matmul_f32", "tlaloc_cpu_matmul_f32_t"} <= set(p["cpu_kernels"]["targets"])
+        assert {"tlaloc_cpu_matmul_f32_p64", "tlaloc_cpu_matmul_f32_t"} <= set(p["cpu_kernels"]["targets"])
     _, folder = tiny("llama")
     export(folder, tmp_path / "off", **LADDER, weights="q4_1", cpu_kernels=False, progress=False)
     m = read_manifest(tmp_path / "off")
@@ -68,7 +76,7 @@ def test_float32_artifacts_take_the_f32_kernels_and_cpu_kernels_false_none(tiny,
     assert not [f for f in m["files"] if f.endswith(".cpu.mlir")]
     export(folder, tmp_path / "f32k", **LADDER, cpu_kernels=("f32", "f32_t"), progress=False)
     targets = {t for p in read_manifest(tmp_path / "f32k")["programs"] for t in p["cpu_kernels"]["targets"]}
-    assert targets == {"tlaloc_cpu_matmul_f32"}                    # no attention kernel asked for
+    assert targets == {"tlaloc_cpu_matmul_f32_p64"}                # no attention kernel asked for
     with pytest.raises(ArgumentError, match="cpu_kernels must be True, False or a tuple of formats"):
         export(folder, tmp_path / "bad2", **LADDER, cpu_kernels="q4_1", progress=False)
     with pytest.raises(ArgumentError, match="cpu_kernels must be True, False or a tuple of formats"):
@@ -83,9 +91,46 @@ def test_a_changed_kernel_program_is_refused_by_name(tiny, artifact, tmp_path):
     copy = tmp_path / "art"
     shutil.copytree(artifact("llama", weights="q8_0"), copy)
     target = copy / "programs" / "decode_b1_c16.cpu.mlir"
-    target.write_text(target.read_text().replace("tlaloc_cpu_matmul_q8_0", "tlaloc_cpu_matmul_q4_1", 1))
+    target.write_text(target.read_text().replace("tlaloc_cpu_matmul_q8_0_p64", "tlaloc_cpu_matmul_q4_1_p64", 1))
     with pytest.raises(ArtifactError, match=r"programs/decode_b1_c16\.cpu\.mlir: sha256 mismatch"):
         Engine(copy, fast_compile=True)
+
+
+def test_kernel_programs_of_another_tlaloc_run_portable(tiny, artifact, tmp_path, caplog):
+    """An artifact whose kernel texts call targets this build lacks (an older export: row-layout
+    targets without ``_p64``) runs its portable programs, with a warning, never the wrong kernels."""
+    import json
+    import logging
+    import shutil
+
+    from tlaloc.serving import Engine
+    _kernels_or_skip()
+    copy = tmp_path / "old"
+    shutil.copytree(artifact("llama", weights="q8_0"), copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for p in manifest["programs"]:
+        p["cpu_kernels"]["targets"] = [t.replace("_p64", "") for t in p["cpu_kernels"]["targets"]]
+        del p["cpu_kernels"]["panel64"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING, logger="tlaloc.serving"):
+        old = Engine(copy, fast_compile=True)
+    assert not old.executor.cpu_kernels
+    assert "tlaloc_cpu_matmul_q8_0, which this tlaloc does not have" in caplog.text
+    want = Engine(artifact("llama", weights="q8_0"), fast_compile=True, cpu_kernels=False)
+    assert _greedy(old) == _greedy(want)
+
+
+def test_a_weight_shared_by_a_panel_kernel_and_another_op_is_refused():
+    from tlaloc.serving.errors import ArtifactError
+    from tlaloc.serving.export.artifact import _panel_weights
+    call = "%0 = stablehlo.custom_call @tlaloc_cpu_matmul_q8_0_p64(%arg0, %arg1, %arg2) {api_version = 4 : i32}"
+    head = "func.func public @main(%arg0: tensor<1x64xf32>, %arg1: tensor<64x64xi8>, %arg2: tensor<2x64xf16>)"
+    assert _panel_weights(f"{head}\n{call}\n", ["x", "w", "s"], "p") == ["s", "w"]
+    shared = f"{head}\n{call}\n%1 = stablehlo.convert %arg1 : (tensor<64x64xi8>) -> tensor<64x64xf32>\n"
+    with pytest.raises(ArtifactError, match="weight w feeds a panel-order CPU kernel and 1 other op"):
+        _panel_weights(shared, ["x", "w", "s"], "p")
+    row_kernel = call.replace("_q8_0_p64", "_q8_0_t")                  # the row kernels read the plain layout
+    assert _panel_weights(f"{head}\n{row_kernel}\n", ["x", "w", "s"], "p") == []
 
 
 def test_the_kernels_can_be_switched_off_by_environment(tmp_path):
@@ -94,3 +139,26 @@ def test_the_kernels_can_be_switched_off_by_environment(tmp_path):
     env = dict(os.environ, TLALOC_CPU_KERNELS="0", TLALOC_CACHE_DIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert out.strip() == "False disabled by TLALOC_CPU_KERNELS=0"
+
+
+def test_head_copy_is_the_tied_table_transposed_exactly():
+    import numpy as np
+
+    from tlaloc.models.quantized import block_quantize
+    from tlaloc.serving.export.weights_format import head_copy, quantize_int8
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((128, 64)).astype(np.float32)             # (V, D)
+    q, scale = block_quantize(table, axis=1)                               # Q8_0 blocks along D
+    stored = {"embed": q, "embed.scale": scale, "norm": np.ones(64, np.float32)}
+    out = head_copy(stored, ("q8_0",))
+    rows = (q.astype(np.float64).reshape(128, 2, 32) * scale.astype(np.float64)[:, :, None]).reshape(128, 64)
+    head = out["lm_head"].astype(np.float64).reshape(2, 32, 128) * out["lm_head.scale"].astype(np.float64)[:, None, :]
+    assert out["lm_head"].shape == (64, 128) and out["lm_head.scale"].shape == (2, 128)
+    np.testing.assert_array_equal(head.reshape(64, 128), rows.T)         # W (D, V) = table.T, blocks along D
+    assert out["embed"] is q and "lm_head" not in stored                   # the table stays for the lookup
+    assert head_copy(stored, ("q8_0_t",)) is stored                        # no (in, out) kernel asked for
+    qi, si = quantize_int8("embed", table)                                 # one scale per row
+    out = head_copy({"embed": qi, "embed.scale": si}, ("i8ch",))
+    np.testing.assert_array_equal(out["lm_head"], qi.T)
+    np.testing.assert_array_equal(out["lm_head.scale"], si)
+    assert head_copy({"embed": table}, ("f32", "q8_0")) == {"embed": table}   # float tables: no copy

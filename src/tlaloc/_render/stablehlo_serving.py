@@ -151,11 +151,31 @@ def _key_positions(em, node):
 
 
 def _stored_matmul(em, node, *ins):
-    """``stablehlo.custom_call`` of the CPU kernel of the weight's format (typed FFI)."""
-    from .._runtime.cpu_kernels import target_name
+    """``stablehlo.custom_call`` of the CPU kernel of the weight's format (typed FFI).
+
+    A ``_p64`` kernel reads its weights in panel order: a program input is uploaded so by the
+    executor (export lists it, ``cpu_kernels["panel64"]``); a weight computed inside the
+    program (a converted one) is put in panel order here, by a transpose.
+    """
+    from .._runtime.cpu_kernels import PANEL, panel_target, target_name
+    target = target_name(node.params["format"])
     vals = [em.value(x) for x in ins]
+    if panel_target(target):
+        vals = [vals[0]] + [v if v.name.startswith("%arg") else _panel_order(em, v, PANEL) for v in vals[1:]]
     return em.op("stablehlo.custom_call", vals, out_aval(node),
-                 attrs={"call_target_name": f'"{target_name(node.params["format"])}"', "api_version": "4 : i32"})
+                 attrs={"call_target_name": f'"{target}"', "api_version": "4 : i32"})
+
+
+def _panel_order(em, v, panel: int):
+    """An (R, N) value in panel order (``cpu_kernels.pack_panels``): the bytes of
+    ``v.reshape(R, N / panel, panel).transpose(1, 0, 2)``, as an (R, N) value again."""
+    if len(v.shape) != 2:
+        return v                                                        # a per-column scale
+    R, N = v.shape
+    split = em.reshape(v, (R, N // panel, panel))
+    moved = em.op("stablehlo.transpose", [split], (v.dtype, (N // panel, R, panel)),
+                  attrs={"permutation": "array<i64: 1, 0, 2>"})
+    return em.reshape(moved, (R, N))
 
 
 _paged_attention_reference = lower_by_reference(_sp.paged_attention_reference, extra=_key_positions)

@@ -2,7 +2,7 @@
 
 The serving programs of a CPU artifact come in two texts: the portable one (every product
 in plain StableHLO: convert, multiply, dot) and one where each product by a stored weight
-is ``stablehlo.custom_call @tlaloc_cpu_matmul_<format>`` (:data:`TARGETS`). The runtime
+is ``stablehlo.custom_call @tlaloc_cpu_matmul_<format>[_p64]`` (:data:`TARGETS`). The runtime
 picks the second at load time when :func:`load` returns True on the CPU platform, the
 first otherwise (another platform, no C++ compiler, ``TLALOC_CPU_KERNELS=0``).
 
@@ -13,6 +13,10 @@ first otherwise (another platform, no C++ compiler, ``TLALOC_CPU_KERNELS=0``).
 sha256 beside it (a damaged cached library is rebuilt, never loaded; an unwritable cache
 builds into a private temporary directory), then registers every target for XLA's CPU platform (typed FFI, api_version 1 in
 ``register_custom_call_target``'s numbering). Registration is process-wide and happens once.
+
+The ``_p64`` targets (matmul.cc: the layers' (in, out) weights) read their weight arrays in
+panel order (:func:`pack_panels`): the executor uploads those weights packed, as the
+kernel text's manifest entry lists them (``cpu_kernels["panel64"]``).
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ import subprocess
 import tempfile
 import threading
 
+import numpy as np
+
 log = logging.getLogger("tlaloc.kernels")
 
 _DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels", "cpu")
@@ -32,8 +38,11 @@ _DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 #: paged_attention.cc: decode attention reading the KV pools in place
 SOURCES = [os.path.join(_DIR, name) for name in ("matmul.cc", "matmul_rows.cc", "paged_attention.cc")]
 #: stored weight format (``tlaloc._prims.stored_matmul.FORMATS``) -> FFI target name
-TARGETS = {fmt: f"tlaloc_cpu_matmul_{fmt}" for fmt in ("f32", "bf16", "i8ch", "q8_0", "q4_1",
-                                                       "f32_t", "bf16_t", "i8ch_t", "q8_0_t")}
+#: (``_p64``: weights in panel order, :func:`pack_panels`)
+PANEL_FORMATS = ("f32", "bf16", "i8ch", "q8_0", "q4_1")
+PANEL = 64
+TARGETS = {**{fmt: f"tlaloc_cpu_matmul_{fmt}_p64" for fmt in PANEL_FORMATS},
+           **{fmt: f"tlaloc_cpu_matmul_{fmt}" for fmt in ("f32_t", "bf16_t", "i8ch_t", "q8_0_t")}}
 #: other ops -> FFI target name
 OPS = {f"paged_attention_{kv}": f"tlaloc_cpu_paged_attention_{kv}" for kv in ("f32", "bf16")}
 FLAGS = ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w"]
@@ -58,6 +67,29 @@ def op_target(op: str) -> str:
         return OPS[op]
     except KeyError:
         raise KeyError(f"no CPU kernel for op {op!r}; known: {sorted(OPS)}") from None
+
+
+def panel_target(name: str) -> bool:
+    """Whether FFI target ``name`` reads its weight operands in panel order (:func:`pack_panels`)."""
+    return name.startswith("tlaloc_cpu_matmul_") and name.endswith("_p64")
+
+
+def pack_panels(a: np.ndarray) -> np.ndarray:
+    """A weight array ``a`` (R, N) of a ``_p64`` target in the panel order its kernel reads.
+
+    Returns a C-contiguous array of the same shape and dtype whose bytes are those of the
+    (N / 64, R, 64) array ``a.reshape(R, N / 64, 64).transpose(1, 0, 2)``: each panel of 64
+    consecutive columns, its R rows one after the other (matmul.cc's header). A 1-d array
+    (a per-column scale) is its own panel order and comes back unchanged. Raises ValueError
+    when N is not a multiple of 64 (the kernels take only such widths).
+    """
+    a = np.asarray(a)
+    if a.ndim == 1:
+        return a
+    if a.ndim != 2 or a.shape[1] % PANEL:
+        raise ValueError(f"pack_panels: expected an (R, N) array with N a multiple of {PANEL}, got shape {a.shape}")
+    R, N = a.shape
+    return np.ascontiguousarray(a.reshape(R, N // PANEL, PANEL).transpose(1, 0, 2)).reshape(R, N)
 
 
 def _include_dir() -> str:
@@ -211,4 +243,4 @@ def reason() -> str:
     return _state.get("reason", "")
 
 
-__all__ = ["TARGETS", "OPS", "SOURCES", "target_name", "op_target", "build", "load", "reason", "library_path", "cache_dir"]
+__all__ = ["TARGETS", "OPS", "PANEL_FORMATS", "panel_target", "pack_panels", "SOURCES", "target_name", "op_target", "build", "load", "reason", "library_path", "cache_dir"]

@@ -3,7 +3,7 @@
 // (xla/ffi/api/ffi.h, shipped in jaxlib's include directory); built and registered by tlaloc/_runtime/cpu_kernels.py.
 //
 // Every target computes y (M, N) float32 = x (M, K) float32 @ W (K, N), where M is the
-// product of x's leading dimensions. W is in the serving artifacts' (in, out) layout:
+// product of x's leading dimensions. W's arrays are the serving artifacts' (in, out) arrays:
 //
 //   f32     w (K, N) float32
 //   bf16    w (K, N) bfloat16 (uint16 bit patterns)
@@ -12,6 +12,14 @@
 //   q4_1    q (K/2, N) uint8, scale, offset (K/32, N) float16: byte 16b + j holds row 32b + j in
 //           its low nibble and row 32b + j + 16 in its high nibble (GGUF's packing);
 //           W[k, n] = nibble * scale[k/32, n] + offset[k/32, n]
+//
+// Panel layout. Each two-dimensional array A (R, N) above comes in panel order: its columns in
+// panels of PANEL = 64, each panel's R rows stored one after the other, i.e. the bytes of the
+// (N/64, R, 64) array A.reshape(R, N/64, 64).transpose(1, 0, 2) (tlaloc._runtime.cpu_kernels.
+// pack_panels; the executor uploads the weights this way for these targets). A unit of work
+// (whole panels) then reads one contiguous run of bytes, which the hardware prefetchers follow
+// at memory speed: with the plain (R, N) layout a unit read short runs N bytes apart and
+// decoded SmolLM2's Q4_1 layers at half the speed (benchmarks/RESULTS.md, issue 18).
 //
 // The blocked formats are evaluated per block as GGUF defines them: for each block b,
 // y += scale[b] * (sum_j x_j q_j) + offset[b] * (sum_j x_j). x is never rounded: every product
@@ -23,12 +31,11 @@
 // the work, nor M changes any sum: results are reproducible, and a row's result is the same
 // whatever the batch it is in (benchmarks/cpu_kernels.py checks this bit for bit).
 //
-// Work. N is split into one unit of consecutive columns per thread (see run): the calling
+// Work. N is split into one unit of consecutive panels per thread (see run): the calling
 // thread and the tasks it schedules on XLA's intra-op pool claim units from a shared counter
 // (a task that starts late finds nothing left and returns, and the caller takes its unit).
-// A unit walks the weights block by block in storage order, so each thread reads long runs of
-// consecutive bytes, prefetched PREFETCH_AHEAD blocks ahead in software; per block and tile of
-// TILE = 64 columns a micro-kernel sums in registers and adds into the unit's float32 sums.
+// A unit walks its panels one after the other and each panel block by block, in storage
+// order; per block and panel a micro-kernel sums in registers and adds into the unit's float32 sums.
 //
 // Micro-kernels. With AVX-512 (compiled with -march=native on the machine that runs it) each
 // format converts its weight vectors exactly to float32 (pair), the shared loop
@@ -45,17 +52,16 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-constexpr int64_t TILE = 64;      // output columns per micro-kernel call
+constexpr int64_t TILE = 64;      // output columns per micro-kernel call: one panel
 constexpr int64_t QK = 32;        // input rows per block (GGUF's block size)
 #ifndef TLALOC_UNITS_PER_THREAD
 #define TLALOC_UNITS_PER_THREAD 1
 #endif
-#ifndef TLALOC_PREFETCH_AHEAD
-#define TLALOC_PREFETCH_AHEAD 2
-#endif
 constexpr int64_t UNITS_PER_THREAD = TLALOC_UNITS_PER_THREAD;  // column units per thread (see run)
 constexpr int64_t ACC_BYTES = 256 << 10;                         // most bytes of sums per unit (see run)
-constexpr int64_t PREFETCH_AHEAD = TLALOC_PREFETCH_AHEAD;  // blocks
+
+// Element (r, n) of an (R, N) array in panel order (see the header).
+inline int64_t at(int64_t r, int64_t n, int64_t R) { return ((n / TILE) * R + r) * TILE + n % TILE; }
 
 using tlaloc_cpu::bf16_to_f32;
 using tlaloc_cpu::f16_to_f32;
@@ -76,23 +82,23 @@ struct Q4_1 { const uint8_t* q; const uint16_t* scale; const uint16_t* offset; c
 // acc[r * lda + t] += the sum over block b's rows of x[m + r, k] W[k, n0 + t], t < TILE, for the
 // blocked formats as scale * sum(x q) (+ offset * sum x).
 
-inline float weight(const F32& f, int64_t k, int64_t n, int64_t N) { return f.w[k * N + n]; }
-inline float weight(const BF16& f, int64_t k, int64_t n, int64_t N) { return bf16_to_f32(f.w[k * N + n]); }
-inline float weight(const I8Channel& f, int64_t k, int64_t n, int64_t N) { return static_cast<float>(f.q[k * N + n]); }
+inline float weight(const F32& f, int64_t k, int64_t n, int64_t K) { return f.w[at(k, n, K)]; }
+inline float weight(const BF16& f, int64_t k, int64_t n, int64_t K) { return bf16_to_f32(f.w[at(k, n, K)]); }
+inline float weight(const I8Channel& f, int64_t k, int64_t n, int64_t K) { return static_cast<float>(f.q[at(k, n, K)]); }
 
 template <class Fmt>
 void scalar_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* acc, int64_t lda) {
   for (int r = 0; r < R; ++r)
     for (int64_t k = b * QK; k < b * QK + rows_in_block(p.K, b); ++k)
-      for (int64_t t = 0; t < TILE; ++t) acc[r * lda + t] += p.x[(m + r) * p.K + k] * weight(f, k, n0 + t, p.N);
+      for (int64_t t = 0; t < TILE; ++t) acc[r * lda + t] += p.x[(m + r) * p.K + k] * weight(f, k, n0 + t, p.K);
 }
 
 void scalar_block(const Q8_0& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* acc, int64_t lda) {
   for (int r = 0; r < R; ++r) {
     float part[TILE] = {};
     for (int64_t k = b * QK; k < (b + 1) * QK; ++k)
-      for (int64_t t = 0; t < TILE; ++t) part[t] += p.x[(m + r) * p.K + k] * static_cast<float>(f.q[k * p.N + n0 + t]);
-    for (int64_t t = 0; t < TILE; ++t) acc[r * lda + t] += part[t] * f16_to_f32(f.scale[b * p.N + n0 + t]);
+      for (int64_t t = 0; t < TILE; ++t) part[t] += p.x[(m + r) * p.K + k] * static_cast<float>(f.q[at(k, n0 + t, p.K)]);
+    for (int64_t t = 0; t < TILE; ++t) acc[r * lda + t] += part[t] * f16_to_f32(f.scale[at(b, n0 + t, p.K / QK)]);
   }
 }
 
@@ -101,13 +107,13 @@ void scalar_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_
     float part[TILE] = {};
     const float* xr = p.x + (m + r) * p.K + b * QK;
     for (int64_t j = 0; j < QK / 2; ++j) {
-      const uint8_t* src = f.q + (b * (QK / 2) + j) * p.N + n0;
+      const uint8_t* src = f.q + at(b * (QK / 2) + j, n0, p.K / 2);
       for (int64_t t = 0; t < TILE; ++t)
         part[t] += xr[j] * static_cast<float>(src[t] & 15) + xr[j + QK / 2] * static_cast<float>(src[t] >> 4);
     }
     const float xs = f.xsum[(m + r) * (p.K / QK) + b];
     for (int64_t t = 0; t < TILE; ++t)
-      acc[r * lda + t] += part[t] * f16_to_f32(f.scale[b * p.N + n0 + t]) + xs * f16_to_f32(f.offset[b * p.N + n0 + t]);
+      acc[r * lda + t] += part[t] * f16_to_f32(f.scale[at(b, n0 + t, p.K / QK)]) + xs * f16_to_f32(f.offset[at(b, n0 + t, p.K / QK)]);
   }
 }
 
@@ -136,18 +142,18 @@ TLALOC_INLINE __m512 load_i8x16(const int8_t* q) {
 //   s[r][v] = sum over the block of x[m + r, k] * (converted weight).
 
 template <int V> TLALOC_INLINE void row(const F32& f, const Problem& p, int64_t k, int64_t n, __m512* w) {
-  for (int v = 0; v < V; ++v) w[v] = _mm512_loadu_ps(f.w + k * p.N + n + 16 * v);
+  for (int v = 0; v < V; ++v) w[v] = _mm512_loadu_ps(f.w + at(k, n, p.K) + 16 * v);
 }
 // bfloat16 -> float32 is exact: the 16 bits become the high half of the float.
 template <int V> TLALOC_INLINE void row(const BF16& f, const Problem& p, int64_t k, int64_t n, __m512* w) {
   for (int v = 0; v < V; ++v) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(f.w + k * p.N + n + 16 * v));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(f.w + at(k, n, p.K) + 16 * v));
     w[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
 }
 // int8 per channel: sums of x * q; the scale multiplies the finished sum when it is stored.
 template <int V> TLALOC_INLINE void row(const I8Channel& f, const Problem& p, int64_t k, int64_t n, __m512* w) {
-  for (int v = 0; v < V; ++v) w[v] = load_i8x16(f.q + k * p.N + n + 16 * v);
+  for (int v = 0; v < V; ++v) w[v] = load_i8x16(f.q + at(k, n, p.K) + 16 * v);
 }
 template <int V, class Fmt> TLALOC_INLINE Rows pair(const Fmt& f, const Problem& p, int64_t b, int64_t n, int64_t j, __m512* wa, __m512* wb) {
   const int64_t k = b * QK + 2 * j;
@@ -167,13 +173,13 @@ TLALOC_INLINE void finish(const Fmt&, const Problem&, int64_t, int64_t, int64_t,
 // Q8_0: acc += (sum over the block of x * q) * scale.
 template <int V> TLALOC_INLINE Rows pair(const Q8_0& f, const Problem& p, int64_t b, int64_t n, int64_t j, __m512* wa, __m512* wb) {
   const int64_t k = b * QK + 2 * j;
-  for (int v = 0; v < V; ++v) wa[v] = load_i8x16(f.q + k * p.N + n + 16 * v), wb[v] = load_i8x16(f.q + (k + 1) * p.N + n + 16 * v);
+  for (int v = 0; v < V; ++v) wa[v] = load_i8x16(f.q + at(k, n, p.K) + 16 * v), wb[v] = load_i8x16(f.q + at(k + 1, n, p.K) + 16 * v);
   return {k, k + 1};
 }
 template <int R, int V>
 TLALOC_INLINE void finish(const Q8_0& f, const Problem& p, int64_t b, int64_t n, int64_t, __m512 s[R][V], float* acc, int64_t lda) {
   for (int v = 0; v < V; ++v) {
-    const __m512 scale = load_f16x16(f.scale + b * p.N + n + 16 * v);
+    const __m512 scale = load_f16x16(f.scale + at(b, n, p.K / QK) + 16 * v);
     for (int r = 0; r < R; ++r) {
       float* a = acc + r * lda + 16 * v;
       _mm512_storeu_ps(a, _mm512_fmadd_ps(s[r][v], scale, _mm512_loadu_ps(a)));
@@ -187,7 +193,7 @@ TLALOC_INLINE void finish(const Q8_0& f, const Problem& p, int64_t b, int64_t n,
 // int -> float conversion each). acc += (sum x * nibble) * scale + (sum x) * offset.
 template <int V> TLALOC_INLINE Rows pair(const Q4_1& f, const Problem& p, int64_t b, int64_t n, int64_t j, __m512* wa, __m512* wb) {
   const __m512 nibble = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const uint8_t* src = f.q + (b * (QK / 2) + j) * p.N + n;
+  const uint8_t* src = f.q + at(b * (QK / 2) + j, n, p.K / 2);
   for (int v = 0; v < V; ++v) {
     const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * v)));
     wa[v] = _mm512_permutexvar_ps(bytes, nibble);
@@ -198,7 +204,7 @@ template <int V> TLALOC_INLINE Rows pair(const Q4_1& f, const Problem& p, int64_
 template <int R, int V>
 TLALOC_INLINE void finish(const Q4_1& f, const Problem& p, int64_t b, int64_t n, int64_t m, __m512 s[R][V], float* acc, int64_t lda) {
   for (int v = 0; v < V; ++v) {
-    const __m512 scale = load_f16x16(f.scale + b * p.N + n + 16 * v), offset = load_f16x16(f.offset + b * p.N + n + 16 * v);
+    const __m512 scale = load_f16x16(f.scale + at(b, n, p.K / QK) + 16 * v), offset = load_f16x16(f.offset + at(b, n, p.K / QK) + 16 * v);
     for (int r = 0; r < R; ++r) {
       float* a = acc + r * lda + 16 * v;
       const __m512 xs = _mm512_set1_ps(f.xsum[(m + r) * (p.K / QK) + b]);
@@ -261,48 +267,20 @@ void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, 
 }
 #endif
 
-// Software prefetch of block b's weight bytes in columns [c0, c1): a unit reads each weight
-// row only c1 - c0 columns long before jumping N ahead, runs too short for the hardware
-// prefetchers to get far enough ahead.
-inline void prefetch_rows(const void* base, int64_t rows, int64_t row_bytes, int64_t offset, int64_t bytes) {
-  const char* p = static_cast<const char*>(base) + offset;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + r * row_bytes + i);
-}
-void prefetch(const F32& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-  prefetch_rows(f.w + b * QK * p.N, rows_in_block(p.K, b), 4 * p.N, 4 * c0, 4 * (c1 - c0));
-}
-void prefetch(const BF16& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-  prefetch_rows(f.w + b * QK * p.N, rows_in_block(p.K, b), 2 * p.N, 2 * c0, 2 * (c1 - c0));
-}
-void prefetch(const I8Channel& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-  prefetch_rows(f.q + b * QK * p.N, rows_in_block(p.K, b), p.N, c0, c1 - c0);
-}
-void prefetch(const Q8_0& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-  prefetch_rows(f.q + b * QK * p.N, QK, p.N, c0, c1 - c0);
-  prefetch_rows(f.scale + b * p.N, 1, 0, 2 * c0, 2 * (c1 - c0));
-}
-void prefetch(const Q4_1& f, const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-  prefetch_rows(f.q + b * (QK / 2) * p.N, QK / 2, p.N, c0, c1 - c0);
-  prefetch_rows(f.scale + b * p.N, 1, 0, 2 * c0, 2 * (c1 - c0));
-  prefetch_rows(f.offset + b * p.N, 1, 0, 2 * c0, 2 * (c1 - c0));
-}
-
 inline float channel_scale(const I8Channel& f, int64_t n) { return f.scale[n]; }
 template <class Fmt> float channel_scale(const Fmt&, int64_t) { return 1.f; }
 
-// One unit: output columns [c0, c1) (whole tiles) of every row, block by block in storage
-// order (each block's rows are read c1 - c0 columns at a time), summed into acc (M, c1 - c0),
-// then stored into y. On AVX-512 four rows of x share each converted weight vector (in strips
-// of 32 columns, so that the sums stay in registers); one or two rows take 64 columns at once.
+// One unit: output columns [c0, c1) (whole panels) of every row, panel by panel and each panel
+// block by block (one contiguous run of bytes), summed into acc (M, c1 - c0), then stored into
+// y. On AVX-512 four rows of x share each converted weight vector (in strips of 32 columns, so
+// that the sums stay in registers); one or two rows take the panel's 64 columns at once.
 template <class Fmt>
 void run_unit(const Fmt& f, const Problem& p, int64_t c0, int64_t c1, float* acc) {
   const int64_t W = c1 - c0, blocks = (p.K + QK - 1) / QK;
   std::memset(acc, 0, sizeof(float) * p.M * W);
-  for (int64_t b = 0; b < blocks; ++b) {
-    if (b + PREFETCH_AHEAD < blocks) prefetch(f, p, b + PREFETCH_AHEAD, c0, c1);
-    for (int64_t n0 = c0; n0 < c1; n0 += TILE) {
-      float* a = acc + (n0 - c0);
+  for (int64_t n0 = c0; n0 < c1; n0 += TILE) {
+    float* a = acc + (n0 - c0);
+    for (int64_t b = 0; b < blocks; ++b) {
 #ifdef TLALOC_AVX512
       int64_t m = 0;
       for (; m + 4 <= p.M; m += 4) avx_rows<4, 2>(f, p, b, n0, m, a + m * W, W);
@@ -323,8 +301,8 @@ void run_unit(const Fmt& f, const Problem& p, int64_t c0, int64_t c1, float* acc
 // Splits N into units of whole tiles and runs them on this thread and on tasks of XLA's
 // intra-op pool, which claim units from a shared counter. No sum depends on the split (each
 // output column is summed whole, in an order fixed by K), so the units are chosen for speed:
-// as few and as wide as possible (long contiguous runs of each weight row: the hardware
-// prefetchers follow them, and a unit's per-block setup is paid once), one per thread, but
+// as few and as wide as possible (each a contiguous run of the panels' bytes, which the
+// hardware prefetchers follow), one per thread, but
 // narrow enough that a unit's sums acc (M rows) stay within L2 when M is large.
 template <class Fmt>
 void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
@@ -411,21 +389,21 @@ ffi::Error MatmulQ4_1(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_f32, MatmulF32,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_f32_p64, MatmulF32,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_bf16, MatmulBF16,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_bf16_p64, MatmulBF16,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::BF16>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_i8ch, MatmulI8Channel,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_i8ch_p64, MatmulI8Channel,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
@@ -433,7 +411,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_i8ch, MatmulI8Channel,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q8_0, MatmulQ8_0,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q8_0_p64, MatmulQ8_0,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
@@ -441,7 +419,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q8_0, MatmulQ8_0,
                                   .Arg<ffi::Buffer<ffi::F16>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q4_1, MatmulQ4_1,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q4_1_p64, MatmulQ4_1,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()

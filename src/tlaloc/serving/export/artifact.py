@@ -25,7 +25,8 @@ import numpy as np
 
 from ...errors import ArgumentError
 from .. import manifest as mf
-from .weights_format import SIDE, flatten, fuse_projections, stored_tensors
+from ..errors import ArtifactError
+from .weights_format import SIDE, flatten, fuse_projections, head_copy, stored_tensors
 
 log = logging.getLogger("tlaloc.serving")
 WEIGHTS_FILE = "weights.safetensors"
@@ -163,7 +164,31 @@ def _kernel_variant(entry: dict, texts: dict, lower_for_kernels, formats) -> Non
     targets = sorted(set(re.findall(r'custom_call @(tlaloc_cpu_\w+)', program.text)))
     entry["cpu_kernels"] = {"file": f"programs/{name}.mlir", "targets": targets,
                             "cache_key": mf.sha256_bytes(f"tlaloc-serving/{mf.SCHEMA_VERSION}\n".encode()
-                                                         + program.text.encode())}
+                                                         + program.text.encode()),
+                            "panel64": _panel_weights(program.text, entry["inputs"], entry["name"])}
+
+
+def _panel_weights(text: str, inputs: list, name: str) -> list:
+    """The inputs of kernel text ``text`` that its ``_p64`` kernels read in panel order
+    (``tlaloc._runtime.cpu_kernels.pack_panels``): every weight operand (all but the first) of
+    such a call that is a program argument (a weight computed in the program is put in panel
+    order there). Each must be used by those calls alone, since the executor uploads it
+    packed; ArtifactError otherwise (a weight shared with another op)."""
+    from ..._runtime.cpu_kernels import panel_target
+    packed: dict = {}                          # argument number -> uses as a packed weight
+    for target, operands in re.findall(r'stablehlo\.custom_call @(\w+)\(([^)]*)\)', text):
+        if not panel_target(target):
+            continue
+        for operand in [o.strip() for o in operands.split(",")][1:]:
+            m = re.fullmatch(r"%arg(\d+)", operand)
+            if m is not None:
+                packed[int(m.group(1))] = packed.get(int(m.group(1)), 0) + 1
+    for arg, uses in packed.items():
+        total = len(re.findall(rf"%arg{arg}(?![0-9])", text)) - 1        # less its declaration
+        if total != uses:
+            raise ArtifactError(f"export: program {name}: weight {inputs[arg]} feeds a panel-order CPU kernel and "
+                                f"{total - uses} other op(s); it cannot be uploaded in one layout for both")
+    return sorted(inputs[arg] for arg in packed)
 
 
 def _token_buckets(mode: str, context: list, tokens: list) -> list:
@@ -325,6 +350,8 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     if fuse and not is_encoder:
         flat, fused = fuse_projections(flat)                     # one dot for q/k/v, one for gate/up
     stored = stored_tensors(flat, fmt)
+    if not is_encoder and getattr(cfg, "tie_word_embeddings", False):
+        stored = head_copy(stored, _kernel_formats(cpu_kernels))   # the head in the layers' faster kernel
     kv_dtype = np.dtype(np.float32) if dtype == "f32" else np.dtype("bfloat16")
     if score and is_encoder:
         raise ArgumentError("export: score=True writes next-token log-probability programs, which need a decoder; "

@@ -119,7 +119,12 @@ def head_parts(cfg: DecoderConfig, stored: dict, chunk: int | None = None):
     dot. Each logit is the same dot product either way.
     """
     name = "embed" if cfg.tie_word_embeddings else "lm_head"
-    kernel = _head_kernel(stored, name)
+    if cfg.tie_word_embeddings and "lm_head" in stored:
+        # the table's exact (D, V) copy (weights_format.head_copy), for the kernel of (in, out)
+        # matrices; without the kernels the table serves as before
+        kernel = _head_kernel(stored, "lm_head")
+    else:
+        kernel = _head_kernel(stored, name)
     if kernel is not None:
         return [kernel]
     if np.dtype(stored[name].dtype) == F32:

@@ -166,6 +166,31 @@ def stored_tensors(flat: dict, fmt: str) -> dict[str, np.ndarray]:
     return out
 
 
+def head_copy(stored: dict, formats) -> dict:
+    """``stored`` with an ``lm_head`` (D, V) copied from a tied embedding table (V, D) stored in
+    ``q8_0`` or per-row ``int8``, when the CPU kernels of ``formats`` take that format as an
+    (in, out) matrix; else ``stored`` itself.
+
+    The copy is exact (the table's integers and scales, transposed: the blocks of a row of
+    the table are the blocks of a column of the head), so every logit is unchanged. The
+    output head then runs in the panel-order kernel of the layers' (in, out) matrices
+    (``tlaloc/kernels/cpu/matmul.cc``), about 3x the speed of the row-by-row kernel of the
+    table (``matmul_rows.cc``) on SmolLM2-135M's 49152 x 576 Q8_0 head (benchmarks/RESULTS.md,
+    issue 18), at the cost of storing the table twice (the copy: 30 MB there). The
+    embedding lookup still gathers rows of the table.
+    """
+    if "embed" not in stored or "lm_head" in stored or not isinstance(stored.get("embed.scale"), np.ndarray):
+        return stored
+    q, scale = stored["embed"], stored["embed.scale"]
+    fmt = "q8_0" if scale.ndim == 2 else "i8ch"
+    if q.dtype != np.int8 or fmt not in formats or q.shape[0] % 64:
+        return stored
+    out = dict(stored)
+    out["lm_head"] = np.ascontiguousarray(q.T)                                   # (D, V)
+    out["lm_head.scale"] = np.ascontiguousarray(scale.T) if fmt == "q8_0" else scale   # (D / 32, V) or (V,)
+    return out
+
+
 def dequantize(stored: dict) -> dict:
     """The weights pytree a program computes with, from its weight inputs (traced or eager).
 
@@ -229,5 +254,5 @@ def dequantize_channels(stored: dict, name: str, start: int, stop: int):
     return _float32(name, part, part_scale)
 
 
-__all__ = ["FORMATS", "SIDE", "FUSED", "fuse_projections", "flatten", "unflatten", "quantize_int8", "stored_tensors", "dequantize", "dequantize_channels",
+__all__ = ["FORMATS", "SIDE", "FUSED", "fuse_projections", "flatten", "unflatten", "quantize_int8", "stored_tensors", "head_copy", "dequantize", "dequantize_channels",
            "channel_axis", "is_table"]

@@ -56,6 +56,15 @@ class Executor:
         if self.cpu_kernels:
             from ..._runtime import cpu_kernels as kernels
             self.cpu_kernels = kernels.load()           # False (logged, with the reason) -> the portable texts
+        if self.cpu_kernels:
+            known = {*kernels.TARGETS.values(), *kernels.OPS.values()}
+            unknown = sorted({t for p in manifest["programs"] if p.get("cpu_kernels")
+                              for t in p["cpu_kernels"]["targets"]} - known)
+            if unknown:                                 # an artifact of another tlaloc version
+                log.warning("engine: the artifact's CPU-kernel programs call %s, which this tlaloc does not have; "
+                            "running the portable programs (re-export the artifact to use the CPU kernels)",
+                            ", ".join(unknown))
+                self.cpu_kernels = False
         log.info("engine: %s programs on %s", "the CPU-kernel" if self.cpu_kernels else "the portable", platform)
         self.verify, self.fast_compile, self.cache_dir = verify, fast_compile, cache_dir
         #: (mode, batch, context, tokens per row) -> manifest program entry
@@ -69,7 +78,14 @@ class Executor:
         self.pools: dict = {}
 
     # -- loading ---------------------------------------------------------------------------------
+    def _packed(self, program: dict) -> set:
+        """The weights the text this executor runs for ``program`` reads in panel order."""
+        return set(self._variant(program).get("panel64", ()))
+
     def _upload_weights(self) -> dict:
+        """Each weight on the device once, as the programs read it: name -> device array, and for
+        the weights a CPU kernel reads in panel order (``tlaloc._runtime.cpu_kernels.pack_panels``)
+        ``(name, "panel64")`` -> the packed copy (both where some program reads each layout)."""
         from safetensors import deserialize
         w = self.manifest["weights"]
         with open(mf.resolve(self.path, w["file"]), "rb") as f:
@@ -87,13 +103,22 @@ class Executor:
             missing, extra = sorted(set(want) - set(found)), sorted(set(found) - set(want))
             raise ArtifactError(f"{w['file']} does not hold the manifest's weights: missing {missing[:10]}, "
                                 f"unexpected {extra[:10]}; re-export the artifact")
+        packed, plain = set(), set()
+        for program in self.manifest["programs"]:
+            program_packed = self._packed(program)
+            packed |= program_packed
+            plain |= set(program["inputs"]) - program_packed
         out = {}
         for name, slot in want.items():
             arr = found[name]
             if arr.dtype != np_dtype(slot["dtype"]) or list(arr.shape) != list(slot["shape"]):
                 raise ArtifactError(f"{w['file']}: weight {name} is {arr.dtype}{list(arr.shape)}, the manifest says "
                                     f"{slot['dtype']}{slot['shape']}; re-export the artifact")
-            out[name] = self._device.device_put(arr, self.platform)          # once; every call reuses it
+            if name in plain or name not in packed:
+                out[name] = self._device.device_put(arr, self.platform)      # once; every call reuses it
+            if name in packed:
+                from ..._runtime.cpu_kernels import pack_panels
+                out[name, "panel64"] = self._device.device_put(pack_panels(arr), self.platform)
         return out
 
     def new_pools(self) -> None:
@@ -170,10 +195,10 @@ class Executor:
         and the current pools put in their places (a few dozen of its hundreds of inputs)."""
         plan = self._plans.get(program["name"])
         if plan is None:
-            names = program["inputs"]
+            names, packed = program["inputs"], self._packed(program)
             plan = self._plans[program["name"]] = (
-                [self.weights.get(n) for n in names],
-                [(i, n, n in request) for i, n in enumerate(names) if n not in self.weights])
+                [self.weights.get((n, "panel64") if n in packed else n) for n in names],
+                [(i, n, n in request) for i, n in enumerate(names) if n not in self.weights and n not in packed])
         template, fill = plan
         args, pools = list(template), self.pools
         for i, n, from_request in fill:
