@@ -16,18 +16,22 @@
 // Split softmax ("flash decoding": FlashAttention-2's split over keys, merged with the
 // online-softmax rescaling of Milakov & Gimelshein 2018). Key positions are cut into chunks
 // of CHUNK = 32 (chunk c: keys [32 c, 32 c + 32)); a unit of work is one (row, chunk) with
-// a key some query of the row sees. For every query t of the row, kv head g and query head h
-// of g's group, the unit computes over the chunk's visible keys i, in key order, the partial
+// a key some query of the row sees. A unit looks each of the chunk's pages up once,
+// prefetches the chunk's keys and values into L2 and, for every query t of the row, kv
+// head g and query head h of g's group, computes over the chunk's visible keys i the partial
 //   m_c = max_i s_i,   l_c = sum_i exp(s_i - m_c),   a_c = sum_i exp(s_i - m_c) v_i,
 // reading each key and value row once for up to HEADS_PER_PASS = 4 heads of the group (all
-// of them for SmolLM2's 3) and looking each page up once. Scores are summed in 16 lanes
-// (lane e mod 16) then across the lanes in a fixed order; l_c and a_c in key order. Then, on the calling thread, each (row, query, head) folds its chunks in
-// increasing c: m = max(m, m_c), l = l exp(m_old - m) + l_c exp(m_c - m), likewise a; the
-// output is a * (1 / l). Every float addition thus happens in an order fixed by the shapes,
-// seq_lens and positions alone: the results do not depend on the thread count or on the
-// other rows of the batch. The units go to the calling thread and tasks of XLA's intra-op
-// pool as in matmul.cc when the call has SPLIT_WORK multiply-adds or more; a smaller call
-// (a short batch-1 decode) runs on the calling thread, which is faster than waking another.
+// of them for SmolLM2's 3). With AVX-512 a score is summed in 16 lanes (lane e mod 16) and
+// l_c in 16 lanes (lane i mod 16), each then across its lanes in a fixed order; plain C++
+// sums both in order of e or i. a_c is summed in key order. Then, on the calling thread,
+// each (row, query, head) folds its chunks in increasing c: m = max(m, m_c),
+// l = l exp(m_old - m) + l_c exp(m_c - m), likewise a; the output is a * (1 / l). Every float
+// addition thus happens in an order fixed by the shapes, seq_lens and positions alone: the
+// results do not depend on the thread count or on the other rows of the batch. The units
+// go to the calling thread and tasks of XLA's intra-op pool as in matmul.cc when the call
+// has SPLIT_WORK multiply-adds or more; a smaller call (a short batch-1 decode) runs on the
+// calling thread, which is faster than waking another. A query that sees no key is
+// computed by the calling thread: the mean of its kv head's values, slot by slot.
 //
 // With AVX-512 (F and BW) scores are 16-lane dot products (masked for an E that is not a
 // multiple of 16), exp is evaluated 16 scores at a time (exp16 below) and the values are
@@ -52,8 +56,11 @@ namespace {
 constexpr int64_t CHUNK = 32;           // keys per unit of work and per partial softmax
 constexpr int64_t HEADS_PER_PASS = 4;   // query heads computed together against a key row
 // Multiply-adds from which a call's units are shared with the pool. Measured on SmolLM2's
-// shapes (2 cores): at 1 << 20 batch 1 with 255 keys and batch 4 with 128 ran 1.4-1.6x
-// slower on one thread; at 1 << 16 short batch-1 calls gained nothing from a second.
+// shapes, 2 cores (benchmarks/attention_kernel.py): with the second core free, at 1 << 20
+// batch 1 with 255 keys and batch 4 with 128 ran 1.4-1.6x slower on one thread, and at
+// 1 << 16 batch 1-2 with 64-128 keys were no faster on two. With the second core busy
+// (load average ~4) sharing costs more, a helper preempted mid-unit holding the call up:
+// there 1 << 20 had the better medians.
 constexpr int64_t SPLIT_WORK = 1 << 18;
 
 template <class T> inline float value(const T* p, int64_t i);
