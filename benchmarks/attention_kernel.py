@@ -6,14 +6,17 @@
 SmolLM2-135M's decode shapes: H=9 query heads, K=3 kv heads, head dim E=64, pages of
 BS=16 slots, M=16 pages per row (seq_len up to 256), float32 pools, T=1. For each batch
 (1, 16) and seq_len (32, 128, 255) one jitted program chains ``--layers`` kernel calls, each
-on its own pools (so the pools come from memory as in a step, not from a warm cache) and
-each taking the previous call's output as its query (so they run one after another). It
-prints the best and the median of ``--repeats`` runs per call (the program's time divided by
-the layers). The kernel is built from the current sources as the tests build it;
-``--baseline`` times another build of the same target (e.g. an older source) in the same
-process, the two programs taking turns, so that both see the same load:
+on its own pools and each taking the previous call's output as its query (so they run one
+after another). At batch 16 the pools then come from memory, as in a step; at batch 1, 30
+layers' pools fit a 32 MB L3 (``--layers 200`` reads them from memory). It prints the best
+and the median of ``--repeats`` runs per call (the program's time divided by the layers).
+The kernel is built, as the tests build it, from the sources of the ``tlaloc`` Python
+imports (in a git worktree: ``PYTHONPATH=src``); ``--baseline`` times another build of the
+same target (e.g. an older source) in the same process, the two programs taking turns, so
+that both see the same load:
 
-    git show HEAD~1:src/tlaloc/kernels/cpu/paged_attention.cc > /tmp/old/paged_attention.cc
+    mkdir -p /tmp/old
+    git show REV:src/tlaloc/kernels/cpu/paged_attention.cc > /tmp/old/paged_attention.cc
     cp src/tlaloc/kernels/cpu/common.h /tmp/old/
     g++ -O3 -march=native -std=c++17 -shared -fPIC -w -I.venv/lib/python3.11/site-packages/jaxlib/include \\
         /tmp/old/paged_attention.cc -o /tmp/old/attention.so
