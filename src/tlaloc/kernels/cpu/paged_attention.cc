@@ -71,10 +71,11 @@ struct Shape {
   int64_t B, T, H, E, P, BS, K, M;
 };
 
-// One chunk of n <= CHUNK keys against NH query heads that share a kv head: q[h] the
-// query vectors, krow[i] / vrow[i] the key / value vectors of the chunk's i-th visible key.
-// Writes part[h] = {m, l, a[0..E)}: the chunk's max score, sum of exp(score - m) and
-// sum of exp(score - m) v_i, each summed in key order.
+// chunk<NH>(q, krow, vrow, n, E, scale, part): one chunk of n <= CHUNK keys against NH
+// query heads that share a kv head: q[h] the query vectors, krow[i] / vrow[i] the key /
+// value vectors of the chunk's i-th visible key. Writes part[h] = {m, l, a[0..E)}: the
+// chunk's max score, sum of exp(score - m) and sum of exp(score - m) v_i (summed in the
+// orders the header comment gives).
 #ifdef TLALOC_AVX512
 inline __mmask16 lanes(int64_t e, int64_t E) {       // the lanes of [e, e + 16) below E
   return E - e >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (E - e)) - 1);
@@ -123,12 +124,14 @@ void chunk(const float* const q[], const T* const krow[], const T* const vrow[],
   }
   for (int h = 0; h < NH; ++h) {
     __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int64_t i = 0; i < n; i += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, lanes(i, n), score[h] + i));
+    for (int64_t i = 0; i < n; i += 16)
+      mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, lanes(i, n), score[h] + i));
     const float top = _mm512_reduce_max_ps(mx);
     __m512 sum = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16) {
       const __mmask16 m = lanes(i, n);
-      const __m512 w = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, score[h] + i), _mm512_set1_ps(top))));
+      const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, score[h] + i), _mm512_set1_ps(top));
+      const __m512 w = _mm512_maskz_mov_ps(m, exp16(x));     // lanes past n: 0, out of the sum
       _mm512_store_ps(score[h] + i, w);
       sum = _mm512_add_ps(sum, w);
     }
