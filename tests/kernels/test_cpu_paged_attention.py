@@ -3,7 +3,11 @@
 Oracle: a float64 NumPy loop written here from the op's definition (each row's keys read
 through its block table, masked by length, position and window, softmax, weighted values).
 Negative controls: changing a page a row reads moves its output; changing a page no row
-reads does not (the pages are read in place, nothing else).
+reads does not (the pages are read in place, nothing else). The kernel splits each row's
+keys into chunks of 32 merged in a fixed order: rows spanning several chunks, grouped query
+heads and a head dim that is not a multiple of 16 are held to the same oracle, one key
+perturbed or two pages swapped fail it, and a row's output is bit-identical alone and in
+a batch (where the work is shared between threads).
 """
 import ml_dtypes
 import numpy as np
@@ -19,7 +23,9 @@ B, H, K, E, P, BS, M = 3, 4, 2, 24, 10, 4, 3
 def oracle(q, kc, vc, tables, lens, positions, window, scale):
     q, kc, vc = (np.asarray(a).astype(np.float64) for a in (q, kc, vc))
     Bq, T = positions.shape
-    S, G = M * BS, H // K
+    _, BS, K, E = kc.shape
+    H = q.shape[2]
+    S, G = tables.shape[1] * BS, H // K
     out = np.zeros(q.shape)
     for b in range(Bq):
         keys = kc[tables[b]].reshape(S, K, E)
@@ -41,9 +47,10 @@ def oracle(q, kc, vc, tables, lens, positions, window, scale):
     return out
 
 
-def compiled(T, kv_dtype, window):
+def compiled(T, kv_dtype, window, shape=(B, H, K, E, P, BS, M)):
     from tlaloc.serving.export.programs import Slot, lower
     from tlaloc.serving.runtime.device import Program
+    B, H, K, E, P, BS, M = shape
     i32, f32 = np.dtype(np.int32), np.dtype(np.float32)
     slots = [Slot("q", "token_ids", f32, (B, T, H, E)), Slot("k", "kv_pool", kv_dtype, (P, BS, K, E)),
              Slot("v", "kv_pool", kv_dtype, (P, BS, K, E)), Slot("tables", "block_tables", i32, (B, M)),
@@ -80,3 +87,68 @@ def test_kernel_equals_float64_attention_over_the_pages(kv, T, window):
     unused[4] += kv_dtype.type(1.0)
     assert np.abs(np.asarray(run(q, kc, used, tables, lens, positions)[0])[0] - got[0]).max() > 1e-3
     np.testing.assert_array_equal(np.asarray(run(q, unused, vc, tables, lens, positions)[0]), got)
+
+
+# G = 3 query heads per kv head, E = 72 = 4 * 16 + 8 (a masked tail), pages of 16, rows of
+# 1 key to 4 chunks of 32 (and one row that sees no key)
+GQA = dict(H=6, K=2, E=72, P=40, BS=16, M=8)
+
+
+def gqa_case(kv_dtype, lens, positions, seed=0):
+    rng = np.random.default_rng(seed)
+    H, K, E, P, BS, M = (GQA[k] for k in ("H", "K", "E", "P", "BS", "M"))
+    Bq = len(lens)
+    q = rng.standard_normal((Bq, 1, H, E)).astype(np.float32)
+    kc = rng.standard_normal((P, BS, K, E)).astype(kv_dtype)
+    vc = rng.standard_normal((P, BS, K, E)).astype(kv_dtype)
+    tables = (1 + np.arange(Bq * M) % (P - 1)).reshape(Bq, M)
+    tables = rng.permuted(tables, axis=1).astype(np.int32)              # scattered pages
+    return q, kc, vc, tables, np.array(lens, np.int32), np.array(positions, np.int32).reshape(Bq, 1)
+
+
+def gqa_program(Bq, kv_dtype, window):
+    g = GQA
+    return compiled(1, kv_dtype, window, (Bq, g["H"], g["K"], g["E"], g["P"], g["BS"], g["M"]))
+
+
+@pytest.mark.parametrize("kv", ["float32", "bfloat16"])
+@pytest.mark.parametrize("window", [None, 40])
+def test_chunked_kernel_with_grouped_heads_and_a_tail_equals_float64(kv, window):
+    if not cpu_kernels.load():
+        pytest.skip(f"the CPU kernels cannot be built here: {cpu_kernels.reason()}")
+    kv_dtype = np.dtype(ml_dtypes.bfloat16) if kv == "bfloat16" else np.dtype(np.float32)
+    lens = [1, 31, 32, 33, 100, 128, 5]
+    positions = [0, 30, 31, 32, 99, 127, -1]                            # the last row sees no key
+    q, kc, vc, tables, lens, positions = gqa_case(kv_dtype, lens, positions)
+    run = gqa_program(len(lens), kv_dtype, window)
+    got = np.asarray(run(q, kc, vc, tables, lens, positions)[0])
+    want = oracle(q, kc, vc, tables, lens, positions, window, GQA["E"] ** -0.5)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    # negative controls: key 70 of row 4 (chunk 2, in the window) moved; a page it reads
+    # swapped with one past its length (swapping two pages it reads whole would only
+    # permute the keys, which attention does not see)
+    key = kc.copy()
+    page, slot = tables[4, 70 // GQA["BS"]], 70 % GQA["BS"]
+    key[page, slot, 1] += kv_dtype.type(4.0)
+    swapped = tables.copy()
+    swapped[4, [4, 7]] = swapped[4, [7, 4]]                             # keys 64-79 and 112-127
+    for args in ((q, key, vc, tables, lens, positions), (q, kc, vc, swapped, lens, positions)):
+        with pytest.raises(AssertionError):
+            np.testing.assert_allclose(np.asarray(run(*args)[0]), want, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("kv", ["float32", "bfloat16"])
+def test_a_row_is_bit_identical_alone_and_in_a_batch(kv):
+    if not cpu_kernels.load():
+        pytest.skip(f"the CPU kernels cannot be built here: {cpu_kernels.reason()}")
+    kv_dtype = np.dtype(ml_dtypes.bfloat16) if kv == "bfloat16" else np.dtype(np.float32)
+    lens = [100, 128, 128, 128, 77, 128, 128, 128]                      # shared between threads
+    q, kc, vc, tables, lens, positions = gqa_case(kv_dtype, lens, [ln - 1 for ln in lens], seed=1)
+    batch = np.asarray(gqa_program(8, kv_dtype, None)(q, kc, vc, tables, lens, positions)[0])
+    alone = gqa_program(1, kv_dtype, None)
+    for b in (0, 4):
+        row = np.asarray(alone(q[b:b + 1], kc, vc, tables[b:b + 1], lens[b:b + 1], positions[b:b + 1])[0])
+        np.testing.assert_array_equal(row[0], batch[b])
+    # control: the comparison sees a difference in the last bit
+    nudged = np.nextafter(batch[0], np.float32(np.inf))
+    assert not np.array_equal(nudged, batch[0])
