@@ -84,3 +84,29 @@ def test_seeded_request_does_not_depend_on_its_batch(engine):
         for ev in eng.step():
             out[ev.request_id].extend(ev.token_ids)
     assert out[rid] == alone
+
+
+def test_greedy_ids_is_numpys_argmax_compiled_and_eager():
+    """Ties (lowest id), NaN (its first id), all -inf, one-hot rows; compiled and eager against
+    np.argmax. Control: a row whose tie is broken the other way is seen."""
+    from tlaloc.serving.export.programs import Slot, lower
+    from tlaloc.serving.export.sampling import greedy_ids
+    from tlaloc.serving.runtime.device import Program
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 300)).astype(np.float32)
+    x[1, [7, 200]] = 9.0                                                  # a tie: 7 wins
+    x[2, [250, 40]] = np.nan                                              # NaN: the first one, 40
+    x[3] = -np.inf
+    x[4] = 0.0
+    x[4, 299] = 1.0
+    x[5] = np.round(x[5])                                                 # many ties at the top
+    want = np.argmax(x, axis=-1)
+    slot = [Slot("logits", "x", x.dtype, x.shape)]
+    exe = Program(lower(lambda lg: [greedy_ids(lg)], slot, "greedy").text, "cpu", ["logits"], [(x.dtype, x.shape)],
+                  fast_compile=True)
+    got = np.asarray(exe(x)[0])
+    assert got.dtype == np.int32 and got.tolist() == want.tolist()
+    assert np.asarray(greedy_ids(x)).tolist() == want.tolist()
+    flipped = x.copy()
+    flipped[1, 7] = 8.0
+    assert np.asarray(exe(flipped)[0])[1] == 200 != want[1]

@@ -43,7 +43,7 @@ from ...models import DecoderConfig, decoder_hidden, encode, lm_head, lowp
 from ...models.quantized import StoredProduct
 from ...models.kv_cache import NoCache
 from .paged_backend import PagedBackend
-from .sampling import sample_tokens, token_logprobs
+from .sampling import greedy_ids, sample_tokens, token_logprobs
 from .weights_format import SIDE, channel_axis, dequantize, dequantize_channels
 
 I32, F32 = np.dtype(np.int32), np.dtype(np.float32)
@@ -232,7 +232,7 @@ def decoder_score(cfg: DecoderConfig, weight_names: list, kv_dtype):
         picked = tnp.reshape(tnp.take(flat, rows + tnp.reshape(nxt, (B * C,)), axis=0), (B, C))  # (B, C)
         valid = tnp.less(t[None, :] + 1, seq_lens[:, None])                       # (B, C)
         logprobs = tnp.where(valid, picked - logz, np.float32(0.0))               # (B, C) nats
-        greedy = tnp.where(valid, tnp.astype(tnp.argmax(logits, axis=-1), tnp.int32), 0)  # (B, C)
+        greedy = tnp.where(valid, greedy_ids(logits), 0)                          # (B, C)
         return [logprobs, greedy]
     return score
 

@@ -105,11 +105,26 @@ def token_logprobs(logits, ids, want, k: int):
                 logits, ids)
 
 
+def greedy_ids(logits):
+    """``argmax(logits, axis=-1)`` as int32 (..., ): the lowest id wins a tie, and a row holding a
+    NaN gives its first NaN's id, as NumPy's argmax does.
+
+    Written as two plain reductions (the largest value, then the lowest id holding it) rather
+    than one reduction of (value, id) pairs: XLA CPU runs the paired reduction element by
+    element, 0.96 ms for (8, 49152) logits against 0.23 ms for these two (jaxlib 0.10.2, 2 cores).
+    """
+    V = logits.shape[-1]
+    top = tnp.max(logits, axis=-1, keepdims=True)                                  # (..., 1); NaN if any
+    ids = np.arange(V, dtype=np.int32)                                             # (V,)
+    hit = tnp.logical_or(tnp.equal(logits, top), tnp.isnan(logits))               # (..., V)
+    return tnp.min(tnp.where(hit, ids, np.int32(V)), axis=-1)                       # (...,) int32
+
+
 def sample_tokens(logits, temperature, top_k, top_p, uniforms):
     """Token ids (B,) int32 from logits (B, V) float32.
 
     temperature (B,) float32 (0: greedy); top_k (B,) int32 (0: off); top_p (B,) float32
     (1: off); uniforms (B,) float32 in [0, 1), one draw per sampling row.
     """
-    greedy = tnp.astype(tnp.argmax(logits, axis=-1), tnp.int32)                   # (B,)
+    greedy = greedy_ids(logits)                                                   # (B,) int32
     return cond(tnp.any(temperature > 0), _draw, _keep, logits, temperature, top_k, top_p, uniforms, greedy)
