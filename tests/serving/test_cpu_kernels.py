@@ -14,13 +14,13 @@ from .fixtures import LADDER, NEW_TOKENS, PROMPTS
 
 FORMATS = {"q4_1": dict(weights="q4_1"), "q8_0": dict(weights="q8_0"), "int8": dict(weights="int8"),
            "bf16": dict(dtype="bf16"), "f32": {}}
-#: the kernel of the layer products and of the tied head, per format (an int8 or Q8_0 table's
-#: head is an exact (D, V) copy in the layers' kernel: weights_format.head_copy)
+#: the kernel of the layer products and of the tied head, per format (the tied table's head is
+#: an exact (D, V) copy in the layers' kernel: weights_format.head_copy)
 TARGETS = {"q4_1": ["tlaloc_cpu_matmul_q4_1_p64", "tlaloc_cpu_matmul_q8_0_p64"],
            "q8_0": ["tlaloc_cpu_matmul_q8_0_p64"],
            "int8": ["tlaloc_cpu_matmul_i8ch_p64"],
-           "bf16": ["tlaloc_cpu_matmul_bf16_p64", "tlaloc_cpu_matmul_bf16_t"],
-           "f32": ["tlaloc_cpu_matmul_f32_p64", "tlaloc_cpu_matmul_f32_t"]}
+           "bf16": ["tlaloc_cpu_matmul_bf16_p64"],
+           "f32": ["tlaloc_cpu_matmul_f32_p64"]}
 #: decode programs also attend with the kernel reading the pages in place (prefill: the reference)
 ATTENTION = {"bf16": "tlaloc_cpu_paged_attention_bf16"}
 
@@ -67,8 +67,13 @@ def test_float32_artifacts_take_the_f32_kernels_and_cpu_kernels_false_none(tiny,
     for p in read_manifest(artifact("llama"))["programs"]:                # untied head: (D, V), f32
         attention = ["tlaloc_cpu_paged_attention_f32"] if p["mode"] == "decode" else []
         assert p["cpu_kernels"]["targets"] == sorted(["tlaloc_cpu_matmul_f32_p64"] + attention), p["name"]
-    for p in read_manifest(artifact("qwen3_tied"))["programs"]:           # tied head: the (V, D) table
-        assert {"tlaloc_cpu_matmul_f32_p64", "tlaloc_cpu_matmul_f32_t"} <= set(p["cpu_kernels"]["targets"])
+    for p in read_manifest(artifact("qwen3_tied"))["programs"]:           # tied head: the table's (D, V) copy
+        assert "tlaloc_cpu_matmul_f32_p64" in p["cpu_kernels"]["targets"]
+    _, tied = tiny("qwen3_tied")
+    export(tied, tmp_path / "rows", **LADDER, cpu_kernels=("f32_t",), progress=False)   # no (in, out) kernel
+    m = read_manifest(tmp_path / "rows")
+    assert "lm_head" not in {s["name"] for s in m["weights"]["slots"]}
+    assert {t for p in m["programs"] for t in p["cpu_kernels"]["targets"]} == {"tlaloc_cpu_matmul_f32_t"}
     _, folder = tiny("llama")
     export(folder, tmp_path / "off", **LADDER, weights="q4_1", cpu_kernels=False, progress=False)
     m = read_manifest(tmp_path / "off")
@@ -161,4 +166,6 @@ def test_head_copy_is_the_tied_table_transposed_exactly():
     out = head_copy({"embed": qi, "embed.scale": si}, ("i8ch",))
     np.testing.assert_array_equal(out["lm_head"], qi.T)
     np.testing.assert_array_equal(out["lm_head.scale"], si)
-    assert head_copy({"embed": table}, ("f32", "q8_0")) == {"embed": table}   # float tables: no copy
+    out = head_copy({"embed": table}, ("f32",))                            # float32: the table transposed
+    np.testing.assert_array_equal(out["lm_head"], table.T)
+    assert "lm_head.scale" not in out and head_copy({"embed": table}, ("q8_0", "f32_t")) == {"embed": table}

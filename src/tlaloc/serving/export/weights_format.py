@@ -167,27 +167,31 @@ def stored_tensors(flat: dict, fmt: str) -> dict[str, np.ndarray]:
 
 
 def head_copy(stored: dict, formats) -> dict:
-    """``stored`` with an ``lm_head`` (D, V) copied from a tied embedding table (V, D) stored in
-    ``q8_0`` or per-row ``int8``, when the CPU kernels of ``formats`` take that format as an
-    (in, out) matrix; else ``stored`` itself.
+    """``stored`` with an ``lm_head`` (D, V) copied from a tied embedding table (V, D) (float32,
+    bfloat16, ``q8_0`` or per-row ``int8``), when the CPU kernels of ``formats`` take that format
+    as an (in, out) matrix; else ``stored`` itself.
 
-    The copy is exact (the table's integers and scales, transposed: the blocks of a row of
-    the table are the blocks of a column of the head), so every logit is unchanged. The
+    The copy is exact (the table's values, or integers and scales, transposed: the blocks of a
+    row of the table are the blocks of a column of the head), so every logit is unchanged. The
     output head then runs in the panel-order kernel of the layers' (in, out) matrices
-    (``tlaloc/kernels/cpu/matmul.cc``), about 3x the speed of the row-by-row kernel of the
-    table (``matmul_rows.cc``) on SmolLM2-135M's 49152 x 576 Q8_0 head (benchmarks/RESULTS.md,
-    issue 18), at the cost of storing the table twice (the copy: 30 MB there). The
-    embedding lookup still gathers rows of the table.
+    (``tlaloc/kernels/cpu/matmul.cc``): about 3x the speed of the row-by-row kernel of the
+    table (``matmul_rows.cc``) on SmolLM2-135M's 49152 x 576 Q8_0 head, and float32 decode at
+    batch 16 1.15x (docs/cpu_kernels.md), at the cost of storing the table twice (30 MB in
+    Q8_0, 113 MB in float32 there). The embedding lookup still gathers rows of the table.
     """
-    if "embed" not in stored or "lm_head" in stored or not isinstance(stored.get("embed.scale"), np.ndarray):
+    if "embed" not in stored or "lm_head" in stored:
         return stored
-    q, scale = stored["embed"], stored["embed.scale"]
-    fmt = "q8_0" if scale.ndim == 2 else "i8ch"
-    if q.dtype != np.int8 or fmt not in formats or q.shape[0] % 64:
+    q, scale = stored["embed"], stored.get("embed.scale")
+    if scale is None:
+        fmt = {np.dtype(np.float32): "f32", np.dtype(ml_dtypes.bfloat16): "bf16"}.get(np.dtype(q.dtype))
+    else:
+        fmt = "q8_0" if scale.ndim == 2 else "i8ch"
+    if fmt not in formats or q.shape[0] % 64:
         return stored
     out = dict(stored)
     out["lm_head"] = np.ascontiguousarray(q.T)                                   # (D, V)
-    out["lm_head.scale"] = np.ascontiguousarray(scale.T) if fmt == "q8_0" else scale   # (D / 32, V) or (V,)
+    if scale is not None:
+        out["lm_head.scale"] = np.ascontiguousarray(scale.T) if fmt == "q8_0" else scale   # (D / 32, V) or (V,)
     return out
 
 
