@@ -388,3 +388,18 @@ def _leaves(x) -> list:
     if isinstance(x, dict):
         return [y for k in sorted(x) for y in _leaves(x[k])]
     return [x]
+
+
+_SLOT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "uint8": 1}
+
+
+def tied_head_bytes(manifest: dict, names=("lm_head", "lm_head.scale")) -> int:
+    """Bytes of the weight slots ``names`` of an artifact's manifest when its model ties the head to
+    the embedding table and export stored the table's (D, V) copy as ``lm_head``
+    (``weights_format.head_copy``); else 0. The default names give the copy's bytes; the table's
+    (``("embed", "embed.scale")``) are then only gathered by row, never read whole per step."""
+    import math
+    slots = {s["name"]: s for s in manifest["weights"]["slots"]}
+    if not (manifest["model"]["config"].get("tie_word_embeddings") and "lm_head" in slots):
+        return 0
+    return sum(_SLOT_BYTES[slots[n]["dtype"]] * math.prod(slots[n]["shape"]) for n in names if n in slots)

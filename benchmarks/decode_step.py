@@ -31,7 +31,8 @@ round: on a loaded machine only the ratios between variants mean much.
 ``--roofline`` also measures the machine's read roofline on the same threads
 (``roofline.py``, after the runs) and adds, per row, the weight bytes read per second
 (the artifact's weights file times decode steps per second: every weight is read once
-per step) and its share of the roofline.
+per step; less a tied embedding table whose exact copy serves as the output head, which
+is only gathered by row) and its share of the roofline.
 """
 from __future__ import annotations
 
@@ -129,7 +130,9 @@ def main(argv=None) -> int:
             quantized.CHUNK, lowp.ENABLED, stablehlo_serving.BF16_AS_BITS = default_chunk, True, True
             stablehlo_serving.BF16_WRITE = "update"
             engines[v] = Engine(out, **engine_options)
-            weight_bytes[v] = os.path.getsize(os.path.join(out, "weights.safetensors"))
+            from tlaloc.serving.manifest import read_manifest
+            weight_bytes[v] = (os.path.getsize(os.path.join(out, "weights.safetensors"))
+                               - common.tied_head_bytes(read_manifest(out), ("embed", "embed.scale")))
             for b in batches:
                 decode_rate(engines[v], b, 3)                 # compiles the buckets
         rates = {(v, b): [] for v in variants for b in batches}

@@ -33,13 +33,15 @@ import sys
 import tempfile
 import time
 
+import common
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEXT_FILE = os.path.join(HERE, "data", "quality_text.txt")
 PROMPT = "Once upon a time, in a small village by the sea,"
 SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FORMATS = {"f32": {}, "bf16": {"dtype": "bf16"}, "int8": {"weights": "int8"}, "q8_0": {"weights": "q8_0"},
            "q4_1": {"weights": "q4_1"}}
-_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "uint8": 1}
+_BYTES = {"float32": 4, "bfloat16": 2, "int8": 1}
 
 
 def default_model() -> str | None:
@@ -49,16 +51,6 @@ def default_model() -> str | None:
         return None
     path = os.path.join(spec.submodule_search_locations[0], SMOL_FILE)
     return path if os.path.isfile(path) else None
-
-
-def _head_copy_bytes(manifest: dict) -> int:
-    """Bytes of the exact (D, V) copy of a tied table that CPU-kernel exports add as the output head
-    (``weights_format.head_copy``): stored twice, read once per token."""
-    if not manifest["model"]["config"].get("tie_word_embeddings"):
-        return 0
-    slots = {s["name"]: s for s in manifest["weights"]["slots"]}
-    return sum(_BYTES[slots[n]["dtype"]] * math.prod(slots[n]["shape"]) for n in ("lm_head", "lm_head.scale")
-               if n in slots)
 
 
 def _kv_bytes(manifest: dict) -> int:
@@ -95,7 +87,7 @@ def measure(model: str, workdir: str, *, context=(64, 512), new_tokens: int = 32
         ids = engine.generate([prompt], max_new_tokens=new_tokens, stop=[])[0].token_ids
         manifest = read_manifest(summary.path)
         row = {"weight_bytes": summary.weight_bytes, "kv_bytes": _kv_bytes(manifest),
-               "head_copy_bytes": _head_copy_bytes(manifest),
+               "head_copy_bytes": common.tied_head_bytes(manifest),
                "tokens_scored": len(scored.logprobs), "nll": scored.nll, "ppl": math.exp(scored.nll),
                "greedy_ids": ids, "greedy_text": engine.decode(ids),
                "export_s": round(t_export, 1), "run_s": round(time.perf_counter() - t1, 1)}
