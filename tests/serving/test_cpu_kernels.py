@@ -169,3 +169,24 @@ def test_head_copy_is_the_tied_table_transposed_exactly():
     out = head_copy({"embed": table}, ("f32",))                            # float32: the table transposed
     np.testing.assert_array_equal(out["lm_head"], table.T)
     assert "lm_head.scale" not in out and head_copy({"embed": table}, ("q8_0", "f32_t")) == {"embed": table}
+
+
+def test_score_programs_run_the_kernels_and_the_weights_are_held_once(tiny, artifact):
+    """score=True: the score programs have kernel texts too, so every program reads the packed
+    weights and the executor holds no plain copy of them; scores equal the portable programs'."""
+    import numpy as np
+
+    from tlaloc.serving import Engine
+    from tlaloc.serving.manifest import read_manifest
+    _kernels_or_skip()
+    path = artifact("qwen3_tied", score=True, weights="q8_0")
+    m = read_manifest(path)
+    scores = [p for p in m["programs"] if p["mode"] == "score"]
+    assert scores and all(p.get("cpu_kernels", {}).get("panel64") for p in scores)
+    kernels, portable = Engine(path, fast_compile=True), Engine(path, fast_compile=True, cpu_kernels=False)
+    packed = set(scores[0]["cpu_kernels"]["panel64"])
+    assert not packed & {n for n in kernels.executor.weights if isinstance(n, str)}
+    ids = list(range(3, 40))
+    a, b = kernels.score(ids), portable.score(ids)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, rtol=0, atol=2e-4)
+    assert a.greedy_ids.tolist() == b.greedy_ids.tolist()

@@ -229,8 +229,9 @@ def _decoder_programs(cfg, stored, batch, context, block_size, tokens, num_pages
     return programs, texts, kv
 
 
-def _score_programs(cfg, stored, context, kv_dtype, bar):
-    """One score program per context, batch 1 (see :func:`tlaloc.serving.export.programs.decoder_score`)."""
+def _score_programs(cfg, stored, context, kv_dtype, bar, kernel_formats=()):
+    """One score program per context, batch 1 (see :func:`tlaloc.serving.export.programs.decoder_score`),
+    with its CPU-kernel variant (so that the executor holds the packed weights only, not both layouts)."""
     from .programs import decoder_score, lower, score_slots, weight_slots
     ws = weight_slots(stored)
     fn = decoder_score(cfg, [s.name for s in ws], kv_dtype)
@@ -239,8 +240,10 @@ def _score_programs(cfg, stored, context, kv_dtype, bar):
         name = f"score_b1_c{C}"
         request, outputs = score_slots(C)
         program = lower(fn, request + ws, name)
-        programs.append(_program_entry(name, "score", 1, C, C, request + ws, outputs, {}, program.text))
+        entry = _program_entry(name, "score", 1, C, C, request + ws, outputs, {}, program.text)
         texts[name] = program.text
+        _kernel_variant(entry, texts, lambda: lower(fn, request + ws, name), kernel_formats)
+        programs.append(entry)
         bar.update(1)
     return programs, texts
 
@@ -374,7 +377,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
                                                          kv_dtype, bar, top_logprobs,
                                                          _kernel_formats(cpu_kernels))
             if score:
-                more, more_texts = _score_programs(cfg, stored, context, kv_dtype, bar)
+                more, more_texts = _score_programs(cfg, stored, context, kv_dtype, bar, _kernel_formats(cpu_kernels))
                 programs, texts = programs + more, {**texts, **more_texts}
             kv = {"block_size": block_size, "num_pages": pages, "scratch_page": 0, "dtype": kv_dtype.name,
                   "layout": ["pages", "block_size", "kv_heads", "head_dim"],
