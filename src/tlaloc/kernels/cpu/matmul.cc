@@ -141,8 +141,14 @@ TLALOC_INLINE __m512 load_i8x16(const int8_t* q) {
 // finish(f, p, b, n, m, s, acc, lda): acc[r * lda + 16 v + t] += block b's part given its sums
 //   s[r][v] = sum over the block of x[m + r, k] * (converted weight).
 
+// The empty asm keeps each loaded vector in a register: otherwise the compiler folds the load
+// into every row's FMA as a memory operand, loading the same 64 bytes R times (float32 at batch
+// 16 ran at 29 GMAC/s per core this way, 47-52 with one load; benchmarks/cpu_kernels_native.cc).
 template <int V> TLALOC_INLINE void row(const F32& f, const Problem& p, int64_t k, int64_t n, __m512* w) {
-  for (int v = 0; v < V; ++v) w[v] = _mm512_loadu_ps(f.w + at(k, n, p.K) + 16 * v);
+  for (int v = 0; v < V; ++v) {
+    w[v] = _mm512_loadu_ps(f.w + at(k, n, p.K) + 16 * v);
+    asm("" : "+v"(w[v]));
+  }
 }
 // bfloat16 -> float32 is exact: the 16 bits become the high half of the float.
 template <int V> TLALOC_INLINE void row(const BF16& f, const Problem& p, int64_t k, int64_t n, __m512* w) {
