@@ -141,14 +141,8 @@ TLALOC_INLINE __m512 load_i8x16(const int8_t* q) {
 // finish(f, p, b, n, m, s, acc, lda): acc[r * lda + 16 v + t] += block b's part given its sums
 //   s[r][v] = sum over the block of x[m + r, k] * (converted weight).
 
-// The empty asm keeps each loaded vector in a register: otherwise the compiler folds the load
-// into every row's FMA as a memory operand, loading the same 64 bytes R times (float32 at batch
-// 16 ran at 29 GMAC/s per core this way, 47-52 with one load; benchmarks/cpu_kernels_native.cc).
 template <int V> TLALOC_INLINE void row(const F32& f, const Problem& p, int64_t k, int64_t n, __m512* w) {
-  for (int v = 0; v < V; ++v) {
-    w[v] = _mm512_loadu_ps(f.w + at(k, n, p.K) + 16 * v);
-    asm("" : "+v"(w[v]));
-  }
+  for (int v = 0; v < V; ++v) w[v] = _mm512_loadu_ps(f.w + at(k, n, p.K) + 16 * v);
 }
 // bfloat16 -> float32 is exact: the 16 bits become the high half of the float.
 template <int V> TLALOC_INLINE void row(const BF16& f, const Problem& p, int64_t k, int64_t n, __m512* w) {
@@ -228,6 +222,14 @@ TLALOC_INLINE void finish(const Q4_1& f, const Problem& p, int64_t b, int64_t n,
 // for R = 4 rows times V = 4 vectors, which converts each weight vector once for 4 rows of x
 // and 64 columns (15% more multiply-adds per second than 4 x 32 at batch 16, Q4_1 on Zen 4).
 // The order of the sums depends on K only: a row's result does not depend on M, nor on R or V.
+// An empty asm that keeps the weight vectors in registers. A float32 weight needs no conversion,
+// so the compiler folds its load into each row's FMA as a memory operand, loading the same 64
+// bytes R times: float32 at batch 16 ran at 29 GMAC/s per core that way, 47-52 with one load
+// (benchmarks/cpu_kernels_native.cc). With one row the folded load is the faster form.
+template <int V> TLALOC_INLINE void keep_in_registers(__m512* wa, __m512* wb) {
+  for (int v = 0; v < V; ++v) asm("" : "+v"(wa[v]), "+v"(wb[v]));
+}
+
 template <int R, int V, class Pair>
 TLALOC_INLINE void avx_pair_sums(const float* x, int64_t ldx, int64_t pairs, Pair pair, __m512 out[R][V]) {
   for (int r = 0; r < R; ++r)
@@ -235,6 +237,7 @@ TLALOC_INLINE void avx_pair_sums(const float* x, int64_t ldx, int64_t pairs, Pai
   for (int64_t j = 0; j < pairs; ++j) {
     __m512 wa[V], wb[V];
     const auto [ka, kb] = pair(j, wa, wb);
+    if constexpr (R > 1) keep_in_registers<V>(wa, wb);
     for (int r = 0; r < R; ++r) {
       const __m512 xa = _mm512_set1_ps(x[r * ldx + ka]), xb = _mm512_set1_ps(x[r * ldx + kb]);
       for (int v = 0; v < V; ++v) out[r][v] = _mm512_fmadd_ps(xb, wb[v], _mm512_fmadd_ps(xa, wa[v], out[r][v]));
