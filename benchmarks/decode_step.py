@@ -19,6 +19,8 @@ Each variant is an artifact exported from the same GGUF (default: the Q4_1 SmolL
   <fmt>-portable         the portable programs (``Engine(cpu_kernels=False)``), not the CPU kernels
   <fmt>-kernels          every product through the CPU kernels, float32 ones included
                          (``export(cpu_kernels=...)`` with ``f32`` and ``f32_t``)
+  <fmt>-smallpages       the weights in the allocator's 4 KiB pages (``TLALOC_HUGE_PAGES=0`` while the
+                         engine loads), not in a huge-page arena (``tlaloc._runtime.host_arena``)
 
 Every repeat runs every variant at every batch size in turn (interleaved, one process):
 ``Engine.generate`` on B copies of a 16-token prompt, greedy, EOS ignored, ``--new-tokens``
@@ -28,11 +30,13 @@ first variant; it also checks that every variant's greedy ids of sequence 0 are 
 variant's and prints how many leading ids agree. The load average is printed with each
 round: on a loaded machine only the ratios between variants mean much.
 
-``--roofline`` also measures the machine's read roofline on the same threads
-(``roofline.py``, after the runs) and adds, per row, the weight bytes read per second
-(the artifact's weights file times decode steps per second: every weight is read once
-per step; less a tied embedding table whose exact copy serves as the output head, which
-is only gathered by row) and its share of the roofline.
+``--roofline`` also measures the machine's read roofline on the same threads just before
+each run (``roofline.py``, 2 MiB pages, as the weights have) and adds, per row, the weight
+bytes read per second (the artifact's weights file times decode steps per second: every
+weight is read once per step; less a tied embedding table whose exact copy serves as the
+output head, which is only gathered by row) and its share of the roofline: the median over
+the runs of each run's bytes per second over the roofline measured just before it (on a
+shared machine the other tenants move the roofline by more than the gap being measured).
 """
 from __future__ import annotations
 
@@ -65,12 +69,14 @@ def _options(variant: str) -> dict:
         opts["kv_write"], opts["kv_bits"] = "scatter", False
     elif rest == "portable":
         opts["engine"] = {"cpu_kernels": False}
+    elif rest == "smallpages":
+        opts["small_pages"] = True
     elif rest == "kernels":
         from tlaloc.serving.export.artifact import KERNEL_FORMATS
         opts["cpu_kernels"] = KERNEL_FORMATS + ("f32", "f32_t")
     elif rest:
         raise SystemExit(f"decode_step: unknown variant {variant!r}; use "
-                         f"<format>[-unfused|-whole|-convert|-kvbits|-kvconvert|-portable|-kernels]")
+                         f"<format>[-unfused|-whole|-convert|-kvbits|-kvconvert|-portable|-kernels|-smallpages]")
     return opts
 
 
@@ -126,32 +132,41 @@ def main(argv=None) -> int:
             stablehlo_serving.BF16_AS_BITS = opts.pop("kv_bits", True)
             stablehlo_serving.BF16_WRITE = opts.pop("kv_write", "update")
             engine_options = opts.pop("engine", {})
+            small_pages = opts.pop("small_pages", False)
             export(gguf, out, batch=tuple(batches), context=(CONTEXT,), progress=False, **opts)
             quantized.CHUNK, lowp.ENABLED, stablehlo_serving.BF16_AS_BITS = default_chunk, True, True
             stablehlo_serving.BF16_WRITE = "update"
-            engines[v] = Engine(out, **engine_options)
+            if small_pages:
+                os.environ["TLALOC_HUGE_PAGES"] = "0"
+            try:
+                engines[v] = Engine(out, **engine_options)
+            finally:
+                os.environ.pop("TLALOC_HUGE_PAGES", None)
             from tlaloc.serving.manifest import read_manifest
             weight_bytes[v] = (os.path.getsize(os.path.join(out, "weights.safetensors"))
                                - common.tied_head_bytes(read_manifest(out), ("embed", "embed.scale")))
             for b in batches:
                 decode_rate(engines[v], b, 3)                 # compiles the buckets
         rates = {(v, b): [] for v in variants for b in batches}
-        ids, loads = {}, [_load()]
+        ids, loads, roofs = {}, [_load()], {(v, b): [] for v in variants for b in batches}
+        threads = int(os.environ.get("TLALOC_BENCH_THREADS") or 2)
         for _ in range(repeats):
             for b in batches:
                 for v in variants:
+                    if args.roofline:
+                        from roofline import read_gbps
+                        roofs[v, b].append(read_gbps(threads))
                     r, ids[v, b] = decode_rate(engines[v], b, args.new_tokens)
                     rates[v, b].append(r)
             loads.append(_load())
     print(f"decode tokens/s, median of {repeats} interleaved runs, {args.new_tokens} new tokens per row, "
           f"threads {os.environ.get('TLALOC_BENCH_THREADS')}")
     print(f"load average (1/5/15 min) before and after each round: {' | '.join(loads)}")
-    roof = None
-    if args.roofline:
-        from roofline import read_gbps
-        roof = read_gbps(int(os.environ.get("TLALOC_BENCH_THREADS") or 2))
-        print(f"read roofline ({os.environ.get('TLALOC_BENCH_THREADS') or 2} threads, roofline.py): "
-              f"{roof} GB/s; load after it {_load()}")
+    every = [r for rs in roofs.values() for r in rs]
+    roof = args.roofline and None not in every
+    if roof:
+        print(f"read roofline before each run ({threads} threads, 2 MiB pages, roofline.py): "
+              f"{min(every):.1f} to {max(every):.1f} GB/s, median {statistics.median(every):.1f}")
     extra = " weight GB/s | of roofline |" if roof else ""
     print(f"\n| variant | batch | decode tok/s | runs | vs {variants[0]} | greedy ids = {variants[0]}'s (row 0) |{extra}")
     print("|---|---|---|---|---|---|" + ("---|---|" if roof else ""))
@@ -164,7 +179,8 @@ def main(argv=None) -> int:
             more = ""
             if roof:
                 gbps = weight_bytes[v] * med / b / 1e9                    # one weight read per step of b rows
-                more = f" {gbps:.1f} | {100 * gbps / roof:.0f}% |"
+                share = statistics.median(weight_bytes[v] * r / b / 1e9 / rf for r, rf in zip(rates[v, b], roofs[v, b]))
+                more = f" {gbps:.1f} | {100 * share:.0f}% |"
             print(f"| {v} | {b} | {med:.1f} | {', '.join(f'{x:.1f}' for x in rates[v, b])} | {med / base:.2f}× "
                   f"| first {same}/{len(ids[v, b])} |{more}")
     return 0

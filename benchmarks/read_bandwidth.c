@@ -1,7 +1,11 @@
 /* The machine's read roofline: GB/s of summing a large float32 array with N OpenMP threads.
-   Built and run by benchmarks/roofline.py (gcc -O3 -march=native -fopenmp). Prints one line:
-   "<GB/s> <threads> <MB>" (best of 10 passes). */
+   Built and run by benchmarks/roofline.py (gcc -O3 -march=native -fopenmp):
+   read_bandwidth BYTES [huge]. With "huge" the array asks for 2 MiB transparent huge pages
+   (madvise MADV_HUGEPAGE), as tlaloc's CPU weights do (tlaloc/_runtime/host_arena.py): with 4 KiB
+   pages every 4 KiB of the stream costs a TLB miss and the prefetchers stop at each page end.
+   Prints one line: "<GB/s> <threads> <MB>" (best of 10 passes). */
 #include <omp.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -17,7 +21,12 @@ static double now(void) {
 int main(int argc, char** argv) {
   size_t bytes = argc > 1 ? (size_t)atoll(argv[1]) : ((size_t)512 << 20);
   size_t n = bytes / sizeof(float) / 64 * 64;
-  float* a = aligned_alloc(64, n * sizeof(float));
+  const int huge = argc > 2 && argv[2][0] == 'h';
+  const size_t align = huge ? ((size_t)2 << 20) : 64;
+  float* a = aligned_alloc(align, (n * sizeof(float) + align - 1) / align * align);
+#ifdef MADV_HUGEPAGE
+  if (huge) madvise(a, n * sizeof(float), MADV_HUGEPAGE);
+#endif
   for (size_t i = 0; i < n; ++i) a[i] = (float)(i & 1023) * 1e-3f;
   double best = 1e30, keep = 0;
   for (int rep = 0; rep < 10; ++rep) {

@@ -85,7 +85,7 @@ def compiled(fmt, x_shape, parts):
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
-@pytest.mark.parametrize("x_shape", [(1, 96), (3, 96), (2, 4, 96)])
+@pytest.mark.parametrize("x_shape", [(1, 96), (3, 96), (2, 4, 96), (13, 96), (16, 96)])
 def test_kernel_equals_float64_on_the_dequantised_matrix(fmt, x_shape):
     _kernels_or_skip()
     K, N = 96, 192

@@ -283,4 +283,16 @@ def device_put(x, platform: str = "cpu"):
     return out
 
 
-__all__ = ["client", "has_platform", "Executable", "device_put"]
+def device_put_in_place(x: np.ndarray, platform: str = "cpu"):
+    """``x`` on the device, using its memory in place where the backend can (XLA CPU does for
+    data aligned to its minimum alignment), else copied. For arrays nothing will write: the
+    device array must never be donated, and ``x`` must not change while it lives (the device
+    array keeps ``x`` alive)."""
+    jax = _jax()
+    dev = client(platform).local_devices()[0]
+    out = jax.device_put(x, dev)
+    out.block_until_ready()
+    return out
+
+
+__all__ = ["client", "has_platform", "Executable", "device_put", "device_put_in_place"]

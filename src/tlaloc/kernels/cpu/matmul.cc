@@ -78,6 +78,27 @@ struct I8Channel { const int8_t* q; const float* scale; };
 struct Q8_0 { const int8_t* q; const uint16_t* scale; };
 struct Q4_1 { const uint8_t* q; const uint16_t* scale; const uint16_t* offset; const float* xsum; };
 
+// A format's weight bytes as the panels store them: rows of TILE columns, row_bytes each, rows
+// per panel, rows_per_block per block of QK input rows; a blocked format's scales in a stream
+// of their own, one TILE-wide row of float16 (128 bytes) per block. ahead: how far ahead of
+// the block being read to request bytes (see Prefetch): one block, and at least 4 KB.
+struct Stream {
+  const char* base;
+  int64_t rows, rows_per_block, row_bytes, ahead;
+  const char* side = nullptr;
+};
+inline int64_t ahead(int64_t block_bytes) { return std::max<int64_t>(block_bytes, 4096); }
+inline Stream stream(const F32& f, const Problem& p) { return {reinterpret_cast<const char*>(f.w), p.K, QK, 4 * TILE, ahead(QK * 4 * TILE)}; }
+inline Stream stream(const BF16& f, const Problem& p) { return {reinterpret_cast<const char*>(f.w), p.K, QK, 2 * TILE, ahead(QK * 2 * TILE)}; }
+inline Stream stream(const I8Channel& f, const Problem& p) { return {reinterpret_cast<const char*>(f.q), p.K, QK, TILE, ahead(QK * TILE)}; }
+inline Stream stream(const Q8_0& f, const Problem& p) {
+  return {reinterpret_cast<const char*>(f.q), p.K, QK, TILE, ahead(QK * TILE), reinterpret_cast<const char*>(f.scale)};
+}
+inline Stream stream(const Q4_1&, const Problem&) { return {}; }
+// Q4_1 is bound by its nibble conversions, not by memory, at M >= 8: the prefetching
+// micro-kernel made it slower there (74 -> 60 GMAC/s at M = 16), so it keeps the plain one.
+template <class Fmt> constexpr bool ahead_pays = !std::is_same_v<Fmt, Q4_1>;
+
 // -- scalar block kernels (any CPU) -------------------------------------------------------------
 // acc[r * lda + t] += the sum over block b's rows of x[m + r, k] W[k, n0 + t], t < TILE, for the
 // blocked formats as scale * sum(x q) (+ offset * sum x).
@@ -230,11 +251,29 @@ template <int V> TLALOC_INLINE void keep_in_registers(__m512* wa, __m512* wb) {
   for (int v = 0; v < V; ++v) asm("" : "+v"(wa[v]), "+v"(wb[v]));
 }
 
-template <int R, int V, class Pair>
-TLALOC_INLINE void avx_pair_sums(const float* x, int64_t ldx, int64_t pairs, Pair pair, __m512 out[R][V]) {
+// Requests for the next block's weight bytes, spread over the passes that read this block.
+// With M >= 8 the rows of x pass over each block (held in L1) M / 4 times, and only the first
+// pass reads new bytes: consumed that way, in bursts, memory and arithmetic took turns instead
+// of overlapping (float32 at M = 16: 61 GMAC/s on 2 cores with the weights in DRAM, against 99
+// with them in L3). Spreading a request for each of the next block's cache lines evenly over
+// every pass's pair steps keeps the memory busy all along: 92 GMAC/s
+// (benchmarks/cpu_kernels_native.cc's chain; RESULTS.md, session 9). A prefetch is a hint:
+// it never faults and changes no result.
+struct Prefetch {
+  const char* next = nullptr;   // this pass's first line to request
+  int64_t lines = 0;            // lines to request during this pass, over its QK / 2 pair steps
+  TLALOC_INLINE void at(int64_t j) const {
+    for (int64_t i = j * lines / (QK / 2); i < (j + 1) * lines / (QK / 2); ++i)
+      asm volatile("prefetcht1 %0" : : "m"(*(next + 64 * i)));   // GCC drops __builtin_prefetch here
+  }
+};
+
+template <int R, int V, bool Ahead, class Pair>
+TLALOC_INLINE void avx_pair_sums(const float* x, int64_t ldx, int64_t pairs, Pair pair, __m512 out[R][V], const Prefetch& pf) {
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < V; ++v) out[r][v] = _mm512_setzero_ps();
   for (int64_t j = 0; j < pairs; ++j) {
+    if constexpr (Ahead) pf.at(j);
     __m512 wa[V], wb[V];
     const auto [ka, kb] = pair(j, wa, wb);
     if constexpr (R > 1) keep_in_registers<V>(wa, wb);
@@ -261,12 +300,12 @@ TLALOC_INLINE void add_last_row(const Fmt& f, const Problem& p, int64_t b, int64
 // Rows m .. m + R - 1 of x for one tile, 16 V columns at a time: each weight vector is
 // converted once and used straight from registers for the R rows (R V <= 16 keeps the R V
 // sums and the 2 V weight vectors in registers).
-template <int R, int V, class Fmt>
-void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* acc, int64_t lda) {
+template <int R, int V, class Fmt, bool Ahead = false>
+void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* acc, int64_t lda, const Prefetch& pf = {}) {
   for (int64_t c = 0; c < TILE; c += 16 * V) {
     __m512 s[R][V];
-    avx_pair_sums<R, V>(p.x + m * p.K, p.K, rows_in_block(p.K, b) / 2,
-                        [&](int64_t j, __m512* wa, __m512* wb) TLALOC_INLINE_LAMBDA { return pair<V>(f, p, b, n0 + c, j, wa, wb); }, s);
+    avx_pair_sums<R, V, Ahead>(p.x + m * p.K, p.K, rows_in_block(p.K, b) / 2,
+                        [&](int64_t j, __m512* wa, __m512* wb) TLALOC_INLINE_LAMBDA { return pair<V>(f, p, b, n0 + c, j, wa, wb); }, s, pf);
     add_last_row<R, V>(f, p, b, n0 + c, m, s);
     finish<R, V>(f, p, b, n0 + c, m, s, acc + c, lda);
   }
@@ -289,6 +328,15 @@ void run_unit(const Fmt& f, const Problem& p, int64_t c0, int64_t c1, float* acc
     for (int64_t b = 0; b < blocks; ++b) {
 #ifdef TLALOC_AVX512
       int64_t m = 0;
+      if (p.M >= 8 && ahead_pays<Fmt>) {   // two or more passes of 4 rows: see Prefetch
+        const Stream st = stream(f, p);
+        const int64_t lines = st.rows_per_block * st.row_bytes / 64, passes = p.M / 4;
+        Prefetch pf{st.base + ((n0 / TILE) * st.rows + b * st.rows_per_block) * st.row_bytes + st.ahead,
+                    (lines + passes - 1) / passes};
+        if (st.side) for (int i = 0; i < 2; ++i)   // the next block's scales: 128 bytes of a stream of their own
+          asm volatile("prefetcht1 %0" : : "m"(*(st.side + ((n0 / TILE) * (p.K / QK) + b + 1) * 128 + 64 * i)));
+        for (; m + 4 <= p.M; m += 4, pf.next += 64 * pf.lines) avx_rows<4, 4, Fmt, true>(f, p, b, n0, m, a + m * W, W, pf);
+      }
       for (; m + 4 <= p.M; m += 4) avx_rows<4, 4>(f, p, b, n0, m, a + m * W, W);
       switch (p.M - m) {
         case 3: avx_rows<3, 2>(f, p, b, n0, m, a + m * W, W); break;

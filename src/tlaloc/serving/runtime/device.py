@@ -123,4 +123,17 @@ def device_put(array: np.ndarray, platform: str):
     return pjrt.device_put(array, platform)
 
 
-__all__ = ["Program", "device_put", "CPU_SCHEDULER_FLAG", "memory_scheduler_active"]
+def put_weights(arrays: dict, platform: str) -> dict:
+    """Read-only arrays on the device, key -> device array. On CPU they are laid out together in
+    host memory backed by huge pages and used there in place (``tlaloc._runtime.host_arena``):
+    weights stream faster from it. Elsewhere (or with ``TLALOC_HUGE_PAGES=0``) each is copied
+    into a buffer of its own. The values are the same either way."""
+    from ..._runtime import host_arena
+    if platform != "cpu" or not host_arena.enabled():
+        return {k: pjrt.device_put(a, platform) for k, a in arrays.items()}
+    keys = list(arrays)
+    copies = host_arena.arena_copies([arrays[k] for k in keys])
+    return {k: pjrt.device_put_in_place(c, platform) for k, c in zip(keys, copies)}
+
+
+__all__ = ["Program", "device_put", "put_weights", "CPU_SCHEDULER_FLAG", "memory_scheduler_active"]

@@ -108,18 +108,18 @@ class Executor:
             program_packed = self._packed(program)
             packed |= program_packed
             plain |= set(program["inputs"]) - program_packed
-        out = {}
+        host = {}
         for name, slot in want.items():
             arr = found[name]
             if arr.dtype != np_dtype(slot["dtype"]) or list(arr.shape) != list(slot["shape"]):
                 raise ArtifactError(f"{w['file']}: weight {name} is {arr.dtype}{list(arr.shape)}, the manifest says "
                                     f"{slot['dtype']}{slot['shape']}; re-export the artifact")
             if name in plain or name not in packed:
-                out[name] = self._device.device_put(arr, self.platform)      # once; every call reuses it
+                host[name] = arr
             if name in packed:
                 from ..._runtime.cpu_kernels import pack_panels
-                out[name, "panel64"] = self._device.device_put(pack_panels(arr), self.platform)
-        return out
+                host[name, "panel64"] = pack_panels(arr)
+        return self._device.put_weights(host, self.platform)      # once; every call reuses them
 
     def new_pools(self) -> None:
         """Zeroed KV pools on the device (one per manifest KV slot), replacing any held."""
