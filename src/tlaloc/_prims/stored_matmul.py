@@ -116,13 +116,6 @@ def dequantize(fmt: str, *parts) -> np.ndarray:
     return (nibbles * s[:, None, :] + m[:, None, :]).reshape(2 * half, N)
 
 
-def group(fmt: str, *parts) -> int | None:
-    """Input rows per scale of the ``q4_1`` parts (q (K/2, N), scale (K/G, N)): G; None for other formats."""
-    if fmt != "q4_1" or parts[0].shape is None or parts[1].shape is None or not parts[1].shape[0]:
-        return None
-    return 2 * parts[0].shape[0] // parts[1].shape[0]
-
-
 def _impl(x, *parts, format):
     x = np.asarray(x, np.float32)
     return np.matmul(x, dequantize(format, *parts)).astype(np.float32)
@@ -189,4 +182,4 @@ def stored_matmul(x, *parts, format: str):
     return stored_matmul_p.bind(x, *parts, format=format)
 
 
-__all__ = ["stored_matmul", "stored_matmul_p", "kernel_calls", "kernel_call_wanted", "kernel_op_wanted", "dequantize", "group", "FORMATS", "GROUPS"]
+__all__ = ["stored_matmul", "stored_matmul_p", "kernel_calls", "kernel_call_wanted", "kernel_op_wanted", "dequantize", "FORMATS", "GROUPS"]
