@@ -184,6 +184,22 @@ def test_int4_artifact_greedy_ids_equal_float_reference_of_the_same_weights(grou
     assert greedy(tmp_path / "other_art") != got
 
 
+def test_a_manifest_group_that_does_not_fit_the_slots_is_refused(artifact, tmp_path):
+    import json
+    import shutil
+    from tlaloc.serving.errors import ArtifactError
+    from tlaloc.serving.manifest import MANIFEST, read_manifest
+    path = tmp_path / "art"
+    shutil.copytree(artifact("llama", weights="int4", group=64), path)
+    assert read_manifest(str(path), verify=False)["weights"]["group"] == 64
+    manifest = json.loads((path / MANIFEST).read_text())
+    for bad, message in ((32, r"has scale \[\d+, \d+\], which is not weights.group=32"), (16, "weights.group=16")):
+        manifest["weights"]["group"] = bad
+        (path / MANIFEST).write_text(json.dumps(manifest))
+        with pytest.raises(ArtifactError, match=message):
+            read_manifest(str(path), verify=False)
+
+
 def test_block_quantize_int4_group_64_and_its_refusals():
     rng = np.random.default_rng(3)
     w = (rng.standard_normal((128, 40)) + 1.0).astype(np.float32)
