@@ -169,6 +169,32 @@ def test_q4_1_kernel_refuses_other_groups():
                       format="q4_1")
 
 
+@pytest.mark.parametrize("rows, dtype, message", [(4, "f16", "the group .K / scale rows. must be 32 or 64"),
+                                                   (2, "bf16", "must both be float16 or both float32")])
+def test_q4_1_kernel_itself_refuses_other_groups_and_side_dtypes(rows, dtype, message):
+    """The kernel's own checks (the primitive refuses these first): a program text edited to pass
+    scale and offset of K/16 rows (a group of 16), or bfloat16 ones, fails with the kernel's error."""
+    _kernels_or_skip()
+    from tlaloc.serving.runtime.device import Program
+    parts = make_q4_parts(64, 64, 32, np.float16)
+    program_text = _q4_1_text(parts)
+    text = program_text.replace("tensor<2x64xf16>", f"tensor<{rows}x64x{dtype}>")
+    assert text != program_text
+    side = np.zeros((rows, 64), ml_dtypes.bfloat16 if dtype == "bf16" else np.float16)
+    shapes = [(np.dtype(np.float32), (1, 64)), (parts[0].dtype, parts[0].shape)] + [(side.dtype, side.shape)] * 2
+    run = Program(text, "cpu", ["x", "p0", "p1", "p2"], shapes)
+    with pytest.raises(Exception, match=message):
+        run(np.zeros((1, 64), np.float32), parts[0], side, side)
+
+
+def _q4_1_text(parts):
+    from tlaloc.serving.export.programs import Slot, lower
+    slots = [Slot("x", "token_ids", np.dtype(np.float32), (1, 64))]
+    slots += [Slot(f"p{i}", "weight", p.dtype, p.shape) for i, p in enumerate(parts)]
+    with kernel_calls(("q4_1",)):
+        return lower(lambda x, *ps: [stored_matmul(x, *ps, format="q4_1")], slots, "mm_q4_1").text
+
+
 def test_wide_outputs_and_long_inputs_split_over_units():
     """A head-like width (many column units) and a down-projection-like depth (many blocks)."""
     _kernels_or_skip()
