@@ -12,6 +12,9 @@ checkpoint served exactly) three times, each with score programs (batch 1):
   q8_0   GGUF Q8_0: int8 blocks of 32 input features with a float16 scale each, KV pools float32
   q4_1   GGUF Q4_1 (4-bit, float16 scale and offset per block of 32), embedding in Q8_0: for the
          default model these are the file's own blocks, so q4_1 is the checkpoint as llama.cpp runs it
+  int4   4-bit with a float16 scale and minimum per 32 input rows (the q4_1 layout, quantized
+         from the float32 weights: for the default model, the Q4_1 file's own blocks again)
+  int4_g64  the same with one scale and minimum per 64 input rows
 
 and prints, per format: the weights file's bytes and their ratio to f32, the KV pools'
 bytes, the perplexity of ``data/quality_text.txt`` (a fixed public-domain English text)
@@ -40,7 +43,8 @@ TEXT_FILE = os.path.join(HERE, "data", "quality_text.txt")
 PROMPT = "Once upon a time, in a small village by the sea,"
 SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FORMATS = {"f32": {}, "bf16": {"dtype": "bf16"}, "int8": {"weights": "int8"}, "q8_0": {"weights": "q8_0"},
-           "q4_1": {"weights": "q4_1"}}
+           "q4_1": {"weights": "q4_1"}, "int4": {"weights": "int4", "group": 32},
+           "int4_g64": {"weights": "int4", "group": 64}}
 _BYTES = {"float32": 4, "bfloat16": 2, "int8": 1}
 
 

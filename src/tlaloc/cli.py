@@ -1,7 +1,7 @@
 """The ``tlaloc`` command.
 
     tlaloc export MODEL OUT_DIR [--batch 1,2,4,8] [--context 64,256,1024] [--block-size 16]
-                                [--dtype f32|bf16] [--weights int8|q8_0|q4_1] [--score] [--top-logprobs 20] [--no-cpu-kernels]
+                                [--dtype f32|bf16] [--weights int8|q8_0|q4_1|int4|q4_k] [--group 32|64] [--score] [--top-logprobs 20] [--no-cpu-kernels]
     tlaloc generate ARTIFACT --prompt "..." [--max-new-tokens 64] [--chat] [--temperature 0] [--seed S]
     tlaloc embed ARTIFACT --text "..." [--text "..."]
     tlaloc serve ARTIFACT [--host 127.0.0.1] [--port 8000] [--api-key KEY]
@@ -100,7 +100,10 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
            context: str = typer.Option("64,256,1024", help="context-length ladder (multiples of --block-size)"),
            block_size: int = typer.Option(16, help="token slots per KV page"),
            dtype: str = typer.Option("f32", help="f32 or bf16: weights and KV pools as stored"),
-           weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights; q8_0: GGUF Q8_0 blocks; q4_1: GGUF Q4_1 blocks"),
+           weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights; q8_0: GGUF Q8_0 blocks; q4_1: GGUF Q4_1 blocks; "
+                                                        "int4: 4-bit with a scale and minimum per --group rows; q4_k: a "
+                                                        "GGUF's Q4_K blocks kept exactly"),
+           group: Optional[int] = typer.Option(None, help="input rows per scale of --weights int4: 32 (default) or 64"),
            prefill_chunk: Optional[int] = typer.Option(None, help="most prompt tokens per request per prefill "
                                                        "step (default min(256, largest context))"),
            prefill_tokens: Optional[str] = typer.Option(None, help="prefill program sizes in tokens per row, e.g. "
@@ -123,7 +126,7 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
     from tlaloc.errors import TlalocError
     try:
         summary = export_artifact(model, out_dir, batch=batch, context=context, block_size=block_size,
-                                  dtype=dtype, weights=weights, prefill_chunk=prefill_chunk,
+                                  dtype=dtype, weights=weights, group=group, prefill_chunk=prefill_chunk,
                                   prefill_tokens=prefill_tokens, name=name, overwrite=overwrite, score=score,
                                   top_logprobs=top_logprobs, cpu_kernels=cpu_kernels)
     except (TlalocError, OSError, ValueError) as exc:

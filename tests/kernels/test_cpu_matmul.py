@@ -34,6 +34,7 @@ def dequantize(fmt, parts) -> np.ndarray:
     if fmt == "i8ch":
         return q.astype(np.float64) * scale[None, :]
     K = q.shape[0] * (2 if fmt == "q4_1" else 1)
+    group = K // scale.shape[0]                          # q4_1: 32 (GGUF) or 64 (int4 group 64)
     w = np.empty((K, q.shape[1]))
     for k in range(K):
         b, j = divmod(k, BLOCK)
@@ -42,7 +43,7 @@ def dequantize(fmt, parts) -> np.ndarray:
         else:
             byte = q[b * 16 + (j % 16)].astype(np.int64)
             nibble = byte & 15 if j < 16 else byte >> 4
-            w[k] = nibble * scale[b] + parts[2][b].astype(np.float64)
+            w[k] = nibble * scale[k // group] + parts[2][k // group].astype(np.float64)
     return w
 
 
@@ -112,6 +113,88 @@ def test_kernel_equals_float64_on_the_dequantised_matrix(fmt, x_shape):
     assert np.max(np.abs(eager - want) / scale) < 1e-6
 
 
+def make_q4_parts(K, N, group, side_dtype, seed=0):
+    """q4_1 parts with ``group`` input rows per scale and offset of ``side_dtype`` (int4 group 64,
+    ggml Q4_K's float32 sides: float32 values a float16 cannot hold)."""
+    rng = np.random.default_rng(seed)
+    scale = (rng.random((K // group, N)) * 0.02 + 0.001).astype(side_dtype)
+    offset = (-rng.random((K // group, N)) * 0.1).astype(side_dtype)
+    return [rng.integers(0, 256, (K // 2, N), dtype=np.uint8), scale, offset]
+
+
+@pytest.mark.parametrize("group, side_dtype", [(64, np.float16), (32, np.float32), (64, np.float32)])
+@pytest.mark.parametrize("x_shape", [(1, 192), (5, 192)])
+def test_q4_1_kernel_takes_groups_of_64_and_float32_sides(group, side_dtype, x_shape):
+    _kernels_or_skip()
+    K, N = 192, 128
+    parts = make_q4_parts(K, N, group, side_dtype)
+    if side_dtype == np.float32:
+        assert np.any(parts[1].astype(np.float16).astype(np.float32) != parts[1])   # not float16 values
+    x = np.random.default_rng(4).standard_normal(x_shape).astype(np.float32)
+    run = compiled("q4_1", x_shape, parts)
+    got = np.asarray(run(x, *as_stored("q4_1", parts))[0])
+    want = x.astype(np.float64) @ dequantize("q4_1", parts)
+    scale = np.abs(x).astype(np.float64) @ np.abs(dequantize("q4_1", parts))
+    assert np.max(np.abs(got - want) / scale) < 1e-6
+    if x_shape[0] > 1:                                    # a row's result does not depend on its batch
+        alone = np.asarray(compiled("q4_1", (1, K), parts)(x[:1], *as_stored("q4_1", parts))[0])
+        np.testing.assert_array_equal(alone[0], got[0])
+    eager = np.asarray(stored_matmul(x, *parts, format="q4_1"))              # the NumPy definition
+    assert np.max(np.abs(eager - want) / scale) < 1e-6
+    # negative control: a changed block of one group is seen
+    bad = [p.copy() for p in parts]
+    bad[1][-1, :64] *= 2
+    moved = np.asarray(run(x, *as_stored("q4_1", bad))[0])
+    assert np.max(np.abs(moved - want) / scale) > 1e-3
+    if group == 64:
+        # the same weights with each group's row repeated for its two blocks, as group 32: the same product
+        as32 = [parts[0]] + [np.repeat(p, 2, axis=0) for p in parts[1:]]          # (K/32, N)
+        same = np.asarray(compiled("q4_1", x_shape, as32)(x, *as_stored("q4_1", as32))[0])
+        assert np.max(np.abs(same - want) / scale) < 1e-6
+        # negative control: group-64 rows read as if block b had row b (a group-32 reading of them)
+        misread = [parts[0]] + [np.concatenate([p, p]) for p in parts[1:]]       # row b for block b < K/64
+        got32 = np.asarray(compiled("q4_1", x_shape, misread)(x, *as_stored("q4_1", misread))[0])
+        assert np.max(np.abs(got32 - want) / scale) > 1e-3
+
+
+def test_q4_1_kernel_refuses_other_groups():
+    """A scale with K/16 rows (a group of 16) is refused before the kernel, by the primitive."""
+    from tlaloc.errors import ShapeError
+    x = np.zeros((1, 64), np.float32)
+    with pytest.raises(ShapeError, match=r"must be \(K/32, N\) or \(K/64, N\)"):
+        stored_matmul(x, np.zeros((32, 64), np.uint8), np.zeros((4, 64), np.float16), np.zeros((4, 64), np.float16),
+                      format="q4_1")
+    with pytest.raises(ShapeError, match="scale and offset must have one dtype"):
+        stored_matmul(x, np.zeros((32, 64), np.uint8), np.zeros((2, 64), np.float16), np.zeros((2, 64), np.float32),
+                      format="q4_1")
+
+
+@pytest.mark.parametrize("rows, dtype, message", [(4, "f16", "the group .K / scale rows. must be 32 or 64"),
+                                                   (2, "bf16", "must both be float16 or both float32")])
+def test_q4_1_kernel_itself_refuses_other_groups_and_side_dtypes(rows, dtype, message):
+    """The kernel's own checks (the primitive refuses these first): a program text edited to pass
+    scale and offset of K/16 rows (a group of 16), or bfloat16 ones, fails with the kernel's error."""
+    _kernels_or_skip()
+    from tlaloc.serving.runtime.device import Program
+    parts = make_q4_parts(64, 64, 32, np.float16)
+    program_text = _q4_1_text(parts)
+    text = program_text.replace("tensor<2x64xf16>", f"tensor<{rows}x64x{dtype}>")
+    assert text != program_text
+    side = np.zeros((rows, 64), ml_dtypes.bfloat16 if dtype == "bf16" else np.float16)
+    shapes = [(np.dtype(np.float32), (1, 64)), (parts[0].dtype, parts[0].shape)] + [(side.dtype, side.shape)] * 2
+    run = Program(text, "cpu", ["x", "p0", "p1", "p2"], shapes)
+    with pytest.raises(Exception, match=message):
+        run(np.zeros((1, 64), np.float32), parts[0], side, side)
+
+
+def _q4_1_text(parts):
+    from tlaloc.serving.export.programs import Slot, lower
+    slots = [Slot("x", "token_ids", np.dtype(np.float32), (1, 64))]
+    slots += [Slot(f"p{i}", "weight", p.dtype, p.shape) for i, p in enumerate(parts)]
+    with kernel_calls(("q4_1",)):
+        return lower(lambda x, *ps: [stored_matmul(x, *ps, format="q4_1")], slots, "mm_q4_1").text
+
+
 def test_wide_outputs_and_long_inputs_split_over_units():
     """A head-like width (many column units) and a down-projection-like depth (many blocks)."""
     _kernels_or_skip()
@@ -150,8 +233,8 @@ def test_kernel_calls_are_traced_only_when_asked_and_for_tile_widths():
 def test_bad_parts_are_refused_by_name():
     from tlaloc.errors import ShapeError
     x = np.zeros((1, 64), np.float32)
-    with pytest.raises(ShapeError, match="q4_1 part scale must be float16"):
-        stored_matmul(x, np.zeros((32, 64), np.uint8), np.zeros((2, 64), np.float32), np.zeros((2, 64), np.float16),
+    with pytest.raises(ShapeError, match="q4_1 part scale must be float16 or float32"):
+        stored_matmul(x, np.zeros((32, 64), np.uint8), np.zeros((2, 64), np.int8), np.zeros((2, 64), np.float16),
                       format="q4_1")
     with pytest.raises(ShapeError, match=r"x's last axis \(64\) must equal the weight's input size \(96\)"):
         stored_matmul(x, np.zeros((96, 64), np.float32), format="f32")

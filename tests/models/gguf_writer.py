@@ -28,8 +28,40 @@ def llamacpp_permute(w, n_head):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_llama_gguf(path, hf_model, qtype="Q8_0", extra_tensor=None):
-    """Write a transformers LlamaForCausalLM as a llama-architecture GGUF (q/k permuted, 2-D weights quantized)."""
+def pack_q4_k(a: np.ndarray) -> np.ndarray:
+    """ggml Q4_K blocks of float rows ``a`` (rows, n), n a multiple of 256: uint8 (rows, n / 256 * 144).
+
+    Written from ggml-common.h's ``block_q4_K`` (float16 d, dmin; 12 bytes of 6-bit scales and
+    minimums as ``get_scale_min_k4`` reads them; 128 bytes of nibbles, bytes 32c..32c+31 holding
+    sub-block 2c low and 2c+1 high) with a plain rule, not ggml's search: per sub-block of 32,
+    minimum lo = min(0, min w) and step (max w - lo) / 15; d = max step / 63, dmin = max(-lo) / 63.
+    """
+    rows, n = a.shape
+    sub = a.astype(np.float32).reshape(rows, n // 256, 8, 32)
+    lo = np.minimum(sub.min(axis=-1), 0)                                    # (rows, nsb, 8)
+    step = (sub.max(axis=-1) - lo) / 15
+    d = (step.max(axis=-1) / 63).astype(np.float16)                         # (rows, nsb)
+    dmin = ((-lo).max(axis=-1) / 63).astype(np.float16)
+    d32, dmin32 = d.astype(np.float32), dmin.astype(np.float32)
+    sc = np.clip(np.rint(step / np.where(d32 > 0, d32, 1)[..., None]), 0, 63).astype(np.uint8)
+    m = np.clip(np.rint(-lo / np.where(dmin32 > 0, dmin32, 1)[..., None]), 0, 63).astype(np.uint8)
+    s1 = d32[..., None] * sc.astype(np.float32)                               # (rows, nsb, 8)
+    m1 = dmin32[..., None] * m.astype(np.float32)
+    q = np.clip(np.rint((sub + m1[..., None]) / np.where(s1 > 0, s1, 1)[..., None]), 0, 15).astype(np.uint8)
+    scales = np.empty((rows, n // 256, 12), np.uint8)
+    scales[..., 0:4] = (sc[..., :4] & 63) | ((sc[..., 4:] >> 4) << 6)
+    scales[..., 4:8] = (m[..., :4] & 63) | ((m[..., 4:] >> 4) << 6)
+    scales[..., 8:12] = (sc[..., 4:] & 15) | ((m[..., 4:] & 15) << 4)
+    qs = (q[..., 0::2, :] | (q[..., 1::2, :] << 4)).reshape(rows, n // 256, 128)   # (rows, nsb, 4 * 32)
+    blocks = np.concatenate([d.view(np.uint8).reshape(rows, -1, 2), dmin.view(np.uint8).reshape(rows, -1, 2),
+                             scales, qs], axis=-1)                            # (rows, nsb, 144)
+    return np.ascontiguousarray(blocks.reshape(rows, -1))
+
+
+def write_llama_gguf(path, hf_model, qtype="Q8_0", extra_tensor=None, layer_qtype=None):
+    """Write a transformers LlamaForCausalLM as a llama-architecture GGUF (q/k permuted, 2-D weights quantized).
+
+    ``layer_qtype="Q4_K"``: the layers' matrices as Q4_K (:func:`pack_q4_k`), the rest as ``qtype``."""
     import gguf
     cfg = hf_model.config
     tokens, types = tiny_vocab()
@@ -71,7 +103,9 @@ def write_llama_gguf(path, hf_model, qtype="Q8_0", extra_tensor=None):
             a = llamacpp_permute(a, cfg.num_attention_heads)
         elif base.endswith("k_proj"):
             a = llamacpp_permute(a, cfg.num_key_value_heads)
-        if a.ndim == 2:
+        if a.ndim == 2 and layer_qtype == "Q4_K" and out.startswith("blk."):
+            w.add_tensor(out + ".weight", pack_q4_k(a), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+        elif a.ndim == 2:
             w.add_tensor(out + ".weight", gguf.quantize(a, qt), raw_dtype=qt)
         else:
             w.add_tensor(out + ".weight", a)

@@ -125,7 +125,10 @@ def test_export_passes_the_issue_flags(monkeypatch, tmp_path):
                                      "--top-logprobs", "5", "--no-cpu-kernels"])
     assert result.exit_code == 0, result.output
     assert calls == [("model.gguf", "out", {"batch": "1,2", "context": "64", "block_size": 32, "dtype": "bf16",
-                                            "weights": "int8", "prefill_chunk": None, "prefill_tokens": None,
-                                            "name": None, "overwrite": False,
+                                            "weights": "int8", "group": None, "prefill_chunk": None,
+                                            "prefill_tokens": None, "name": None, "overwrite": False,
                                             "score": True, "top_logprobs": 5, "cpu_kernels": False})]
+    result = RUNNER.invoke(cli.app, ["export", "model.gguf", "out4", "--weights", "int4", "--group", "64"])
+    assert result.exit_code == 0, result.output
+    assert calls[-1][2]["weights"] == "int4" and calls[-1][2]["group"] == 64
     assert "4 programs" in result.output

@@ -7,7 +7,8 @@ format     parts                                                  W (K, N) float
 ``bf16``   w (K, N) bfloat16                                      w
 ``i8ch``   q (K, N) int8, scale (N,) float32                      q * scale[None, :]
 ``q8_0``   q (K, N) int8, scale (K/32, N) float16                 q * scale[k // 32]
-``q4_1``   q (K/2, N) uint8, scale, offset (K/32, N) float16      nibble * scale + offset
+``q4_1``   q (K/2, N) uint8, scale, offset (K/G, N) float16       nibble * scale[k // G] + offset[k // G]
+           or float32 (both alike), G = 32 or 64
 ``f32_t``  w (N, K) float32                                       w.T
 ``bf16_t`` w (N, K) bfloat16                                      w.T
 ``i8ch_t`` q (N, K) int8, scale (N,) float32                      (q * scale[:, None]).T
@@ -20,6 +21,10 @@ head of a model with tied embeddings.
 GGUF's Q8_0 and Q4_1 blocks (ggml ``block_q8_0`` / ``block_q4_1``) along the input axis:
 in Q4_1 byte ``16 b + j`` of block ``b`` holds input row ``32 b + j`` in its low nibble and
 ``32 b + j + 16`` in its high nibble. ``x`` (..., K) float32 -> (..., N) float32.
+The ``q4_1`` parts also hold the serving artifacts' ``int4`` (group G = 64: one scale and
+offset per 64 input rows, the nibbles packed per 32 rows all the same) and ``q4_k`` (ggml's
+Q4_K, whose sub-block scale ``d * sc`` and offset ``-dmin * m`` are exact in float32 and not
+in float16: float32 sides). G is the input size over the scale's rows.
 
 The serving programs bind it only when they are traced for the CPU kernels
 (:func:`kernel_calls`): it is then emitted as ``stablehlo.custom_call`` of the kernel
@@ -45,8 +50,10 @@ FORMATS = {"f32": ("w",), "bf16": ("w",), "i8ch": ("q", "scale"), "q8_0": ("q", 
            "q4_1": ("q", "scale", "offset"),
            "f32_t": ("w",), "bf16_t": ("w",), "i8ch_t": ("q", "scale"), "q8_0_t": ("q", "scale")}
 _DTYPES = {"f32": (np.float32,), "bf16": (ml_dtypes.bfloat16,), "i8ch": (np.int8, np.float32),
-           "q8_0": (np.int8, np.float16), "q4_1": (np.uint8, np.float16, np.float16)}
+           "q8_0": (np.int8, np.float16), "q4_1": (np.uint8, (np.float16, np.float32), (np.float16, np.float32))}
 _DTYPES.update({f + "_t": _DTYPES[f] for f in ("f32", "bf16", "i8ch", "q8_0")})
+#: input rows per scale and offset that the ``q4_1`` parts may have (``group``)
+GROUPS = (32, 64)
 _local = threading.local()
 
 
@@ -102,10 +109,11 @@ def dequantize(fmt: str, *parts) -> np.ndarray:
         return (q.astype(np.float32).reshape(K // BLOCK, BLOCK, N) * scale[:, None, :]).reshape(K, N)
     offset = np.asarray(parts[2]).astype(np.float32)
     half, N = q.shape
-    nb = 2 * half // BLOCK
+    nb, per = 2 * half // BLOCK, 2 * half // scale.shape[0] // BLOCK          # blocks; blocks per group
     packed = q.reshape(nb, BLOCK // 2, N)
     nibbles = np.concatenate([packed & 15, packed >> 4], axis=1).astype(np.float32)   # (nb, 32, N)
-    return (nibbles * scale[:, None, :] + offset[:, None, :]).reshape(2 * half, N)
+    s, m = np.repeat(scale, per, axis=0), np.repeat(offset, per, axis=0)              # (nb, N)
+    return (nibbles * s[:, None, :] + m[:, None, :]).reshape(2 * half, N)
 
 
 def _impl(x, *parts, format):
@@ -132,16 +140,31 @@ def _shape(x, *parts, format):
     if len(parts) != len(FORMATS[format]):
         raise ShapeError(f"stored_matmul: format {format!r} takes parts {FORMATS[format]}, got {len(parts)}")
     for part, name, dtype in zip(parts, FORMATS[format], _DTYPES[format]):
-        if np.dtype(part.dtype) != np.dtype(dtype):
-            raise ShapeError(f"stored_matmul: {format} part {name} must be {np.dtype(dtype).name}, "
+        allowed = [np.dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,))]
+        if np.dtype(part.dtype) not in allowed:
+            raise ShapeError(f"stored_matmul: {format} part {name} must be {' or '.join(d.name for d in allowed)}, "
                              f"got {np.dtype(part.dtype).name}")
     K = _stored_k(format, parts)
     if x.shape is None or parts[0].shape is None:
         return None
+    if format == "q4_1":
+        _check_q4_1(parts, K)
     if x.shape[-1] != K:
         raise ShapeError(f"stored_matmul: x's last axis ({x.shape[-1]}) must equal the weight's input "
                          f"size ({K}) for weight parts of shapes {[tuple(p.shape) for p in parts]}")
     return tuple(x.shape[:-1]) + (_stored_n(format, parts),)
+
+
+def _check_q4_1(parts, K) -> None:
+    q, scale, offset = parts
+    if np.dtype(scale.dtype) != np.dtype(offset.dtype) or tuple(scale.shape) != tuple(offset.shape):
+        raise ShapeError(f"stored_matmul: q4_1 scale and offset must have one dtype and shape, got "
+                         f"{np.dtype(scale.dtype).name}{tuple(scale.shape)} and {np.dtype(offset.dtype).name}"
+                         f"{tuple(offset.shape)}")
+    fits = [g for g in GROUPS if tuple(scale.shape) == (K // g, q.shape[1]) and K % g == 0]
+    if not fits:
+        raise ShapeError(f"stored_matmul: q4_1 scale {tuple(scale.shape)} must be (K/32, N) or (K/64, N) for q "
+                         f"{tuple(q.shape)} (K = {K}, N = {q.shape[1]})")
 
 
 stored_matmul_p = Primitive("stored_matmul", impl=_impl, shape_rule=_shape,
@@ -159,4 +182,4 @@ def stored_matmul(x, *parts, format: str):
     return stored_matmul_p.bind(x, *parts, format=format)
 
 
-__all__ = ["stored_matmul", "stored_matmul_p", "kernel_calls", "kernel_call_wanted", "kernel_op_wanted", "dequantize", "FORMATS"]
+__all__ = ["stored_matmul", "stored_matmul_p", "kernel_calls", "kernel_call_wanted", "kernel_op_wanted", "dequantize", "FORMATS", "GROUPS"]

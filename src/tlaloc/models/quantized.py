@@ -11,7 +11,10 @@ would be; :func:`tlaloc.models.layers.linear` multiplies by it. Two layouts:
 ``q4_1``     GGUF's Q4_1: q (in / 2, out) uint8 holds two 4-bit values per byte, as GGUF packs
              a block: byte ``j`` of block ``b`` (row ``16 b + j``) holds input feature
              ``32 b + j`` in its low nibble and ``32 b + j + 16`` in its high nibble; with
-             scale and offset (in / BLOCK, out), ``w = nibble * scale + offset``.
+             scale and offset (in / BLOCK, out), ``w = nibble * scale + offset``. The same
+             packing with scale and offset (in / 64, out) is the ``int4`` format's group 64
+             (one scale and offset per 64 input rows: ``w = nibble * scale[i // 64] +
+             offset[i // 64]``); scale and offset may be float16 or float32 (``q4_k``).
 
 :meth:`QuantizedMatrix.rmatmul` computes ``x @ w`` by ``chunk`` input rows at a time: each
 chunk of q is converted and scaled to float32 just before its own dot, and the partial
@@ -26,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import numpy as tnp
-from .._prims.stored_matmul import kernel_call_wanted, stored_matmul
+from .._prims.stored_matmul import GROUPS, kernel_call_wanted, stored_matmul
 
 BLOCK = 32
 #: input rows per partial dot (a multiple of BLOCK)
@@ -44,12 +47,15 @@ class QuantizedMatrix:
         self.q, self.scale, self.offset = q, scale, offset
         self.chunk = CHUNK if chunk is None else int(chunk)
         n_in, n_out = q.shape
+        self.group = BLOCK
         if offset is not None:
             n_in *= 2
-            if tuple(scale.shape) != (n_in // BLOCK, n_out) or tuple(offset.shape) != tuple(scale.shape):
+            groups = [g for g in GROUPS if n_in % g == 0 and tuple(scale.shape) == (n_in // g, n_out)]
+            if not groups or tuple(offset.shape) != tuple(scale.shape):
                 raise ValueError(f"QuantizedMatrix: q4_1 scale {tuple(scale.shape)} and offset "
-                                 f"{tuple(offset.shape)} must both be ({n_in // BLOCK}, {n_out}) for q {tuple(q.shape)}")
-            self.layout = "q4_1"
+                                 f"{tuple(offset.shape)} must both be ({n_in // BLOCK}, {n_out}) or "
+                                 f"({n_in // 64}, {n_out}) (groups of 32 or 64 rows) for q {tuple(q.shape)}")
+            self.layout, self.group = "q4_1", groups[0]
         elif tuple(scale.shape) == (n_out,):
             self.layout = "channel"
         elif tuple(scale.shape) == (n_in // BLOCK, n_out) and n_in % BLOCK == 0:
@@ -84,8 +90,12 @@ class QuantizedMatrix:
         high = tnp.floor(packed * np.float32(1 / 16))                        # exact: 16 is a power of two
         low = packed - high * np.float32(16)
         nibbles = tnp.concatenate([low, high], axis=1)                       # (nb, 32, out)
-        s = tnp.astype(self.scale[b0:b0 + nb], tnp.float32)[:, None, :]      # (nb, 1, out)
-        m = tnp.astype(self.offset[b0:b0 + nb], tnp.float32)[:, None, :]
+        per = self.group // BLOCK                                           # blocks per scale
+        g0, g1 = b0 // per, (b0 + nb + per - 1) // per
+        s, m = (tnp.astype(a[g0:g1], tnp.float32) for a in (self.scale, self.offset))   # (groups, out)
+        if per > 1:                                                          # a scale per block: (nb, out)
+            s, m = (tnp.repeat(a, per, axis=0)[b0 - g0 * per:b0 - g0 * per + nb] for a in (s, m))
+        s, m = s[:, None, :], m[:, None, :]                                  # (nb, 1, out)
         return tnp.reshape(nibbles * s + m, (stop - start, n_out))           # (n, out)
 
     def dequantize(self):
@@ -98,7 +108,8 @@ class QuantizedMatrix:
             return "i8ch" if np.dtype(self.q.dtype) == np.int8 and np.dtype(self.scale.dtype) == np.float32 else None
         if self.layout == "block":
             return "q8_0" if np.dtype(self.q.dtype) == np.int8 and np.dtype(self.scale.dtype) == np.float16 else None
-        ok = np.dtype(self.scale.dtype) == np.float16 and np.dtype(self.offset.dtype) == np.float16
+        sides = {np.dtype(self.scale.dtype), np.dtype(self.offset.dtype)}
+        ok = sides in ({np.dtype(np.float16)}, {np.dtype(np.float32)})
         return "q4_1" if ok and np.dtype(self.q.dtype) == np.uint8 else None
 
     def rmatmul(self, x):
@@ -180,6 +191,33 @@ def block_quantize_q4_1(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return np.ascontiguousarray(packed.reshape(n_in // 2, n_out)), d16, lo16
 
 
+def block_quantize_int4(w: np.ndarray, group: int = BLOCK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Asymmetric 4-bit of a float (in, out) matrix, one scale and offset per ``group`` input rows:
+    (packed uint8 (in/2, out), scale float16 (in/group, out), offset float16 (in/group, out)).
+
+    ``group`` 32 is :func:`block_quantize_q4_1` (GGUF's Q4_1). ``group`` 64 applies the same
+    rule (``m = min w``, ``d = (max w - m) / 15``, ``nibble = min(15, floor((w - m) / d + 0.5))``,
+    d and m kept in float16) to 64 rows at a time, and packs the nibbles per 32 rows as Q4_1
+    does. Raises ValueError for a group other than 32 or 64, or ``in`` not a multiple of it.
+    """
+    if group not in GROUPS:
+        raise ValueError(f"block_quantize_int4: group={group!r}; use one of {GROUPS}")
+    w = np.asarray(w, np.float32)
+    n_in, n_out = w.shape
+    if n_in % group:
+        raise ValueError(f"block_quantize_int4: {n_in} input rows are not a multiple of group={group}")
+    if group == BLOCK:
+        return block_quantize_q4_1(w)
+    groups = w.reshape(n_in // group, group, n_out)                          # (ng, group, out)
+    lo, hi = groups.min(axis=1), groups.max(axis=1)                          # (ng, out)
+    d = ((hi - lo) / np.float32(15)).astype(np.float32)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), np.float32(0))
+    nib = np.minimum(15, np.floor((groups - lo[:, None]) * inv[:, None] + np.float32(0.5))).astype(np.uint8)
+    nib = nib.reshape(n_in // BLOCK, BLOCK, n_out)                           # (nb, 32, out)
+    packed = nib[:, :BLOCK // 2] | (nib[:, BLOCK // 2:] << 4)                # (nb, 16, out)
+    return np.ascontiguousarray(packed.reshape(n_in // 2, n_out)), d.astype(np.float16), lo.astype(np.float16)
+
+
 def _keep_q4_0_blocks(blocks, nib, d16, lo16):
     """Where a (32, out) block is exactly a Q4_0 block's values and the Q4_1 rule does not give
     them back, use the Q4_0 form (scale d, offset -8 d, nibbles n)."""
@@ -202,4 +240,4 @@ def _keep_q4_0_blocks(blocks, nib, d16, lo16):
     return nib, np.where(use, d, d16), np.where(use, (d32 * f32(-8)).astype(np.float16), lo16)
 
 
-__all__ = ["QuantizedMatrix", "StoredProduct", "block_quantize", "block_quantize_q4_1", "BLOCK", "CHUNK"]
+__all__ = ["QuantizedMatrix", "StoredProduct", "block_quantize", "block_quantize_q4_1", "block_quantize_int4", "BLOCK", "CHUNK"]

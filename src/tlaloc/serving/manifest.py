@@ -78,10 +78,30 @@ def read_manifest(artifact_dir: str, *, verify: bool = True) -> dict:
     for rel in _referenced(manifest):
         if rel not in files:
             raise ArtifactError(f"{path}: {rel} is used but has no sha256 in manifest['files']; re-export the artifact")
+    _check_weight_group(path, manifest.get("weights"))
     if verify:
         for rel, entry in sorted(files.items()):
             verify_file(artifact_dir, rel, entry)
     return manifest
+
+
+def _check_weight_group(path: str, weights) -> None:
+    """``weights.group`` (rows per scale of the 4-bit matrices: 32 or 64, or absent) must be the
+    group every 4-bit slot's shapes give: a (in / 2, out) uint8 matrix with a (in / group, out) scale."""
+    if not isinstance(weights, dict) or weights.get("group") is None:
+        return
+    group = weights["group"]
+    if group not in (32, 64):
+        raise ArtifactError(f"{path}: weights.group={group!r}; a tlaloc artifact's 4-bit group is 32 or 64. "
+                            f"Re-export the artifact")
+    slots = {s.get("name"): s for s in weights.get("slots", ()) if isinstance(s, dict)}
+    for name, slot in slots.items():
+        scale = slots.get(f"{name}.scale")
+        if f"{name}.offset" not in slots or scale is None or slot.get("dtype") != "uint8":
+            continue
+        if [2 * slot["shape"][0] // group, slot["shape"][1]] != list(scale["shape"]):
+            raise ArtifactError(f"{path}: weight {name} {slot['shape']} has scale {scale['shape']}, which is not "
+                                f"weights.group={group} rows per scale; re-export the artifact")
 
 
 def check_bytes(manifest: dict, rel: str, data: bytes) -> None:

@@ -9,9 +9,11 @@
 //   bf16    w (K, N) bfloat16 (uint16 bit patterns)
 //   i8ch    q (K, N) int8, scale (N,) float32:              W[k, n] = q[k, n] * scale[n]
 //   q8_0    q (K, N) int8, scale (K/32, N) float16:          W[k, n] = q[k, n] * scale[k/32, n]
-//   q4_1    q (K/2, N) uint8, scale, offset (K/32, N) float16: byte 16b + j holds row 32b + j in
-//           its low nibble and row 32b + j + 16 in its high nibble (GGUF's packing);
-//           W[k, n] = nibble * scale[k/32, n] + offset[k/32, n]
+//   q4_1    q (K/2, N) uint8, scale, offset (K/G, N) float16 or float32 (both alike), G = 32 or
+//           64 rows per group (G = K / scale's rows): byte 16b + j holds row 32b + j in its low
+//           nibble and row 32b + j + 16 in its high nibble (GGUF's packing, per 32 rows whatever G);
+//           W[k, n] = nibble * scale[k/G, n] + offset[k/G, n]. G = 32 with float16 is GGUF's Q4_1,
+//           G = 64 the artifacts' int4 group 64, float32 sides ggml's Q4_K (d * sc, -dmin * m).
 //
 // Panel layout. Each two-dimensional array A (R, N) above comes in panel order: its columns in
 // panels of PANEL = 64, each panel's R rows stored one after the other, i.e. the bytes of the
@@ -22,7 +24,8 @@
 // decoded SmolLM2's Q4_1 layers at half the speed (benchmarks/RESULTS.md, issue 18).
 //
 // The blocked formats are evaluated per block as GGUF defines them: for each block b,
-// y += scale[b] * (sum_j x_j q_j) + offset[b] * (sum_j x_j). x is never rounded: every product
+// y += scale[b] * (sum_j x_j q_j) + offset[b] * (sum_j x_j) (q4_1 with G = 64: each 32-row block's
+// partial sums scaled with its group's scale and offset, the same math). x is never rounded: every product
 // is a float32 x times an exactly converted weight, summed in float32.
 //
 // Sums. Each output element is summed by one thread, in an order fixed by K alone: per block
@@ -76,7 +79,16 @@ struct F32 { const float* w; };
 struct BF16 { const uint16_t* w; };
 struct I8Channel { const int8_t* q; const float* scale; };
 struct Q8_0 { const int8_t* q; const uint16_t* scale; };
-struct Q4_1 { const uint8_t* q; const uint16_t* scale; const uint16_t* offset; const float* xsum; };
+// Q4_1 and its variants: scale and offset float16 (bits) or float32 (f32), one row of them per
+// group of `per` blocks, `groups` = K / G rows in all.
+struct Q4_1 {
+  const uint8_t* q; const void* scale; const void* offset; const float* xsum;
+  bool f32; int64_t per; int64_t groups;
+  int64_t side_at(int64_t b, int64_t n) const { return at(b / per, n, groups); }
+  float side(const void* a, int64_t i) const {
+    return f32 ? static_cast<const float*>(a)[i] : f16_to_f32(static_cast<const uint16_t*>(a)[i]);
+  }
+};
 
 // A format's weight bytes as the panels store them: rows of TILE columns, row_bytes each, rows
 // per panel, rows_per_block per block of QK input rows; a blocked format's scales in a stream
@@ -134,7 +146,7 @@ void scalar_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_
     }
     const float xs = f.xsum[(m + r) * (p.K / QK) + b];
     for (int64_t t = 0; t < TILE; ++t)
-      acc[r * lda + t] += part[t] * f16_to_f32(f.scale[at(b, n0 + t, p.K / QK)]) + xs * f16_to_f32(f.offset[at(b, n0 + t, p.K / QK)]);
+      acc[r * lda + t] += part[t] * f.side(f.scale, f.side_at(b, n0 + t)) + xs * f.side(f.offset, f.side_at(b, n0 + t));
   }
 }
 
@@ -222,10 +234,13 @@ template <int V> TLALOC_INLINE Rows pair(const Q4_1& f, const Problem& p, int64_
   }
   return {b * QK + j, b * QK + j + QK / 2};
 }
+TLALOC_INLINE __m512 load_side16(const Q4_1& f, const void* a, int64_t i) {
+  return f.f32 ? _mm512_loadu_ps(static_cast<const float*>(a) + i) : load_f16x16(static_cast<const uint16_t*>(a) + i);
+}
 template <int R, int V>
 TLALOC_INLINE void finish(const Q4_1& f, const Problem& p, int64_t b, int64_t n, int64_t m, __m512 s[R][V], float* acc, int64_t lda) {
   for (int v = 0; v < V; ++v) {
-    const __m512 scale = load_f16x16(f.scale + at(b, n, p.K / QK) + 16 * v), offset = load_f16x16(f.offset + at(b, n, p.K / QK) + 16 * v);
+    const __m512 scale = load_side16(f, f.scale, f.side_at(b, n) + 16 * v), offset = load_side16(f, f.offset, f.side_at(b, n) + 16 * v);
     for (int r = 0; r < R; ++r) {
       float* a = acc + r * lda + 16 * v;
       const __m512 xs = _mm512_set1_ps(f.xsum[(m + r) * (p.K / QK) + b]);
@@ -422,11 +437,22 @@ ffi::Error MatmulQ8_0(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   return ffi::Error::Success();
 }
 
+// The group G = K / (scale's rows) is inferred (32 or 64; anything else is refused), and the
+// sides' dtype read at run time (float16 or float32, scale and offset alike).
 ffi::Error MatmulQ4_1(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::U8> q,
-                      ffi::Buffer<ffi::F16> scale, ffi::Buffer<ffi::F16> offset, ffi::ResultBuffer<ffi::F32> y) {
+                      ffi::AnyBuffer scale, ffi::AnyBuffer offset, ffi::ResultBuffer<ffi::F32> y) {
   Problem p = problem(x, y);
   auto d = q.dimensions();
   if (auto e = check(p, 2 * d[0], d[1], true); e.failure()) return e;
+  auto ds = scale.dimensions(), dm = offset.dimensions();
+  if (ds.size() != 2 || dm.size() != 2 || ds[0] != dm[0] || ds[1] != p.N || dm[1] != p.N || ds[0] < 1)
+    return ffi::Error::InvalidArgument("tlaloc cpu matmul q4_1: scale and offset must both be (K/32, N) or (K/64, N)");
+  const int64_t G = p.K / ds[0];
+  if ((G != 32 && G != 64) || G * ds[0] != p.K)
+    return ffi::Error::InvalidArgument("tlaloc cpu matmul q4_1: the group (K / scale rows) must be 32 or 64");
+  const ffi::DataType ts = scale.element_type();
+  if (ts != offset.element_type() || (ts != ffi::DataType::F16 && ts != ffi::DataType::F32))
+    return ffi::Error::InvalidArgument("tlaloc cpu matmul q4_1: scale and offset must both be float16 or both float32");
   const int64_t nb = p.K / QK;
   std::unique_ptr<float[]> xsum(new float[p.M * nb]);          // sum of x over each (row, block)
   for (int64_t m = 0; m < p.M; ++m)
@@ -435,8 +461,8 @@ ffi::Error MatmulQ4_1(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
       for (int64_t j = 0; j < QK; ++j) s += p.x[m * p.K + b * QK + j];
       xsum[m * nb + b] = s;
     }
-  Q4_1 f{q.typed_data(), reinterpret_cast<const uint16_t*>(scale.untyped_data()),
-         reinterpret_cast<const uint16_t*>(offset.untyped_data()), xsum.get()};
+  Q4_1 f{q.typed_data(), scale.untyped_data(), offset.untyped_data(), xsum.get(),
+         ts == ffi::DataType::F32, G / QK, ds[0]};
   run(pool, f, p);
   return ffi::Error::Success();
 }
@@ -478,6 +504,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q4_1_p64, MatmulQ4_1,
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::U8>>()
-                                  .Arg<ffi::Buffer<ffi::F16>>()
-                                  .Arg<ffi::Buffer<ffi::F16>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::Buffer<ffi::F32>>());

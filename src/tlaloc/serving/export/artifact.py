@@ -26,7 +26,8 @@ import numpy as np
 from ...errors import ArgumentError
 from .. import manifest as mf
 from ..errors import ArtifactError
-from .weights_format import SIDE, flatten, fuse_projections, head_copy, stored_tensors
+from ...models.quantized import BLOCK
+from .weights_format import GROUPS, SIDE, flatten, fuse_projections, head_copy, stored_tensors
 
 log = logging.getLogger("tlaloc.serving")
 WEIGHTS_FILE = "weights.safetensors"
@@ -34,6 +35,8 @@ TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_CHUNK = 256
 #: the default prefill token ladder below the chunk: powers of 4 from 16 (see :func:`prefill_token_ladder`)
 _PREFILL_RUNG, _PREFILL_STEP = 16, 4
+#: the ``weights`` values that quantize (the others store ``dtype``)
+_STORED = ("int8", "q8_0", "q4_1", "int4", "q4_k")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,12 +86,26 @@ def prefill_token_ladder(chunk: int, tokens=None) -> list:
     return sorted(set(rungs) | {chunk})
 
 
+def _check_group(weights, group) -> int:
+    """The int4 group (32 when None); ArgumentError for another value, or a group given with another format."""
+    if group is None:
+        return BLOCK
+    if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or int(group) not in GROUPS:
+        raise ArgumentError(f"export: group={group!r}; use 32 or 64 (input rows per scale and offset of "
+                            f"weights='int4')")
+    if weights != "int4" and int(group) != BLOCK:
+        raise ArgumentError(f"export: group={group!r} applies to weights='int4' only (weights={weights!r} uses "
+                            f"blocks of 32); pass weights='int4' or leave group out")
+    return int(group)
+
+
 def _check_options(cfg, batch, context, block_size, dtype, weights, prefill_chunk):
     from ...models import EncoderConfig
     if dtype not in ("f32", "bf16"):
         raise ArgumentError(f"export: dtype={dtype!r}; use 'f32' or 'bf16'")
-    if weights not in (None, "int8", "q8_0", "q4_1", "f32", "bf16"):
-        raise ArgumentError(f"export: weights={weights!r}; use None (same as dtype), 'int8', 'q8_0' or 'q4_1'")
+    if weights not in (None, "f32", "bf16") + _STORED:
+        raise ArgumentError(f"export: weights={weights!r}; use None (same as dtype), 'int8', 'q8_0', 'q4_1', "
+                            f"'int4' or 'q4_k'")
     limit = cfg.max_position_embeddings
     if context[-1] > limit:
         raise ArgumentError(f"export: context {context[-1]} is longer than the model's max_position_embeddings="
@@ -288,7 +305,7 @@ def _model_name(model_path: str) -> str:
 
 
 def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), block_size: int = 16,
-           dtype: str = "f32", weights: str | None = None, prefill_chunk: int | None = None,
+           dtype: str = "f32", weights: str | None = None, group: int | None = None, prefill_chunk: int | None = None,
            prefill_tokens=None, num_pages: int | None = None, name: str | None = None, overwrite: bool = False,
            progress: bool | None = None, score: bool = False, fuse: bool = True,
            top_logprobs: int = 20, cpu_kernels: bool | tuple = True) -> ExportSummary:
@@ -302,7 +319,12 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
       block_size: token slots per KV page.
       dtype: "f32" or "bf16": how weights and KV pools are stored (programs compute in f32).
       weights: None (as ``dtype``), "int8" (per-output-channel scales) or "q8_0" (GGUF's
-        Q8_0 blocks of 32 with float16 scales) or "q4_1" (GGUF's Q4_1; see ``weights_format``).
+        Q8_0 blocks of 32 with float16 scales) or "q4_1" (GGUF's Q4_1) or "int4" (4-bit with a
+        float16 scale and minimum per ``group`` input rows) or "q4_k" (a GGUF's Q4_K blocks kept
+        exactly, float32 sub-block scales and offsets; a .gguf ``model_path`` holding Q4_K
+        tensors only); see ``weights_format``.
+      group: input rows per scale of weights="int4": 32 (default; the q4_1 layout) or 64.
+        Recorded as the manifest's ``weights.group``.
       prefill_chunk: tokens per prefill step, at most (default min(256, max context)).
       prefill_tokens: the ladder of prefill program sizes in tokens per row (list or
         "16,64"), each at most the chunk; a prompt runs in the smallest that holds it
@@ -343,16 +365,23 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     model = load(model_path)
     cfg = model.config
     _check_options(cfg, batch, context, block_size, dtype, weights, prefill_chunk)
+    group = _check_group(weights, group)
     if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, (int, np.integer)) or top_logprobs < 0:
         raise ArgumentError(f"export: top_logprobs must be a non-negative integer (0: no log-probabilities), "
                             f"got {top_logprobs!r}")
     top_logprobs = 0 if isinstance(cfg, EncoderConfig) else min(int(top_logprobs), int(cfg.vocab_size))
-    fmt = weights if weights in ("int8", "q8_0", "q4_1") else dtype
+    fmt = weights if weights in _STORED else dtype
     is_encoder = isinstance(cfg, EncoderConfig)
     flat, fused = flatten(model.weights), {}
+    exact = _q4_k_blocks(model_path, cfg, flat) if fmt == "q4_k" else None
+    unfused = flat
     if fuse and not is_encoder:
         flat, fused = fuse_projections(flat)                     # one dot for q/k/v, one for gate/up
-    stored = stored_tensors(flat, fmt)
+    if exact:
+        from .gguf_blocks import fuse_exact
+        exact = fuse_exact(exact, fused, unfused)
+    del unfused
+    stored = stored_tensors(flat, fmt, group, exact)
     if not is_encoder and getattr(cfg, "tie_word_embeddings", False):
         stored = head_copy(stored, _kernel_formats(cpu_kernels))   # the head in the layers' faster kernel
     kv_dtype = np.dtype(np.float32) if dtype == "f32" else np.dtype("bfloat16")
@@ -400,7 +429,8 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
                     "prefill_tokens": None if is_encoder else tokens},
         "kv": kv,
         "logprobs": {"top": top_logprobs, "dtype": "float32"} if top_logprobs else None,
-        "weights": {"file": WEIGHTS_FILE, "format": fmt, "fused": fused,
+        "weights": {"file": WEIGHTS_FILE, "format": fmt, "group": group if fmt in ("q4_1", "int4", "q4_k") else None,
+                    "fused": fused,
                     "slots": [{"name": n, "role": "weight_scale" if n.endswith(SIDE) else "weight",
                                "dtype": a.dtype.name, "shape": list(a.shape)} for n, a in stored.items()]},
         "programs": programs,
@@ -415,6 +445,23 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     log.info("export: %s -> %s: %d programs, %.1f MB in %.1f s", model_path, out_dir, summary.num_programs,
              total / 1e6, summary.seconds)
     return summary
+
+
+def _q4_k_blocks(model_path: str, cfg, flat: dict) -> dict:
+    """weights='q4_k': the GGUF's Q4_K matrices as stored parts (``gguf_blocks.q4_k_parts``);
+    ArgumentError for a model that is not a GGUF file or holds no Q4_K layer matrix."""
+    from .gguf_blocks import q4_k_parts
+    if not model_path.endswith(".gguf"):
+        raise ArgumentError(f"export: weights='q4_k' keeps a GGUF file's Q4_K blocks; {model_path} is not a .gguf "
+                            f"file. Use weights='int4' to quantize it to 4 bits")
+    exact = q4_k_parts(model_path, cfg)
+    if not exact:
+        raise ArgumentError(f"export: weights='q4_k': {model_path} holds no Q4_K layer matrix; use "
+                            f"weights='int4' or 'q4_1'")
+    missing = sorted(set(exact) - set(flat))
+    if missing:
+        raise ArtifactError(f"export: Q4_K tensors {missing[:5]} of {model_path} have no weight in the model")
+    return exact
 
 
 _OWNER = ".export-pid"                 # in a temp dir while its export runs: the exporting process

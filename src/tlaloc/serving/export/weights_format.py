@@ -22,6 +22,17 @@ Slot names flatten the model's weights pytree with dots: ``embed``, ``norm``,
           (``models.quantized.block_quantize_q4_1``; a Q4_1 GGUF's blocks come back exactly,
           and so do a Q4_0 GGUF's values, stored with scale d and offset -8 d);
           the tables and an untied output head as ``q8_0``, as llama.cpp's Q4_1 files keep them.
+``int4``  asymmetric 4-bit for the (in, out) matrices with one scale and minimum per ``group``
+          input rows (the manifest's ``weights.group``, 32 or 64): ``<name>`` uint8 (in / 2, out)
+          packed per 32 rows as Q4_1, ``<name>.scale`` and ``<name>.offset`` float16
+          (in / group, out) (``models.quantized.block_quantize_int4``); group 32 is ``q4_1``'s
+          layout exactly. A matrix whose input axis is not a multiple of the group is stored as
+          ``q8_0`` (or ``int8``), the tables and an untied output head as ``q8_0``.
+``q4_k``  ggml's Q4_K kept exactly (``ggml-common.h`` ``block_q4_K``, ``dequantize_row_q4_K``):
+          each 32-row sub-block's ``d * sc`` and ``-dmin * m`` as float32 scale and offset
+          (in / 32, out) beside the Q4_1-packed nibbles (:mod:`tlaloc.serving.export.gguf_blocks`);
+          matrices the GGUF holds in another type are quantized as ``int4`` group 32 with
+          float32 sides; tables and an untied head as ``q8_0``.
 
 bf16 and per-channel int8 (in, out) matrices reach the model as
 :class:`~tlaloc.models.lowp.LowpMatrix` (low-precision dots: i8 x i8 -> i32, bf16 x bf16 -> f32,
@@ -41,9 +52,13 @@ import numpy as np
 
 from ... import numpy as tnp
 from ...models import lowp
-from ...models.quantized import BLOCK, QuantizedMatrix, block_quantize, block_quantize_q4_1
+from ...models.quantized import BLOCK, QuantizedMatrix, block_quantize, block_quantize_int4
 
-FORMATS = ("f32", "bf16", "int8", "q8_0", "q4_1")
+FORMATS = ("f32", "bf16", "int8", "q8_0", "q4_1", "int4", "q4_k")
+#: the formats that store the (in, out) matrices in 4 bits (nibbles, scale and offset)
+FOUR_BIT = ("q4_1", "int4", "q4_k")
+#: input rows per scale that ``int4`` takes (``group``)
+GROUPS = (32, 64)
 #: per-tensor companions of a quantized matrix (role weight_scale in the manifest)
 SIDE = (".scale", ".offset")
 #: tables indexed by row (token, position or type ids): quantized per row
@@ -147,17 +162,30 @@ def quantize_int8(name: str, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q, scale
 
 
-def stored_tensors(flat: dict, fmt: str) -> dict[str, np.ndarray]:
-    """The tensors the artifact's safetensors file holds for ``fmt``."""
-    out = {}
+def stored_tensors(flat: dict, fmt: str, group: int = BLOCK, exact: dict | None = None) -> dict[str, np.ndarray]:
+    """The tensors the artifact's safetensors file holds for ``fmt``.
+
+    ``group``: input rows per scale of the ``int4`` matrices (32 or 64; the other formats use 32).
+    ``exact``: ``{name: (packed, scale, offset)}`` stored as given instead of quantizing ``flat[name]``
+    (``q4_k``: a GGUF's own Q4_K blocks, :func:`~tlaloc.serving.export.gguf_blocks.q4_k_parts`).
+    """
+    out, exact = {}, exact or {}
+    four_bit_group = group if fmt == "int4" else BLOCK
     for name, w in flat.items():
+        if name in exact:
+            out[name], out[name + ".scale"], out[name + ".offset"] = exact[name]
+            continue
         w = np.asarray(w, np.float32)
         blockable = w.ndim == 2 and w.shape[1 - channel_axis(name)] % BLOCK == 0
-        if fmt == "q4_1" and blockable and not is_table(name) and name != "lm_head":
-            out[name], out[name + ".scale"], out[name + ".offset"] = block_quantize_q4_1(w)
-        elif fmt in ("q8_0", "q4_1") and blockable:
+        four_bit = fmt in FOUR_BIT and w.ndim == 2 and not is_table(name) and name != "lm_head"
+        if four_bit and w.shape[0] % four_bit_group == 0:
+            q, scale, offset = block_quantize_int4(w, four_bit_group)
+            if fmt == "q4_k":                                            # float32 sides, as Q4_K's
+                scale, offset = scale.astype(np.float32), offset.astype(np.float32)
+            out[name], out[name + ".scale"], out[name + ".offset"] = q, scale, offset
+        elif fmt in ("q8_0",) + FOUR_BIT and blockable:
             out[name], out[name + ".scale"] = block_quantize(w, axis=1 - channel_axis(name))
-        elif fmt in ("int8", "q8_0", "q4_1") and w.ndim == 2:
+        elif fmt in ("int8", "q8_0") + FOUR_BIT and w.ndim == 2:
             out[name], out[name + ".scale"] = quantize_int8(name, w)
         elif fmt == "bf16":
             out[name] = w.astype(ml_dtypes.bfloat16)
@@ -258,5 +286,5 @@ def dequantize_channels(stored: dict, name: str, start: int, stop: int):
     return _float32(name, part, part_scale)
 
 
-__all__ = ["FORMATS", "SIDE", "FUSED", "fuse_projections", "flatten", "unflatten", "quantize_int8", "stored_tensors", "head_copy", "dequantize", "dequantize_channels",
+__all__ = ["FORMATS", "FOUR_BIT", "GROUPS", "SIDE", "FUSED", "fuse_projections", "flatten", "unflatten", "quantize_int8", "stored_tensors", "head_copy", "dequantize", "dequantize_channels",
            "channel_axis", "is_table"]
