@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
     bf16.push_back({h AND_N});
     i8ch.push_back({reinterpret_cast<int8_t*>(bytes(K * N)), w AND_N});
     q8_0.push_back({reinterpret_cast<int8_t*>(bytes(K * N)), s AND_N});
-    q4_1.push_back({bytes(K / 2 * N), s, s, xsum.data() AND_N});
+    q4_1.push_back({bytes(K / 2 * N), s, s, xsum.data(), false, 1, K / 32 AND_N});
   }
   const Problem p{x.data(), M, K, N, y.data()};
   const double macs = double(M) * K * N * L;
