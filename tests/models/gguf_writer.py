@@ -58,10 +58,12 @@ def pack_q4_k(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(blocks.reshape(rows, -1))
 
 
-def write_llama_gguf(path, hf_model, qtype="Q8_0", extra_tensor=None, layer_qtype=None):
+def write_llama_gguf(path, hf_model, qtype="Q8_0", extra_tensor=None, layer_qtype=None, keep=()):
     """Write a transformers LlamaForCausalLM as a llama-architecture GGUF (q/k permuted, 2-D weights quantized).
 
-    ``layer_qtype="Q4_K"``: the layers' matrices as Q4_K (:func:`pack_q4_k`), the rest as ``qtype``."""
+    ``layer_qtype="Q4_K"``: the layers' matrices as Q4_K (:func:`pack_q4_k`), the rest as ``qtype``;
+    ``keep``: GGUF names (``attn_v``, ``ffn_down``) of layer matrices left in ``qtype``, as a
+    Q4_K_M file keeps some of them in Q6_K."""
     import gguf
     cfg = hf_model.config
     tokens, types = tiny_vocab()
@@ -103,7 +105,7 @@ def write_llama_gguf(path, hf_model, qtype="Q8_0", extra_tensor=None, layer_qtyp
             a = llamacpp_permute(a, cfg.num_attention_heads)
         elif base.endswith("k_proj"):
             a = llamacpp_permute(a, cfg.num_key_value_heads)
-        if a.ndim == 2 and layer_qtype == "Q4_K" and out.startswith("blk."):
+        if a.ndim == 2 and layer_qtype == "Q4_K" and out.startswith("blk.") and out.split(".")[2] not in keep:
             w.add_tensor(out + ".weight", pack_q4_k(a), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
         elif a.ndim == 2:
             w.add_tensor(out + ".weight", gguf.quantize(a, qt), raw_dtype=qt)

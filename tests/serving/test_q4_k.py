@@ -152,3 +152,55 @@ def test_q4_k_needs_q4_k_tensors(tmp_path):
     path = write_llama_gguf(tmp_path / "q8.gguf", hf, "Q8_0")
     with pytest.raises(ArgumentError, match="holds no Q4_K layer matrix; use weights='int4'"):
         export(path, tmp_path / "art", **LADDER, weights="q4_k", progress=False)
+
+
+def test_layer_matrices_the_file_holds_in_another_type_are_stored_in_8_bits(tmp_path):
+    """A Q4_K_M file keeps attn_v and some ffn_down in Q6_K: those (and the fused q/k/v holding
+    attn_v) are stored as q8_0 from the file's values, not requantized to 4 bits; the Q4_K
+    matrices are still kept exactly."""
+    from models.gguf_writer import tiny_vocab, write_llama_gguf
+    from models.helpers import require, torch_threads
+    from models.tiny import make_tiny
+    from tlaloc.models import load
+    from tlaloc.serving.export import export
+    from .fixtures import LADDER
+    require("torch", "transformers")
+    with torch_threads(1):
+        hf = make_tiny("llama", {"vocab_size": len(tiny_vocab()[0]), "hidden_size": 256, "intermediate_size": 256},
+                       str(tmp_path / "hf"))
+    path = write_llama_gguf(tmp_path / "mixed.gguf", hf, "Q8_0", layer_qtype="Q4_K", keep=("attn_v", "ffn_down"))
+    cfg = load(path).config
+    export(path, tmp_path / "art", **LADDER, weights="q4_k", progress=False)
+    stored = _stored(tmp_path / "art")
+    tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    for i in range(cfg.num_layers):
+        b = f"layers.{i}."
+        for name in ("wqkv", "w_down"):                              # q8_0: int8 values, one scale per 32 rows
+            assert stored[b + name].dtype == np.int8 and b + name + ".offset" not in stored
+            assert stored[b + name + ".scale"].shape[0] == stored[b + name].shape[0] // 32
+        want = gguf.quants.dequantize(np.asarray(tensors[f"blk.{i}.ffn_down.weight"].data),
+                                      gguf.GGMLQuantizationType.Q8_0).reshape(256, 256).T
+        got = stored[b + "w_down"].astype(np.float32) * np.repeat(stored[b + "w_down.scale"].astype(np.float32), 32, 0)
+        np.testing.assert_array_equal(got, want)                     # Q8_0 blocks come back exactly as q8_0
+        for name in ("wo", "w_gate_up"):                             # still the file's Q4_K blocks, float32 sides
+            assert stored[b + name].dtype == np.uint8 and stored[b + name + ".scale"].dtype == np.float32
+        wo = QuantizedMatrix(stored[b + "wo"], stored[b + "wo.scale"], stored[b + "wo.offset"], chunk=0).dequantize()
+        oracle = gguf.quants.dequantize(np.asarray(tensors[f"blk.{i}.attn_output.weight"].data), Q4_K)
+        np.testing.assert_array_equal(wo, oracle.reshape(256, 256).T)
+    # with ffn_down alone in Q8_0 every stored value is the file's (Q8_0 blocks come back exactly as
+    # q8_0): the greedy ids are the f32 artifact's. (The fused q/k/v above is not: its Q4_K parts are
+    # requantized to 8 bits, close to but not exactly the file's values.)
+    from tlaloc.serving import Engine
+    from .fixtures import NEW_TOKENS, PROMPTS
+    down = write_llama_gguf(tmp_path / "down.gguf", hf, "Q8_0", layer_qtype="Q4_K", keep=("ffn_down",))
+    export(down, tmp_path / "down", **LADDER, weights="q4_k", progress=False)
+    export(down, tmp_path / "f32", **LADDER, progress=False)
+
+    def greedy(p):
+        return [r.token_ids for r in Engine(p, fast_compile=True).generate(PROMPTS, max_new_tokens=NEW_TOKENS, stop=[])]
+    assert _stored(tmp_path / "down")["layers.0.w_down"].dtype == np.int8
+    assert greedy(tmp_path / "down") == greedy(tmp_path / "f32")
+    # negative control: the same file with every layer matrix in Q4_K stores w_down in 4 bits
+    full = write_llama_gguf(tmp_path / "all.gguf", hf, "Q8_0", layer_qtype="Q4_K")
+    export(full, tmp_path / "all", **LADDER, weights="q4_k", progress=False)
+    assert _stored(tmp_path / "all")["layers.0.w_down"].dtype == np.uint8

@@ -374,13 +374,11 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     is_encoder = isinstance(cfg, EncoderConfig)
     flat, fused = flatten(model.weights), {}
     exact = _q4_k_blocks(model_path, cfg, flat) if fmt == "q4_k" else None
-    unfused = flat
     if fuse and not is_encoder:
         flat, fused = fuse_projections(flat)                     # one dot for q/k/v, one for gate/up
     if exact:
         from .gguf_blocks import fuse_exact
-        exact = fuse_exact(exact, fused, unfused)
-    del unfused
+        exact = fuse_exact(exact, fused)
     stored = stored_tensors(flat, fmt, group, exact)
     if not is_encoder and getattr(cfg, "tie_word_embeddings", False):
         stored = head_copy(stored, _kernel_formats(cpu_kernels))   # the head in the layers' faster kernel

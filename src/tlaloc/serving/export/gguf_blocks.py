@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...models.quantized import BLOCK, block_quantize_int4
+from ...models.quantized import BLOCK
 
 QK_K = 256                     # weights per superblock
 BLOCK_BYTES = 144              # 2 + 2 + 12 + 128
@@ -82,26 +82,23 @@ def q4_k_parts(path: str, cfg) -> dict:
     return out
 
 
-def fuse_exact(exact: dict, fused: dict, flat: dict) -> dict:
+def fuse_exact(exact: dict, fused: dict) -> dict:
     """``exact`` with the parts of each fused matrix (``weights_format.fuse_projections``'s mapping)
-    concatenated along the output axis, as the fused float matrix is. A part the GGUF holds in
-    another type is quantized alone (``int4`` group 32, float32 sides) from its float values in
-    ``flat``: blocks run along the input axis, so that is what quantizing the fused matrix gives it."""
+    concatenated along the output axis, as the fused float matrix is, where the GGUF holds every
+    part in Q4_K. A fused matrix with a part in another type (a Q4_K_M file keeps ``attn_v`` in
+    Q6_K) is left out, parts and all: ``stored_tensors`` stores it as ``q8_0`` from its float
+    values, 8 bits for what the file holds in 6 or 4, rather than requantizing it to 4 bits."""
     out = dict(exact)
     for target, spec in fused.items():
         names = [n for n, _, _ in spec["parts"]]
         if not any(n in exact for n in names):
             continue
-        parts = [exact[n] if n in exact else _float32_sides(block_quantize_int4(flat[n])) for n in names]
-        out[target] = tuple(np.ascontiguousarray(np.concatenate([p[i] for p in parts], axis=1)) for i in range(3))
+        if all(n in exact for n in names):
+            out[target] = tuple(np.ascontiguousarray(np.concatenate([exact[n][i] for n in names], axis=1))
+                                for i in range(3))
         for n in names:
             out.pop(n, None)
     return out
-
-
-def _float32_sides(parts):
-    q, scale, offset = parts
-    return q, scale.astype(np.float32), offset.astype(np.float32)
 
 
 __all__ = ["q4_k_parts", "unpack_q4_k", "scale_min_k4", "fuse_exact"]

@@ -31,8 +31,9 @@ Slot names flatten the model's weights pytree with dots: ``embed``, ``norm``,
 ``q4_k``  ggml's Q4_K kept exactly (``ggml-common.h`` ``block_q4_K``, ``dequantize_row_q4_K``):
           each 32-row sub-block's ``d * sc`` and ``-dmin * m`` as float32 scale and offset
           (in / 32, out) beside the Q4_1-packed nibbles (:mod:`tlaloc.serving.export.gguf_blocks`);
-          matrices the GGUF holds in another type are quantized as ``int4`` group 32 with
-          float32 sides; tables and an untied head as ``q8_0``.
+          a layer matrix the GGUF holds in another type (Q4_K_M files keep ``attn_v`` and some
+          ``ffn_down`` in Q6_K), and a fused q/k/v or gate/up with such a part, is stored as
+          ``q8_0`` from its values (8 bits, not requantized to 4); tables and an untied head as ``q8_0``.
 
 bf16 and per-channel int8 (in, out) matrices reach the model as
 :class:`~tlaloc.models.lowp.LowpMatrix` (low-precision dots: i8 x i8 -> i32, bf16 x bf16 -> f32,
@@ -177,12 +178,11 @@ def stored_tensors(flat: dict, fmt: str, group: int = BLOCK, exact: dict | None 
             continue
         w = np.asarray(w, np.float32)
         blockable = w.ndim == 2 and w.shape[1 - channel_axis(name)] % BLOCK == 0
-        four_bit = fmt in FOUR_BIT and w.ndim == 2 and not is_table(name) and name != "lm_head"
+        # q4_k: only the file's own Q4_K blocks (in ``exact``) are 4-bit; any other layer matrix
+        # (Q6_K or Q8_0 in the file) is stored as q8_0 below, not requantized to 4 bits
+        four_bit = fmt in ("q4_1", "int4") and w.ndim == 2 and not is_table(name) and name != "lm_head"
         if four_bit and w.shape[0] % four_bit_group == 0:
-            q, scale, offset = block_quantize_int4(w, four_bit_group)
-            if fmt == "q4_k":                                            # float32 sides, as Q4_K's
-                scale, offset = scale.astype(np.float32), offset.astype(np.float32)
-            out[name], out[name + ".scale"], out[name + ".offset"] = q, scale, offset
+            out[name], out[name + ".scale"], out[name + ".offset"] = block_quantize_int4(w, four_bit_group)
         elif fmt in ("q8_0",) + FOUR_BIT and blockable:
             out[name], out[name + ".scale"] = block_quantize(w, axis=1 - channel_axis(name))
         elif fmt in ("int8", "q8_0") + FOUR_BIT and w.ndim == 2:
