@@ -34,12 +34,12 @@ def dequantize(fmt, parts) -> np.ndarray:
     if fmt == "i8ch":
         return q.astype(np.float64) * scale[None, :]
     K = q.shape[0] * (2 if fmt == "q4_1" else 1)
-    group = K // scale.shape[0]                          # q4_1: 32 (GGUF) or 64 (int4 group 64)
+    group = K // scale.shape[0]                          # q4_1: 32 (GGUF) or 64 (int4 group 64); q8_0: 32 or 16
     w = np.empty((K, q.shape[1]))
     for k in range(K):
         b, j = divmod(k, BLOCK)
         if fmt == "q8_0":
-            w[k] = q[k] * scale[b]
+            w[k] = q[k] * scale[k // group]
         else:
             byte = q[b * 16 + (j % 16)].astype(np.int64)
             nibble = byte & 15 if j < 16 else byte >> 4
@@ -193,6 +193,81 @@ def _q4_1_text(parts):
     slots += [Slot(f"p{i}", "weight", p.dtype, p.shape) for i, p in enumerate(parts)]
     with kernel_calls(("q4_1",)):
         return lower(lambda x, *ps: [stored_matmul(x, *ps, format="q4_1")], slots, "mm_q4_1").text
+
+
+def make_q6_parts(K, N, seed=0):
+    """q8_0 parts of group 16 with float32 scales, as ggml's Q6_K is kept: q - 32 in -32..31 and
+    d * sc (float16 d times an int8 sc: float32 values, most not float16 ones)."""
+    rng = np.random.default_rng(seed)
+    d = (rng.random((K // 256 + 1, N)) * 0.002 + 1e-4).astype(np.float16).astype(np.float32)
+    sc = rng.integers(-128, 128, (K // 16, N)).astype(np.float32)
+    scale = (np.repeat(d, 16, axis=0)[:K // 16] * sc).astype(np.float32)
+    return [rng.integers(-32, 32, (K, N), dtype=np.int8), scale]
+
+
+@pytest.mark.parametrize("K, N", [(96, 192), (512, 128)])
+@pytest.mark.parametrize("M", [1, 3, 4, 13, 16])
+def test_q8_0_kernel_takes_float32_scales_per_16_rows(K, N, M):
+    """The q8_0 target with a (K/16, N) float32 scale (ggml's Q6_K kept exactly): held to float64
+    on W[k] = q[k] * scale[k // 16] (written here); a row's bits do not depend on its batch;
+    negative controls: a changed scale row of one 16-row group, and a group-32 reading."""
+    _kernels_or_skip()
+    parts = make_q6_parts(K, N)
+    assert parts[1].shape == (K // 16, N) and np.any(parts[1].astype(np.float16).astype(np.float32) != parts[1])
+    w64 = parts[0].astype(np.float64) * np.repeat(parts[1].astype(np.float64), 16, axis=0)   # the oracle
+    np.testing.assert_array_equal(dequantize("q8_0", parts), w64)
+    x = np.random.default_rng(5).standard_normal((M, K)).astype(np.float32)
+    run = compiled("q8_0", x.shape, parts)
+    got = np.asarray(run(x, *as_stored("q8_0", parts))[0])
+    want = x.astype(np.float64) @ w64
+    size = np.abs(x).astype(np.float64) @ np.abs(w64)
+    assert got.shape == (M, N) and got.dtype == np.float32
+    assert np.max(np.abs(got - want) / size) < 1e-6
+    np.testing.assert_array_equal(np.asarray(run(x, *as_stored("q8_0", parts))[0]), got)    # the same bits again
+    if M > 1:                                                                 # the sum order is fixed by K alone
+        alone = np.asarray(compiled("q8_0", (1, K), parts)(x[-1:], *as_stored("q8_0", parts))[0])
+        np.testing.assert_array_equal(alone[0], got[-1])
+    eager = np.asarray(stored_matmul(x, *parts, format="q8_0"))              # the NumPy definition
+    assert np.max(np.abs(eager - want) / size) < 1e-6
+    # negative control: one scale row (the second group of a block) changed is seen
+    bad = [parts[0], parts[1].copy()]
+    bad[1][3, :64] *= 2
+    moved = np.asarray(run(x, *as_stored("q8_0", bad))[0])
+    assert np.max(np.abs(moved - want) / size) > 1e-3
+    # negative control: the scales read one per 32 rows (float16 of each block's first group) are wrong
+    as32 = [parts[0], np.ascontiguousarray(parts[1][::2].astype(np.float16))]
+    misread = np.asarray(compiled("q8_0", x.shape, as32)(x, *as_stored("q8_0", as32))[0])
+    assert np.max(np.abs(misread - want) / size) > 1e-3
+
+
+def test_q8_0_refuses_other_groups_and_scale_dtypes():
+    """The primitive refuses float16 scales of 16 rows and float32 ones of 32 by name; the kernel
+    itself (a program text edited past the primitive) refuses them and a group of 8."""
+    from tlaloc.errors import ShapeError
+    x = np.zeros((1, 64), np.float32)
+    q = np.zeros((64, 64), np.int8)
+    for scale in (np.zeros((4, 64), np.float16), np.zeros((2, 64), np.float32), np.zeros((8, 64), np.float32)):
+        with pytest.raises(ShapeError, match=r"q8_0 scale .* must be \(K/32, N\) float16 or \(K/16, N\) float32"):
+            stored_matmul(x, q, scale, format="q8_0")
+    _kernels_or_skip()
+    from tlaloc.serving.export.programs import Slot, lower
+    from tlaloc.serving.runtime.device import Program
+    parts = [q, np.zeros((2, 64), np.float16)]
+    slots = [Slot("x", "token_ids", np.dtype(np.float32), (1, 64))]
+    slots += [Slot(f"p{i}", "weight", p.dtype, p.shape) for i, p in enumerate(parts)]
+    with kernel_calls(("q8_0",)):
+        program_text = lower(lambda x, *ps: [stored_matmul(x, *ps, format="q8_0")], slots, "mm_q8_0").text
+    for rows, dtype in ((4, np.float16), (2, np.float32), (8, np.float32)):
+        mlir = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}[np.dtype(dtype)]
+        text = program_text.replace("tensor<2x64xf16>", f"tensor<{rows}x64x{mlir}>")
+        assert text != program_text
+        scale = np.ones((rows, 64), dtype)
+        run = Program(text, "cpu", ["x", "p0", "p1"], [(np.dtype(np.float32), (1, 64)), (q.dtype, q.shape),
+                                                       (scale.dtype, scale.shape)])
+        with pytest.raises(Exception, match="the group .K / scale rows. must be 32 with float16 scales or 16 with float32"):
+            run(x, q, scale)
+    # control: the unedited text runs
+    Program(program_text, "cpu", ["x", "p0", "p1"], [(s.dtype, s.shape) for s in slots])(x, *parts)
 
 
 def test_wide_outputs_and_long_inputs_split_over_units():

@@ -58,12 +58,46 @@ def pack_q4_k(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(blocks.reshape(rows, -1))
 
 
-def write_llama_gguf(path, hf_model, qtype="Q8_0", extra_tensor=None, layer_qtype=None, keep=()):
+def pack_q6_k(a: np.ndarray) -> np.ndarray:
+    """ggml Q6_K blocks of float rows ``a`` (rows, n), n a multiple of 256: uint8 (rows, n / 256 * 210).
+
+    Written from ggml-common.h's ``block_q6_K`` (``ql[128]``, ``qh[64]``, int8 ``scales[16]``,
+    float16 ``d``, in that order) and ``dequantize_row_q6_K`` (in half h of 128 weights, for
+    l < 32: weight 128 h + l is ``ql[64 h + l] & 15`` with bits 0-1 of ``qh[32 h + l]`` above,
+    128 h + 32 + l ``ql[64 h + 32 + l] & 15`` with bits 2-3, 128 h + 64 + l ``ql[64 h + l] >> 4``
+    with bits 4-5, 128 h + 96 + l ``ql[64 h + 32 + l] >> 4`` with bits 6-7; value
+    ``d * scales[i / 16] * (q - 32)``), with a plain rule, not ggml's search: per 16 weights
+    step = max|w| / 31, d = max step / 127, sc = round(step / d), q = clip(round(w / (d sc)), -32, 31) + 32.
+    """
+    rows, n = a.shape
+    nsb = n // 256
+    sub = a.astype(np.float32).reshape(rows, nsb, 16, 16)
+    step = np.abs(sub).max(axis=-1) / 31                                     # (rows, nsb, 16)
+    d = (step.max(axis=-1) / 127).astype(np.float16)                         # (rows, nsb)
+    d32 = d.astype(np.float32)
+    sc = np.clip(np.rint(step / np.where(d32 > 0, d32, 1)[..., None]), -128, 127).astype(np.int8)
+    s1 = d32[..., None] * sc.astype(np.float32)
+    q = np.clip(np.rint(sub / np.where(s1 != 0, s1, 1)[..., None]), -32, 31).astype(np.int16) + 32
+    q = q.reshape(rows, nsb, 256).astype(np.uint8)                           # 0 .. 63
+    ql = np.zeros((rows, nsb, 128), np.uint8)
+    qh = np.zeros((rows, nsb, 64), np.uint8)
+    for h in range(2):
+        for l in range(32):
+            q1, q2, q3, q4 = (q[..., 128 * h + 32 * k + l] for k in range(4))
+            ql[..., 64 * h + l] = (q1 & 15) | ((q3 & 15) << 4)
+            ql[..., 64 * h + 32 + l] = (q2 & 15) | ((q4 & 15) << 4)
+            qh[..., 32 * h + l] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6)
+    blocks = np.concatenate([ql, qh, sc.view(np.uint8), d.view(np.uint8).reshape(rows, nsb, 2)], axis=-1)
+    return np.ascontiguousarray(blocks.reshape(rows, -1))                    # (rows, nsb * 210)
+
+
+def write_llama_gguf(path, hf_model, qtype="Q8_0", extra_tensor=None, layer_qtype=None, keep=(), keep_qtype=None):
     """Write a transformers LlamaForCausalLM as a llama-architecture GGUF (q/k permuted, 2-D weights quantized).
 
     ``layer_qtype="Q4_K"``: the layers' matrices as Q4_K (:func:`pack_q4_k`), the rest as ``qtype``;
     ``keep``: GGUF names (``attn_v``, ``ffn_down``) of layer matrices left in ``qtype``, as a
-    Q4_K_M file keeps some of them in Q6_K."""
+    Q4_K_M file keeps some of them in Q6_K; ``keep_qtype="Q6_K"``: those in Q6_K (:func:`pack_q6_k`)
+    instead of ``qtype``."""
     import gguf
     cfg = hf_model.config
     tokens, types = tiny_vocab()
@@ -107,6 +141,8 @@ def write_llama_gguf(path, hf_model, qtype="Q8_0", extra_tensor=None, layer_qtyp
             a = llamacpp_permute(a, cfg.num_key_value_heads)
         if a.ndim == 2 and layer_qtype == "Q4_K" and out.startswith("blk.") and out.split(".")[2] not in keep:
             w.add_tensor(out + ".weight", pack_q4_k(a), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+        elif a.ndim == 2 and keep_qtype == "Q6_K" and out.startswith("blk.") and out.split(".")[2] in keep:
+            w.add_tensor(out + ".weight", pack_q6_k(a), raw_dtype=gguf.GGMLQuantizationType.Q6_K)
         elif a.ndim == 2:
             w.add_tensor(out + ".weight", gguf.quantize(a, qt), raw_dtype=qt)
         else:

@@ -6,7 +6,8 @@ format     parts                                                  W (K, N) float
 ``f32``    w (K, N) float32                                       w
 ``bf16``   w (K, N) bfloat16                                      w
 ``i8ch``   q (K, N) int8, scale (N,) float32                      q * scale[None, :]
-``q8_0``   q (K, N) int8, scale (K/32, N) float16                 q * scale[k // 32]
+``q8_0``   q (K, N) int8, scale (K/32, N) float16,                q * scale[k // G]
+           or (K/16, N) float32 (G = 16: Q6_K)
 ``q4_1``   q (K/2, N) uint8, scale, offset (K/G, N) float16       nibble * scale[k // G] + offset[k // G]
            or float32 (both alike), G = 32 or 64
 ``f32_t``  w (N, K) float32                                       w.T
@@ -25,6 +26,9 @@ The ``q4_1`` parts also hold the serving artifacts' ``int4`` (group G = 64: one 
 offset per 64 input rows, the nibbles packed per 32 rows all the same) and ``q4_k`` (ggml's
 Q4_K, whose sub-block scale ``d * sc`` and offset ``-dmin * m`` are exact in float32 and not
 in float16: float32 sides). G is the input size over the scale's rows.
+The ``q8_0`` parts with float32 scales of 16 rows each hold ggml's Q6_K exactly: ``q - 32``
+as int8 and ``d * sc`` (exact in float32) per 16 input rows
+(``tlaloc.serving.export.gguf_blocks.unpack_q6_k``).
 
 The serving programs bind it only when they are traced for the CPU kernels
 (:func:`kernel_calls`): it is then emitted as ``stablehlo.custom_call`` of the kernel
@@ -50,10 +54,13 @@ FORMATS = {"f32": ("w",), "bf16": ("w",), "i8ch": ("q", "scale"), "q8_0": ("q", 
            "q4_1": ("q", "scale", "offset"),
            "f32_t": ("w",), "bf16_t": ("w",), "i8ch_t": ("q", "scale"), "q8_0_t": ("q", "scale")}
 _DTYPES = {"f32": (np.float32,), "bf16": (ml_dtypes.bfloat16,), "i8ch": (np.int8, np.float32),
-           "q8_0": (np.int8, np.float16), "q4_1": (np.uint8, (np.float16, np.float32), (np.float16, np.float32))}
-_DTYPES.update({f + "_t": _DTYPES[f] for f in ("f32", "bf16", "i8ch", "q8_0")})
+           "q8_0": (np.int8, (np.float16, np.float32)), "q4_1": (np.uint8, (np.float16, np.float32), (np.float16, np.float32))}
+_DTYPES.update({f + "_t": _DTYPES[f] for f in ("f32", "bf16", "i8ch")})
+_DTYPES["q8_0_t"] = (np.int8, np.float16)
 #: input rows per scale and offset that the ``q4_1`` parts may have (``group``)
 GROUPS = (32, 64)
+#: scale dtype -> input rows per scale of the ``q8_0`` parts
+Q8_0_GROUPS = {np.dtype(np.float16): 32, np.dtype(np.float32): 16}
 _local = threading.local()
 
 
@@ -106,7 +113,8 @@ def dequantize(fmt: str, *parts) -> np.ndarray:
         return q.astype(np.float32) * scale[None, :]
     if fmt == "q8_0":
         K, N = q.shape
-        return (q.astype(np.float32).reshape(K // BLOCK, BLOCK, N) * scale[:, None, :]).reshape(K, N)
+        G = K // scale.shape[0]
+        return (q.astype(np.float32).reshape(K // G, G, N) * scale[:, None, :]).reshape(K, N)
     offset = np.asarray(parts[2]).astype(np.float32)
     half, N = q.shape
     nb, per = 2 * half // BLOCK, 2 * half // scale.shape[0] // BLOCK          # blocks; blocks per group
@@ -149,6 +157,8 @@ def _shape(x, *parts, format):
         return None
     if format == "q4_1":
         _check_q4_1(parts, K)
+    if format == "q8_0":
+        _check_q8_0(parts, K)
     if x.shape[-1] != K:
         raise ShapeError(f"stored_matmul: x's last axis ({x.shape[-1]}) must equal the weight's input "
                          f"size ({K}) for weight parts of shapes {[tuple(p.shape) for p in parts]}")
@@ -167,6 +177,14 @@ def _check_q4_1(parts, K) -> None:
                          f"{tuple(q.shape)} (K = {K}, N = {q.shape[1]})")
 
 
+def _check_q8_0(parts, K) -> None:
+    q, scale = parts
+    G = Q8_0_GROUPS[np.dtype(scale.dtype)]
+    if K % G or tuple(scale.shape) != (K // G, q.shape[1]):
+        raise ShapeError(f"stored_matmul: q8_0 scale {np.dtype(scale.dtype).name}{tuple(scale.shape)} must be "
+                         f"(K/32, N) float16 or (K/16, N) float32 for q {tuple(q.shape)} (K = {K}, N = {q.shape[1]})")
+
+
 stored_matmul_p = Primitive("stored_matmul", impl=_impl, shape_rule=_shape,
                             dtype_rule=lambda x, *parts, format: np.dtype(np.float32),
                             hlo="stablehlo.custom_call", inference_only=True)
@@ -182,4 +200,5 @@ def stored_matmul(x, *parts, format: str):
     return stored_matmul_p.bind(x, *parts, format=format)
 
 
-__all__ = ["stored_matmul", "stored_matmul_p", "kernel_calls", "kernel_call_wanted", "kernel_op_wanted", "dequantize", "FORMATS", "GROUPS"]
+__all__ = ["stored_matmul", "stored_matmul_p", "kernel_calls", "kernel_call_wanted", "kernel_op_wanted", "dequantize", "FORMATS", "GROUPS",
+           "Q8_0_GROUPS"]

@@ -7,7 +7,9 @@ would be; :func:`tlaloc.models.layers.linear` multiplies by it. Two layouts:
              artifacts' ``int8`` format).
 ``block``    q (in, out) int8, scale (in / BLOCK, out): ``w[i, o] = q[i, o] * scale[i // BLOCK, o]``
              (GGUF's Q8_0: blocks of 32 consecutive input features share one scale; the
-             scale may be float16, as GGUF stores it).
+             scale may be float16, as GGUF stores it). With a float32 scale (in / 16, out),
+             groups of 16: ``w[i, o] = q[i, o] * scale[i // 16, o]`` (ggml's Q6_K kept
+             exactly, ``q - 32`` and ``d * sc``: ``serving.export.gguf_blocks.unpack_q6_k``).
 ``q4_1``     GGUF's Q4_1: q (in / 2, out) uint8 holds two 4-bit values per byte, as GGUF packs
              a block: byte ``j`` of block ``b`` (row ``16 b + j``) holds input feature
              ``32 b + j`` in its low nibble and ``32 b + j + 16`` in its high nibble; with
@@ -29,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import numpy as tnp
-from .._prims.stored_matmul import GROUPS, kernel_call_wanted, stored_matmul
+from .._prims.stored_matmul import GROUPS, Q8_0_GROUPS, kernel_call_wanted, stored_matmul
 
 BLOCK = 32
 #: input rows per partial dot (a multiple of BLOCK)
@@ -60,9 +62,13 @@ class QuantizedMatrix:
             self.layout = "channel"
         elif tuple(scale.shape) == (n_in // BLOCK, n_out) and n_in % BLOCK == 0:
             self.layout = "block"
+        elif (tuple(scale.shape) == (n_in // 16, n_out) and n_in % BLOCK == 0
+              and np.dtype(scale.dtype) == np.dtype(np.float32)):
+            self.layout, self.group = "block", 16                          # Q6_K: float32 d * sc per 16 rows
         else:
             raise ValueError(f"QuantizedMatrix: scale shape {tuple(scale.shape)} fits neither per-channel "
-                             f"({n_out},) nor blocks of {BLOCK} ({n_in // BLOCK}, {n_out}) for q {tuple(q.shape)}")
+                             f"({n_out},) nor blocks of {BLOCK} ({n_in // BLOCK}, {n_out}) (nor float32 groups "
+                             f"of 16, ({n_in // 16}, {n_out})) for q {tuple(q.shape)}")
 
     @property
     def shape(self) -> tuple:
@@ -77,9 +83,9 @@ class QuantizedMatrix:
         s = tnp.astype(self.scale, tnp.float32)
         if self.layout == "channel":
             return q * s[None, :]                                           # (n, out)
-        n, n_out = stop - start, self.q.shape[1]
-        sb = s[start // BLOCK:stop // BLOCK]                                # (n / BLOCK, out)
-        w = tnp.reshape(q, (n // BLOCK, BLOCK, n_out)) * sb[:, None, :]     # (n / BLOCK, BLOCK, out)
+        n, n_out, G = stop - start, self.q.shape[1], self.group
+        sb = s[start // G:stop // G]                                        # (n / G, out)
+        w = tnp.reshape(q, (n // G, G, n_out)) * sb[:, None, :]             # (n / G, G, out)
         return tnp.reshape(w, (n, n_out))                                   # (n, out)
 
     def _q4_1_rows(self, start: int, stop: int):
@@ -106,8 +112,9 @@ class QuantizedMatrix:
         """The ``stored_matmul`` format of this matrix's parts, or None when they have none."""
         if self.layout == "channel":
             return "i8ch" if np.dtype(self.q.dtype) == np.int8 and np.dtype(self.scale.dtype) == np.float32 else None
-        if self.layout == "block":
-            return "q8_0" if np.dtype(self.q.dtype) == np.int8 and np.dtype(self.scale.dtype) == np.float16 else None
+        if self.layout == "block":                                          # float16 per 32 rows, float32 per 16
+            ok = np.dtype(self.q.dtype) == np.int8 and Q8_0_GROUPS.get(np.dtype(self.scale.dtype)) == self.group
+            return "q8_0" if ok else None
         sides = {np.dtype(self.scale.dtype), np.dtype(self.offset.dtype)}
         ok = sides in ({np.dtype(np.float16)}, {np.dtype(np.float32)})
         return "q4_1" if ok and np.dtype(self.q.dtype) == np.uint8 else None

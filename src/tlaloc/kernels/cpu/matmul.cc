@@ -8,7 +8,9 @@
 //   f32     w (K, N) float32
 //   bf16    w (K, N) bfloat16 (uint16 bit patterns)
 //   i8ch    q (K, N) int8, scale (N,) float32:              W[k, n] = q[k, n] * scale[n]
-//   q8_0    q (K, N) int8, scale (K/32, N) float16:          W[k, n] = q[k, n] * scale[k/32, n]
+//   q8_0    q (K, N) int8, scale (K/G, N): G = 32 rows per scale in float16 (GGUF's Q8_0), or
+//           G = 16 in float32 (ggml's Q6_K kept exactly: d * sc per 16 rows, q - 32 as int8;
+//           G = K / scale's rows, any other pairing refused): W[k, n] = q[k, n] * scale[k/G, n]
 //   q4_1    q (K/2, N) uint8, scale, offset (K/G, N) float16 or float32 (both alike), G = 32 or
 //           64 rows per group (G = K / scale's rows): byte 16b + j holds row 32b + j in its low
 //           nibble and row 32b + j + 16 in its high nibble (GGUF's packing, per 32 rows whatever G);
@@ -25,12 +27,13 @@
 //
 // The blocked formats are evaluated per block as GGUF defines them: for each block b,
 // y += scale[b] * (sum_j x_j q_j) + offset[b] * (sum_j x_j) (q4_1 with G = 64: each 32-row block's
-// partial sums scaled with its group's scale and offset, the same math). x is never rounded: every product
+// partial sums scaled with its group's scale and offset, the same math; q8_0 with G = 16: each
+// 16-row group's sum scaled with its own scale, two groups a block). x is never rounded: every product
 // is a float32 x times an exactly converted weight, summed in float32.
 //
 // Sums. Each output element is summed by one thread, in an order fixed by K alone: per block
-// of 32 input rows, one float32 chain over the block's row pairs (both rows of each pair in
-// turn), then (blocked formats) scaled into the element's running total. Neither the thread count, the split of
+// of 32 input rows (per group of 16 for q8_0 with G = 16), one float32 chain over its row pairs
+// (both rows of each pair in turn), then (blocked formats) scaled into the element's running total. Neither the thread count, the split of
 // the work, nor M changes any sum: results are reproducible, and a row's result is the same
 // whatever the batch it is in (benchmarks/cpu_kernels.py checks this bit for bit).
 //
@@ -79,6 +82,9 @@ struct F32 { const float* w; };
 struct BF16 { const uint16_t* w; };
 struct I8Channel { const int8_t* q; const float* scale; };
 struct Q8_0 { const int8_t* q; const uint16_t* scale; };
+// q8_0 with G = 16 and float32 scales (K/16, N): ggml's Q6_K, whose d * sc is exact in float32.
+struct Q8_16 { const int8_t* q; const float* scale; };
+constexpr int64_t QG16 = 16;      // input rows per scale of Q8_16: two groups a block
 // Q4_1 and its variants: scale and offset float16 (bits) or float32 (f32), one row of them per
 // group of `per` blocks, `groups` = K / G rows in all.
 struct Q4_1 {
@@ -92,19 +98,25 @@ struct Q4_1 {
 
 // A format's weight bytes as the panels store them: rows of TILE columns, row_bytes each, rows
 // per panel, rows_per_block per block of QK input rows; a blocked format's scales in a stream
-// of their own, one TILE-wide row of float16 (128 bytes) per block. ahead: how far ahead of
-// the block being read to request bytes (see Prefetch): one block, and at least 4 KB.
+// of their own, side_bytes per block: one TILE-wide row of float16 (128 bytes) for Q8_0, two
+// rows of float32 (512 bytes) for Q8_16. ahead: how far ahead of the block being read to
+// request bytes (see Prefetch): one block, and at least 4 KB.
 struct Stream {
   const char* base;
   int64_t rows, rows_per_block, row_bytes, ahead;
   const char* side = nullptr;
+  int64_t side_bytes = 0;
 };
 inline int64_t ahead(int64_t block_bytes) { return std::max<int64_t>(block_bytes, 4096); }
 inline Stream stream(const F32& f, const Problem& p) { return {reinterpret_cast<const char*>(f.w), p.K, QK, 4 * TILE, ahead(QK * 4 * TILE)}; }
 inline Stream stream(const BF16& f, const Problem& p) { return {reinterpret_cast<const char*>(f.w), p.K, QK, 2 * TILE, ahead(QK * 2 * TILE)}; }
 inline Stream stream(const I8Channel& f, const Problem& p) { return {reinterpret_cast<const char*>(f.q), p.K, QK, TILE, ahead(QK * TILE)}; }
 inline Stream stream(const Q8_0& f, const Problem& p) {
-  return {reinterpret_cast<const char*>(f.q), p.K, QK, TILE, ahead(QK * TILE), reinterpret_cast<const char*>(f.scale)};
+  return {reinterpret_cast<const char*>(f.q), p.K, QK, TILE, ahead(QK * TILE), reinterpret_cast<const char*>(f.scale), 2 * TILE};
+}
+inline Stream stream(const Q8_16& f, const Problem& p) {
+  return {reinterpret_cast<const char*>(f.q), p.K, QK, TILE, ahead(QK * TILE), reinterpret_cast<const char*>(f.scale),
+          (QK / QG16) * 4 * TILE};
 }
 inline Stream stream(const Q4_1&, const Problem&) { return {}; }
 // Q4_1 is bound by its nibble conversions, not by memory, at M >= 8: the prefetching
@@ -133,6 +145,16 @@ void scalar_block(const Q8_0& f, const Problem& p, int64_t b, int64_t n0, int64_
       for (int64_t t = 0; t < TILE; ++t) part[t] += p.x[(m + r) * p.K + k] * static_cast<float>(f.q[at(k, n0 + t, p.K)]);
     for (int64_t t = 0; t < TILE; ++t) acc[r * lda + t] += part[t] * f16_to_f32(f.scale[at(b, n0 + t, p.K / QK)]);
   }
+}
+
+void scalar_block(const Q8_16& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* acc, int64_t lda) {
+  for (int r = 0; r < R; ++r)
+    for (int64_t g = b * (QK / QG16); g < (b + 1) * (QK / QG16); ++g) {   // the block's two groups in turn
+      float part[TILE] = {};
+      for (int64_t k = g * QG16; k < (g + 1) * QG16; ++k)
+        for (int64_t t = 0; t < TILE; ++t) part[t] += p.x[(m + r) * p.K + k] * static_cast<float>(f.q[at(k, n0 + t, p.K)]);
+      for (int64_t t = 0; t < TILE; ++t) acc[r * lda + t] += part[t] * f.scale[at(g, n0 + t, p.K / QG16)];
+    }
 }
 
 void scalar_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* acc, int64_t lda) {
@@ -220,6 +242,24 @@ TLALOC_INLINE void finish(const Q8_0& f, const Problem& p, int64_t b, int64_t n,
   }
 }
 
+// Q8_16: the same int8 pairs; finish is given a group g (two a block, see avx_rows) and applies
+// its float32 scale: acc += (sum over the group of x * q) * scale[g].
+template <int V> TLALOC_INLINE Rows pair(const Q8_16& f, const Problem& p, int64_t b, int64_t n, int64_t j, __m512* wa, __m512* wb) {
+  const int64_t k = b * QK + 2 * j;
+  for (int v = 0; v < V; ++v) wa[v] = load_i8x16(f.q + at(k, n, p.K) + 16 * v), wb[v] = load_i8x16(f.q + at(k + 1, n, p.K) + 16 * v);
+  return {k, k + 1};
+}
+template <int R, int V>
+TLALOC_INLINE void finish(const Q8_16& f, const Problem& p, int64_t g, int64_t n, int64_t, __m512 s[R][V], float* acc, int64_t lda) {
+  for (int v = 0; v < V; ++v) {
+    const __m512 scale = _mm512_loadu_ps(f.scale + at(g, n, p.K / QG16) + 16 * v);
+    for (int r = 0; r < R; ++r) {
+      float* a = acc + r * lda + 16 * v;
+      _mm512_storeu_ps(a, _mm512_fmadd_ps(s[r][v], scale, _mm512_loadu_ps(a)));
+    }
+  }
+}
+
 // Q4_1: byte row j of a block holds rows j (low nibbles) and j + 16 (high): a natural pair. A
 // nibble becomes a float by table lookup: vpermps reads only the low 4 bits of each index lane,
 // so the low nibble needs no mask and the high one a shift (cheaper than masking and an
@@ -283,12 +323,14 @@ struct Prefetch {
   }
 };
 
+// j0: the block's pair steps already taken (Q8_16's second group), for the prefetch's spread.
 template <int R, int V, bool Ahead, class Pair>
-TLALOC_INLINE void avx_pair_sums(const float* x, int64_t ldx, int64_t pairs, Pair pair, __m512 out[R][V], const Prefetch& pf) {
+TLALOC_INLINE void avx_pair_sums(const float* x, int64_t ldx, int64_t pairs, Pair pair, __m512 out[R][V], const Prefetch& pf,
+                                 int64_t j0 = 0) {
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < V; ++v) out[r][v] = _mm512_setzero_ps();
   for (int64_t j = 0; j < pairs; ++j) {
-    if constexpr (Ahead) pf.at(j);
+    if constexpr (Ahead) pf.at(j0 + j);
     __m512 wa[V], wb[V];
     const auto [ka, kb] = pair(j, wa, wb);
     if constexpr (R > 1) keep_in_registers<V>(wa, wb);
@@ -302,7 +344,7 @@ TLALOC_INLINE void avx_pair_sums(const float* x, int64_t ldx, int64_t pairs, Pai
 // An unblocked format's odd last row, added alone after the pairs.
 template <int R, int V, class Fmt>
 TLALOC_INLINE void add_last_row(const Fmt& f, const Problem& p, int64_t b, int64_t n, int64_t m, __m512 s[R][V]) {
-  if constexpr (!std::is_same_v<Fmt, Q8_0> && !std::is_same_v<Fmt, Q4_1>) {
+  if constexpr (!std::is_same_v<Fmt, Q8_0> && !std::is_same_v<Fmt, Q8_16> && !std::is_same_v<Fmt, Q4_1>) {
     const int64_t rows = rows_in_block(p.K, b);
     if (rows % 2 == 0) return;
     __m512 w[V];
@@ -314,9 +356,22 @@ TLALOC_INLINE void add_last_row(const Fmt& f, const Problem& p, int64_t b, int64
 
 // Rows m .. m + R - 1 of x for one tile, 16 V columns at a time: each weight vector is
 // converted once and used straight from registers for the R rows (R V <= 16 keeps the R V
-// sums and the 2 V weight vectors in registers).
+// sums and the 2 V weight vectors in registers). Q8_16: the block's two groups of 16 rows one
+// after the other, each its own chain of 8 pairs finished with its own scale.
 template <int R, int V, class Fmt, bool Ahead = false>
 void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* acc, int64_t lda, const Prefetch& pf = {}) {
+  if constexpr (std::is_same_v<Fmt, Q8_16>) {
+    constexpr int64_t pairs = QG16 / 2;
+    for (int64_t c = 0; c < TILE; c += 16 * V)
+      for (int64_t h = 0; h < QK / QG16; ++h) {
+        __m512 s[R][V];
+        avx_pair_sums<R, V, Ahead>(p.x + m * p.K, p.K, pairs,
+                            [&](int64_t j, __m512* wa, __m512* wb) TLALOC_INLINE_LAMBDA { return pair<V>(f, p, b, n0 + c, h * pairs + j, wa, wb); },
+                            s, pf, h * pairs);
+        finish<R, V>(f, p, b * (QK / QG16) + h, n0 + c, m, s, acc + c, lda);
+      }
+    return;
+  }
   for (int64_t c = 0; c < TILE; c += 16 * V) {
     __m512 s[R][V];
     avx_pair_sums<R, V, Ahead>(p.x + m * p.K, p.K, rows_in_block(p.K, b) / 2,
@@ -348,8 +403,8 @@ void run_unit(const Fmt& f, const Problem& p, int64_t c0, int64_t c1, float* acc
         const int64_t lines = st.rows_per_block * st.row_bytes / 64, passes = p.M / 4;
         Prefetch pf{st.base + ((n0 / TILE) * st.rows + b * st.rows_per_block) * st.row_bytes + st.ahead,
                     (lines + passes - 1) / passes};
-        if (st.side) for (int i = 0; i < 2; ++i)   // the next block's scales: 128 bytes of a stream of their own
-          asm volatile("prefetcht1 %0" : : "m"(*(st.side + ((n0 / TILE) * (p.K / QK) + b + 1) * 128 + 64 * i)));
+        if (st.side) for (int64_t i = 0; i < st.side_bytes / 64; ++i)   // the next block's scales: a stream of their own
+          asm volatile("prefetcht1 %0" : : "m"(*(st.side + ((n0 / TILE) * (p.K / QK) + b + 1) * st.side_bytes + 64 * i)));
         for (; m + 4 <= p.M; m += 4, pf.next += 64 * pf.lines) avx_rows<4, 4, Fmt, true>(f, p, b, n0, m, a + m * W, W, pf);
       }
       for (; m + 4 <= p.M; m += 4) avx_rows<4, 4>(f, p, b, n0, m, a + m * W, W);
@@ -428,12 +483,25 @@ ffi::Error MatmulI8Channel(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::B
   return ffi::Error::Success();
 }
 
+// The group G = K / (scale's rows) is inferred with the scale's dtype: 32 rows per float16
+// scale (GGUF's Q8_0) or 16 per float32 scale (Q6_K's d * sc); anything else is refused.
 ffi::Error MatmulQ8_0(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> q,
-                      ffi::Buffer<ffi::F16> scale, ffi::ResultBuffer<ffi::F32> y) {
+                      ffi::AnyBuffer scale, ffi::ResultBuffer<ffi::F32> y) {
   Problem p = problem(x, y);
   auto d = q.dimensions();
   if (auto e = check(p, d[0], d[1], true); e.failure()) return e;
-  run(pool, Q8_0{q.typed_data(), reinterpret_cast<const uint16_t*>(scale.untyped_data())}, p);
+  auto ds = scale.dimensions();
+  if (ds.size() != 2 || ds[1] != p.N || ds[0] < 1)
+    return ffi::Error::InvalidArgument("tlaloc cpu matmul q8_0: scale must be (K/32, N) float16 or (K/16, N) float32");
+  const int64_t G = p.K / ds[0];
+  const ffi::DataType ts = scale.element_type();
+  if (G * ds[0] != p.K || !((G == 32 && ts == ffi::DataType::F16) || (G == 16 && ts == ffi::DataType::F32)))
+    return ffi::Error::InvalidArgument("tlaloc cpu matmul q8_0: the group (K / scale rows) must be 32 with float16 "
+                                       "scales or 16 with float32 scales");
+  if (G == 32)
+    run(pool, Q8_0{q.typed_data(), reinterpret_cast<const uint16_t*>(scale.untyped_data())}, p);
+  else
+    run(pool, Q8_16{q.typed_data(), static_cast<const float*>(scale.untyped_data())}, p);
   return ffi::Error::Success();
 }
 
@@ -496,7 +564,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q8_0_p64, MatmulQ8_0,
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::Buffer<ffi::F16>>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q4_1_p64, MatmulQ4_1,

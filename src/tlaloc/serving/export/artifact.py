@@ -321,8 +321,8 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
       weights: None (as ``dtype``), "int8" (per-output-channel scales) or "q8_0" (GGUF's
         Q8_0 blocks of 32 with float16 scales) or "q4_1" (GGUF's Q4_1) or "int4" (4-bit with a
         float16 scale and minimum per ``group`` input rows) or "q4_k" (a GGUF's Q4_K blocks kept
-        exactly, float32 sub-block scales and offsets; a .gguf ``model_path`` holding Q4_K
-        tensors only); see ``weights_format``.
+        exactly, float32 sub-block scales and offsets, and its Q6_K and Q8_0 layer matrices
+        exactly too; a .gguf ``model_path`` holding Q4_K tensors only); see ``weights_format``.
       group: input rows per scale of weights="int4": 32 (default; the q4_1 layout) or 64.
         Recorded as the manifest's ``weights.group``.
       prefill_chunk: tokens per prefill step, at most (default min(256, max context)).
@@ -375,7 +375,9 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     flat, fused = flatten(model.weights), {}
     exact = _q4_k_blocks(model_path, cfg, flat) if fmt == "q4_k" else None
     if fuse and not is_encoder:
-        flat, fused = fuse_projections(flat)                     # one dot for q/k/v, one for gate/up
+        from .gguf_blocks import unfused_groups                  # q4_k: parts of different types stay apart
+        keep = unfused_groups(exact, flat) if exact else ()
+        flat, fused = fuse_projections(flat, keep)               # one dot for q/k/v, one for gate/up
     if exact:
         from .gguf_blocks import fuse_exact
         exact = fuse_exact(exact, fused)
@@ -446,19 +448,20 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
 
 
 def _q4_k_blocks(model_path: str, cfg, flat: dict) -> dict:
-    """weights='q4_k': the GGUF's Q4_K matrices as stored parts (``gguf_blocks.q4_k_parts``);
-    ArgumentError for a model that is not a GGUF file or holds no Q4_K layer matrix."""
-    from .gguf_blocks import q4_k_parts
+    """weights='q4_k': the GGUF's Q4_K (and Q6_K, Q8_0) layer matrices as stored parts
+    (``gguf_blocks.exact_parts``); ArgumentError for a model that is not a GGUF file or holds no
+    Q4_K layer matrix."""
+    from .gguf_blocks import exact_parts
     if not model_path.endswith(".gguf"):
         raise ArgumentError(f"export: weights='q4_k' keeps a GGUF file's Q4_K blocks; {model_path} is not a .gguf "
                             f"file. Use weights='int4' to quantize it to 4 bits")
-    exact = q4_k_parts(model_path, cfg)
-    if not exact:
+    exact = exact_parts(model_path, cfg)
+    if not any(len(parts) == 3 for parts in exact.values()):
         raise ArgumentError(f"export: weights='q4_k': {model_path} holds no Q4_K layer matrix; use "
                             f"weights='int4' or 'q4_1'")
     missing = sorted(set(exact) - set(flat))
     if missing:
-        raise ArtifactError(f"export: Q4_K tensors {missing[:5]} of {model_path} have no weight in the model")
+        raise ArtifactError(f"export: GGUF tensors {missing[:5]} of {model_path} have no weight in the model")
     return exact
 
 

@@ -28,12 +28,18 @@ Slot names flatten the model's weights pytree with dots: ``embed``, ``norm``,
           (in / group, out) (``models.quantized.block_quantize_int4``); group 32 is ``q4_1``'s
           layout exactly. A matrix whose input axis is not a multiple of the group is stored as
           ``q8_0`` (or ``int8``), the tables and an untied output head as ``q8_0``.
-``q4_k``  ggml's Q4_K kept exactly (``ggml-common.h`` ``block_q4_K``, ``dequantize_row_q4_K``):
-          each 32-row sub-block's ``d * sc`` and ``-dmin * m`` as float32 scale and offset
-          (in / 32, out) beside the Q4_1-packed nibbles (:mod:`tlaloc.serving.export.gguf_blocks`);
-          a layer matrix the GGUF holds in another type (Q4_K_M files keep ``attn_v`` and some
-          ``ffn_down`` in Q6_K), and a fused q/k/v or gate/up with such a part, is stored as
-          ``q8_0`` from its values (8 bits, not requantized to 4); tables and an untied head as ``q8_0``.
+``q4_k``  a GGUF's layer matrices kept exactly (:mod:`tlaloc.serving.export.gguf_blocks`), each in
+          the layout of its type in the file, which the loader infers from the parts:
+          ggml's Q4_K (``ggml-common.h`` ``block_q4_K``, ``dequantize_row_q4_K``): each 32-row
+          sub-block's ``d * sc`` and ``-dmin * m`` as float32 ``.scale`` and ``.offset``
+          (in / 32, out) beside the Q4_1-packed nibbles (uint8 (in / 2, out));
+          Q6_K (``block_q6_K``, which Q4_K_M files use for ``attn_v`` and some ``ffn_down``):
+          ``q - 32`` int8 (in, out) with ``d * sc`` as a float32 ``.scale`` (in / 16, out), one
+          per 16 input rows (the ``q8_0`` kernel's group 16); Q8_0: its int8 values and float16
+          scales (in / 32, out), ``q8_0``. A layer's q/k/v (gate/up) are fused only when the
+          file holds them in one of these layouts alike; otherwise that layer keeps them
+          apart, each exact. A layer matrix of another type (float, other k-quants) is stored
+          as ``q8_0`` from its values; tables and an untied head as ``q8_0``.
 
 bf16 and per-channel int8 (in, out) matrices reach the model as
 :class:`~tlaloc.models.lowp.LowpMatrix` (low-precision dots: i8 x i8 -> i32, bf16 x bf16 -> f32,
@@ -112,7 +118,7 @@ FUSED = {"wqkv": ("wq", "wk", "wv"), "w_gate_up": ("w_gate", "w_up")}
 _FUSED_BIAS = {"wqkv": ("bqkv", ("bq", "bk", "bv")), "w_gate_up": ("b_gate_up", ("b_gate", "b_up"))}
 
 
-def fuse_projections(flat: dict) -> tuple[dict, dict]:
+def fuse_projections(flat: dict, keep=()) -> tuple[dict, dict]:
     """Each decoder layer's q/k/v and gate/up matrices concatenated along their output axis.
 
     ``layers.<i>.wq`` (D, H*E), ``.wk``, ``.wv`` (D, K*E) become ``layers.<i>.wqkv``
@@ -123,13 +129,15 @@ def fuse_projections(flat: dict) -> tuple[dict, dict]:
     Returns (the new flat dict, in natural order; the mapping written to the manifest
     as ``weights.fused``): ``{fused name: {"axis": -1, "parts": [[part name, start, stop], ...]}}``,
     the column range [start, stop) of the fused tensor that each original tensor fills.
+    ``keep``: names of parts (``layers.<i>.wv``) whose q/k/v or gate/up is left unfused in that layer
+    (``q4_k``: parts the GGUF holds in different types, :func:`~tlaloc.serving.export.gguf_blocks.unfused_groups`).
     """
     out, fused = dict(flat), {}
     layers = sorted({k.rsplit(".", 1)[0] for k in flat if k.startswith("layers.")}, key=_natural)
     for prefix in layers:
         for target, parts in FUSED.items():
             names = [f"{prefix}.{n}" for n in parts]
-            if not all(n in out and out[n].ndim == 2 for n in names):
+            if not all(n in out and out[n].ndim == 2 for n in names) or any(n in keep for n in names):
                 continue
             mats = [out.pop(n) for n in names]
             out[f"{prefix}.{target}"] = np.concatenate(mats, axis=1)
@@ -167,19 +175,21 @@ def stored_tensors(flat: dict, fmt: str, group: int = BLOCK, exact: dict | None 
     """The tensors the artifact's safetensors file holds for ``fmt``.
 
     ``group``: input rows per scale of the ``int4`` matrices (32 or 64; the other formats use 32).
-    ``exact``: ``{name: (packed, scale, offset)}`` stored as given instead of quantizing ``flat[name]``
-    (``q4_k``: a GGUF's own Q4_K blocks, :func:`~tlaloc.serving.export.gguf_blocks.q4_k_parts`).
+    ``exact``: ``{name: (values, scale[, offset])}`` stored as given (``<name>``, ``.scale``, ``.offset``)
+    instead of quantizing ``flat[name]`` (``q4_k``: a GGUF's own Q4_K, Q6_K and Q8_0 blocks,
+    :func:`~tlaloc.serving.export.gguf_blocks.exact_parts`).
     """
     out, exact = {}, exact or {}
     four_bit_group = group if fmt == "int4" else BLOCK
     for name, w in flat.items():
         if name in exact:
-            out[name], out[name + ".scale"], out[name + ".offset"] = exact[name]
+            out[name], *sides = exact[name]
+            out.update({name + suffix: a for suffix, a in zip(SIDE, sides)})
             continue
         w = np.asarray(w, np.float32)
         blockable = w.ndim == 2 and w.shape[1 - channel_axis(name)] % BLOCK == 0
-        # q4_k: only the file's own Q4_K blocks (in ``exact``) are 4-bit; any other layer matrix
-        # (Q6_K or Q8_0 in the file) is stored as q8_0 below, not requantized to 4 bits
+        # q4_k: only the file's own blocks (in ``exact``) are 4-bit or Q6_K's group 16; any other
+        # layer matrix is stored as q8_0 below, not requantized to 4 bits
         four_bit = fmt in ("q4_1", "int4") and w.ndim == 2 and not is_table(name) and name != "lm_head"
         if four_bit and w.shape[0] % four_bit_group == 0:
             out[name], out[name + ".scale"], out[name + ".offset"] = block_quantize_int4(w, four_bit_group)
