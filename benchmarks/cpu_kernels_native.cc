@@ -85,6 +85,9 @@ int main(int argc, char** argv) {
   std::vector<std::vector<uint8_t>> store;
   auto bytes = [&](size_t n) { store.emplace_back(n); for (auto& b : store.back()) b = rng(); return store.back().data(); };
   std::vector<F32> f32; std::vector<BF16> bf16; std::vector<I8Channel> i8ch; std::vector<Q8_0> q8_0; std::vector<Q4_1> q4_1;
+#ifndef OLD_FORMATS
+  std::vector<Q8_16> q6_k;                                             // q8_0 with float32 scales per 16 rows
+#endif
   for (int64_t l = 0; l < L; ++l) {
     float* w = reinterpret_cast<float*>(bytes(4 * K * N));
     for (int64_t i = 0; i < K * N; ++i) w[i] = (i % 7) * 0.1f;
@@ -97,6 +100,11 @@ int main(int argc, char** argv) {
     i8ch.push_back({reinterpret_cast<int8_t*>(bytes(K * N)), w AND_N});
     q8_0.push_back({reinterpret_cast<int8_t*>(bytes(K * N)), s AND_N});
     q4_1.push_back({bytes(K / 2 * N), s, s, xsum.data(), false, 1, K / 32 AND_N});
+#ifndef OLD_FORMATS
+    float* s32 = reinterpret_cast<float*>(bytes(4 * (K / 16) * N));
+    for (int64_t i = 0; i < K / 16 * N; ++i) s32[i] = 1.0f;
+    q6_k.push_back({reinterpret_cast<int8_t*>(bytes(K * N)), s32});
+#endif
   }
   const Problem p{x.data(), M, K, N, y.data()};
   const double macs = double(M) * K * N * L;
@@ -109,4 +117,7 @@ int main(int argc, char** argv) {
   report("i8ch", 1 + 4.0 / K, best_total(i8ch, p, reps));
   report("q8_0", 1 + 2.0 / 32, best_total(q8_0, p, reps));
   report("q4_1", 0.5 + 4.0 / 32, best_total(q4_1, p, reps));
+#ifndef OLD_FORMATS
+  report("q6_k", 1 + 4.0 / 16, best_total(q6_k, p, reps));              // Q6_K kept as int8 + float32 d * sc
+#endif
 }

@@ -102,7 +102,7 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
            dtype: str = typer.Option("f32", help="f32 or bf16: weights and KV pools as stored"),
            weights: Optional[str] = typer.Option(None, help="int8: per-output-channel int8 weights; q8_0: GGUF Q8_0 blocks; q4_1: GGUF Q4_1 blocks; "
                                                         "int4: 4-bit with a scale and minimum per --group rows; q4_k: a "
-                                                        "GGUF's Q4_K blocks kept exactly"),
+                                                        "GGUF's Q4_K blocks (and Q6_K, Q8_0 layer matrices) kept exactly"),
            group: Optional[int] = typer.Option(None, help="input rows per scale of --weights int4: 32 (default) or 64"),
            prefill_chunk: Optional[int] = typer.Option(None, help="most prompt tokens per request per prefill "
                                                        "step (default min(256, largest context))"),

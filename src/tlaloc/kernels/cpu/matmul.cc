@@ -98,25 +98,26 @@ struct Q4_1 {
 
 // A format's weight bytes as the panels store them: rows of TILE columns, row_bytes each, rows
 // per panel, rows_per_block per block of QK input rows; a blocked format's scales in a stream
-// of their own, side_bytes per block: one TILE-wide row of float16 (128 bytes) for Q8_0, two
-// rows of float32 (512 bytes) for Q8_16. ahead: how far ahead of the block being read to
+// of their own, side_bytes<Fmt> per block: one TILE-wide row of float16 (128 bytes) for Q8_0,
+// two rows of float32 (512 bytes) for Q8_16. ahead: how far ahead of the block being read to
 // request bytes (see Prefetch): one block, and at least 4 KB.
 struct Stream {
   const char* base;
   int64_t rows, rows_per_block, row_bytes, ahead;
   const char* side = nullptr;
-  int64_t side_bytes = 0;
 };
+// The side stream's bytes per block (compile-time, so that Q8_0's two requests stay unrolled).
+template <class Fmt> constexpr int64_t side_bytes = 2 * TILE;
+template <> constexpr int64_t side_bytes<Q8_16> = (QK / QG16) * 4 * TILE;
 inline int64_t ahead(int64_t block_bytes) { return std::max<int64_t>(block_bytes, 4096); }
 inline Stream stream(const F32& f, const Problem& p) { return {reinterpret_cast<const char*>(f.w), p.K, QK, 4 * TILE, ahead(QK * 4 * TILE)}; }
 inline Stream stream(const BF16& f, const Problem& p) { return {reinterpret_cast<const char*>(f.w), p.K, QK, 2 * TILE, ahead(QK * 2 * TILE)}; }
 inline Stream stream(const I8Channel& f, const Problem& p) { return {reinterpret_cast<const char*>(f.q), p.K, QK, TILE, ahead(QK * TILE)}; }
 inline Stream stream(const Q8_0& f, const Problem& p) {
-  return {reinterpret_cast<const char*>(f.q), p.K, QK, TILE, ahead(QK * TILE), reinterpret_cast<const char*>(f.scale), 2 * TILE};
+  return {reinterpret_cast<const char*>(f.q), p.K, QK, TILE, ahead(QK * TILE), reinterpret_cast<const char*>(f.scale)};
 }
 inline Stream stream(const Q8_16& f, const Problem& p) {
-  return {reinterpret_cast<const char*>(f.q), p.K, QK, TILE, ahead(QK * TILE), reinterpret_cast<const char*>(f.scale),
-          (QK / QG16) * 4 * TILE};
+  return {reinterpret_cast<const char*>(f.q), p.K, QK, TILE, ahead(QK * TILE), reinterpret_cast<const char*>(f.scale)};
 }
 inline Stream stream(const Q4_1&, const Problem&) { return {}; }
 // Q4_1 is bound by its nibble conversions, not by memory, at M >= 8: the prefetching
@@ -403,8 +404,8 @@ void run_unit(const Fmt& f, const Problem& p, int64_t c0, int64_t c1, float* acc
         const int64_t lines = st.rows_per_block * st.row_bytes / 64, passes = p.M / 4;
         Prefetch pf{st.base + ((n0 / TILE) * st.rows + b * st.rows_per_block) * st.row_bytes + st.ahead,
                     (lines + passes - 1) / passes};
-        if (st.side) for (int64_t i = 0; i < st.side_bytes / 64; ++i)   // the next block's scales: a stream of their own
-          asm volatile("prefetcht1 %0" : : "m"(*(st.side + ((n0 / TILE) * (p.K / QK) + b + 1) * st.side_bytes + 64 * i)));
+        if (st.side) for (int64_t i = 0; i < side_bytes<Fmt> / 64; ++i)   // the next block's scales: a stream of their own
+          asm volatile("prefetcht1 %0" : : "m"(*(st.side + ((n0 / TILE) * (p.K / QK) + b + 1) * side_bytes<Fmt> + 64 * i)));
         for (; m + 4 <= p.M; m += 4, pf.next += 64 * pf.lines) avx_rows<4, 4, Fmt, true>(f, p, b, n0, m, a + m * W, W, pf);
       }
       for (; m + 4 <= p.M; m += 4) avx_rows<4, 4>(f, p, b, n0, m, a + m * W, W);
