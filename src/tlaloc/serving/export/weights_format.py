@@ -262,9 +262,10 @@ def _float32(name: str, v, scale):
         if is_table(name):                                                # v (n, D), s (n, D / BLOCK)
             n, d = v.shape
             w = tnp.reshape(tnp.astype(v, tnp.float32), (n, d // BLOCK, BLOCK)) * s[:, :, None]
-        else:                                                             # v (D, n), s (D / BLOCK, n)
+        else:                                                             # v (D, n), s (D / G, n)
             d, n = v.shape
-            w = tnp.reshape(tnp.astype(v, tnp.float32), (d // BLOCK, BLOCK, n)) * s[:, None, :]
+            g = d // s.shape[0]                                           # 32, or 16 (q4_k's Q6_K)
+            w = tnp.reshape(tnp.astype(v, tnp.float32), (d // g, g, n)) * s[:, None, :]
         return tnp.reshape(w, (n, d) if is_table(name) else (d, n))
     if scale is not None:
         s = scale[:, None] if is_table(name) else scale[None, :]
