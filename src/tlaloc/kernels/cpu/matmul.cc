@@ -37,11 +37,11 @@
 // the work, nor M changes any sum: results are reproducible, and a row's result is the same
 // whatever the batch it is in (benchmarks/cpu_kernels.py checks this bit for bit).
 //
-// Work. N is split into one unit of consecutive panels per thread (see run): the calling
-// thread and the tasks it schedules on XLA's intra-op pool claim units from a shared counter
-// (a task that starts late finds nothing left and returns, and the caller takes its unit).
-// A unit walks its panels one after the other and each panel block by block, in storage
-// order; per block and panel a micro-kernel sums in registers and adds into the unit's float32 sums.
+// Work. The calling thread and the tasks it schedules on XLA's intra-op pool eat the panels
+// from both ends, a panel (or the half panel where they meet) at a time (see run): each thread
+// reads one contiguous stretch, and a task that starts late finds less (or nothing) left. A run
+// of columns is walked block by block, in storage order; per block a micro-kernel sums in
+// registers and adds into the run's float32 sums.
 //
 // Micro-kernels. With AVX-512 (compiled with -march=native on the machine that runs it) each
 // format converts its weight vectors exactly to float32 (pair), the shared loop
@@ -59,12 +59,8 @@ namespace ffi = xla::ffi;
 namespace {
 
 constexpr int64_t TILE = 64;      // output columns per micro-kernel call: one panel
+constexpr int64_t HALF = TILE / 2;  // the finest split of the columns between threads (see run)
 constexpr int64_t QK = 32;        // input rows per block (GGUF's block size)
-#ifndef TLALOC_UNITS_PER_THREAD
-#define TLALOC_UNITS_PER_THREAD 1
-#endif
-constexpr int64_t UNITS_PER_THREAD = TLALOC_UNITS_PER_THREAD;  // column units per thread (see run)
-constexpr int64_t ACC_BYTES = 256 << 10;                         // most bytes of sums per unit (see run)
 
 // Element (r, n) of an (R, N) array in panel order (see the header).
 inline int64_t at(int64_t r, int64_t n, int64_t R) { return ((n / TILE) * R + r) * TILE + n % TILE; }
@@ -133,42 +129,42 @@ inline float weight(const BF16& f, int64_t k, int64_t n, int64_t K) { return bf1
 inline float weight(const I8Channel& f, int64_t k, int64_t n, int64_t K) { return static_cast<float>(f.q[at(k, n, K)]); }
 
 template <class Fmt>
-void scalar_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* acc, int64_t lda) {
+void scalar_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, int R, float* acc, int64_t lda) {
   for (int r = 0; r < R; ++r)
     for (int64_t k = b * QK; k < b * QK + rows_in_block(p.K, b); ++k)
-      for (int64_t t = 0; t < TILE; ++t) acc[r * lda + t] += p.x[(m + r) * p.K + k] * weight(f, k, n0 + t, p.K);
+      for (int64_t t = 0; t < width; ++t) acc[r * lda + t] += p.x[(m + r) * p.K + k] * weight(f, k, n0 + t, p.K);
 }
 
-void scalar_block(const Q8_0& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* acc, int64_t lda) {
+void scalar_block(const Q8_0& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, int R, float* acc, int64_t lda) {
   for (int r = 0; r < R; ++r) {
     float part[TILE] = {};
     for (int64_t k = b * QK; k < (b + 1) * QK; ++k)
-      for (int64_t t = 0; t < TILE; ++t) part[t] += p.x[(m + r) * p.K + k] * static_cast<float>(f.q[at(k, n0 + t, p.K)]);
-    for (int64_t t = 0; t < TILE; ++t) acc[r * lda + t] += part[t] * f16_to_f32(f.scale[at(b, n0 + t, p.K / QK)]);
+      for (int64_t t = 0; t < width; ++t) part[t] += p.x[(m + r) * p.K + k] * static_cast<float>(f.q[at(k, n0 + t, p.K)]);
+    for (int64_t t = 0; t < width; ++t) acc[r * lda + t] += part[t] * f16_to_f32(f.scale[at(b, n0 + t, p.K / QK)]);
   }
 }
 
-void scalar_block(const Q8_16& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* acc, int64_t lda) {
+void scalar_block(const Q8_16& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, int R, float* acc, int64_t lda) {
   for (int r = 0; r < R; ++r)
     for (int64_t g = b * (QK / QG16); g < (b + 1) * (QK / QG16); ++g) {   // the block's two groups in turn
       float part[TILE] = {};
       for (int64_t k = g * QG16; k < (g + 1) * QG16; ++k)
-        for (int64_t t = 0; t < TILE; ++t) part[t] += p.x[(m + r) * p.K + k] * static_cast<float>(f.q[at(k, n0 + t, p.K)]);
-      for (int64_t t = 0; t < TILE; ++t) acc[r * lda + t] += part[t] * f.scale[at(g, n0 + t, p.K / QG16)];
+        for (int64_t t = 0; t < width; ++t) part[t] += p.x[(m + r) * p.K + k] * static_cast<float>(f.q[at(k, n0 + t, p.K)]);
+      for (int64_t t = 0; t < width; ++t) acc[r * lda + t] += part[t] * f.scale[at(g, n0 + t, p.K / QG16)];
     }
 }
 
-void scalar_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t m, int R, float* acc, int64_t lda) {
+void scalar_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, int R, float* acc, int64_t lda) {
   for (int r = 0; r < R; ++r) {
     float part[TILE] = {};
     const float* xr = p.x + (m + r) * p.K + b * QK;
     for (int64_t j = 0; j < QK / 2; ++j) {
       const uint8_t* src = f.q + at(b * (QK / 2) + j, n0, p.K / 2);
-      for (int64_t t = 0; t < TILE; ++t)
+      for (int64_t t = 0; t < width; ++t)
         part[t] += xr[j] * static_cast<float>(src[t] & 15) + xr[j + QK / 2] * static_cast<float>(src[t] >> 4);
     }
     const float xs = f.xsum[(m + r) * (p.K / QK) + b];
-    for (int64_t t = 0; t < TILE; ++t)
+    for (int64_t t = 0; t < width; ++t)
       acc[r * lda + t] += part[t] * f.side(f.scale, f.side_at(b, n0 + t)) + xs * f.side(f.offset, f.side_at(b, n0 + t));
   }
 }
@@ -355,15 +351,16 @@ TLALOC_INLINE void add_last_row(const Fmt& f, const Problem& p, int64_t b, int64
   }
 }
 
-// Rows m .. m + R - 1 of x for one tile, 16 V columns at a time: each weight vector is
-// converted once and used straight from registers for the R rows (R V <= 16 keeps the R V
-// sums and the 2 V weight vectors in registers). Q8_16: the block's two groups of 16 rows one
-// after the other, each its own chain of 8 pairs finished with its own scale.
+// Rows m .. m + R - 1 of x for columns n0 .. n0 + width - 1 of one tile (width a multiple of
+// 16 V), 16 V columns at a time: each weight vector is converted once and used straight from
+// registers for the R rows (R V <= 16 keeps the R V sums and the 2 V weight vectors in registers).
+// Q8_16: the block's two groups of 16 rows one after the other, each its own chain of 8 pairs finished with its own scale.
 template <int R, int V, class Fmt, bool Ahead = false>
-void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, float* acc, int64_t lda, const Prefetch& pf = {}) {
+void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, float* acc, int64_t lda,
+              const Prefetch& pf = {}) {
   if constexpr (std::is_same_v<Fmt, Q8_16>) {
     constexpr int64_t pairs = QG16 / 2;
-    for (int64_t c = 0; c < TILE; c += 16 * V)
+    for (int64_t c = 0; c < width; c += 16 * V)
       for (int64_t h = 0; h < QK / QG16; ++h) {
         __m512 s[R][V];
         avx_pair_sums<R, V, Ahead>(p.x + m * p.K, p.K, pairs,
@@ -373,7 +370,7 @@ void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, 
       }
     return;
   }
-  for (int64_t c = 0; c < TILE; c += 16 * V) {
+  for (int64_t c = 0; c < width; c += 16 * V) {
     __m512 s[R][V];
     avx_pair_sums<R, V, Ahead>(p.x + m * p.K, p.K, rows_in_block(p.K, b) / 2,
                         [&](int64_t j, __m512* wa, __m512* wb) TLALOC_INLINE_LAMBDA { return pair<V>(f, p, b, n0 + c, j, wa, wb); }, s, pf);
@@ -386,64 +383,74 @@ void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t m, 
 inline float channel_scale(const I8Channel& f, int64_t n) { return f.scale[n]; }
 template <class Fmt> float channel_scale(const Fmt&, int64_t) { return 1.f; }
 
-// One unit: output columns [c0, c1) (whole panels) of every row, panel by panel and each panel
-// block by block (one contiguous run of bytes), summed into acc (M, c1 - c0), then stored into
-// y. On AVX-512 four rows of x share each converted weight vector, the panel's 64 columns at
-// once (three rows: in strips of 32 columns, so that the sums stay in registers).
+#ifdef TLALOC_AVX512
+// Block b of the tile piece n0 .. n0 + width - 1 for every row of x, V = 64 / 16 vectors wide at
+// most (a half tile: V = 2).
+template <int V, class Fmt>
+void avx_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t width, float* a, int64_t W) {
+  int64_t m = 0;
+  if (p.M >= 8 && ahead_pays<Fmt>) {   // two or more passes of 4 rows: see Prefetch
+    const Stream st = stream(f, p);
+    const int64_t lines = st.rows_per_block * st.row_bytes / 64, passes = p.M / 4;
+    Prefetch pf{st.base + ((n0 / TILE) * st.rows + b * st.rows_per_block) * st.row_bytes + st.ahead,
+                (lines + passes - 1) / passes};
+    if (st.side) for (int64_t i = 0; i < side_bytes<Fmt> / 64; ++i)   // the next block's scales: a stream of their own
+      asm volatile("prefetcht1 %0" : : "m"(*(st.side + ((n0 / TILE) * (p.K / QK) + b + 1) * side_bytes<Fmt> + 64 * i)));
+    for (; m + 4 <= p.M; m += 4, pf.next += 64 * pf.lines) avx_rows<4, V, Fmt, true>(f, p, b, n0, width, m, a + m * W, W, pf);
+  }
+  for (; m + 4 <= p.M; m += 4) avx_rows<4, V>(f, p, b, n0, width, m, a + m * W, W);
+  switch (p.M - m) {
+    case 3: avx_rows<3, 2>(f, p, b, n0, width, m, a + m * W, W); break;
+    case 2: avx_rows<2, V>(f, p, b, n0, width, m, a + m * W, W); break;
+    case 1: avx_rows<1, V>(f, p, b, n0, width, m, a + m * W, W); break;
+  }
+}
+#endif
+
+// One unit: output columns [c0, c1) (multiples of HALF: whole tiles, and a half tile at either
+// end) of every row, tile by tile and each tile block by block (one contiguous run of bytes),
+// summed into acc (M, c1 - c0), then stored into y. On AVX-512 four rows of x share each
+// converted weight vector, the tile's 64 columns at once (three rows: in strips of 32 columns,
+// so that the sums stay in registers).
 template <class Fmt>
 void run_unit(const Fmt& f, const Problem& p, int64_t c0, int64_t c1, float* acc) {
   const int64_t W = c1 - c0, blocks = (p.K + QK - 1) / QK;
   std::memset(acc, 0, sizeof(float) * p.M * W);
-  for (int64_t n0 = c0; n0 < c1; n0 += TILE) {
+  for (int64_t n = c0; n < c1;) {
+    const int64_t n0 = n, width = std::min(c1, (n / TILE + 1) * TILE) - n;   // to the end of n's tile
     float* a = acc + (n0 - c0);
     for (int64_t b = 0; b < blocks; ++b) {
 #ifdef TLALOC_AVX512
-      int64_t m = 0;
-      if (p.M >= 8 && ahead_pays<Fmt>) {   // two or more passes of 4 rows: see Prefetch
-        const Stream st = stream(f, p);
-        const int64_t lines = st.rows_per_block * st.row_bytes / 64, passes = p.M / 4;
-        Prefetch pf{st.base + ((n0 / TILE) * st.rows + b * st.rows_per_block) * st.row_bytes + st.ahead,
-                    (lines + passes - 1) / passes};
-        if (st.side) for (int64_t i = 0; i < side_bytes<Fmt> / 64; ++i)   // the next block's scales: a stream of their own
-          asm volatile("prefetcht1 %0" : : "m"(*(st.side + ((n0 / TILE) * (p.K / QK) + b + 1) * side_bytes<Fmt> + 64 * i)));
-        for (; m + 4 <= p.M; m += 4, pf.next += 64 * pf.lines) avx_rows<4, 4, Fmt, true>(f, p, b, n0, m, a + m * W, W, pf);
-      }
-      for (; m + 4 <= p.M; m += 4) avx_rows<4, 4>(f, p, b, n0, m, a + m * W, W);
-      switch (p.M - m) {
-        case 3: avx_rows<3, 2>(f, p, b, n0, m, a + m * W, W); break;
-        case 2: avx_rows<2, 4>(f, p, b, n0, m, a + m * W, W); break;
-        case 1: avx_rows<1, 4>(f, p, b, n0, m, a + m * W, W); break;
-      }
+      if (width == TILE) avx_block<4>(f, p, b, n0, width, a, W);
+      else avx_block<2>(f, p, b, n0, width, a, W);
 #else
-      scalar_block(f, p, b, n0, 0, static_cast<int>(p.M), a, W);
+      scalar_block(f, p, b, n0, width, 0, static_cast<int>(p.M), a, W);
 #endif
     }
+    n += width;
   }
   for (int64_t m = 0; m < p.M; ++m)
     for (int64_t t = 0; t < W; ++t) p.y[m * p.N + c0 + t] = acc[m * W + t] * channel_scale(f, c0 + t);
 }
 
-// Splits N into units of whole tiles and runs them on this thread and on tasks of XLA's
-// intra-op pool, which claim units from a shared counter. No sum depends on the split (each
-// output column is summed whole, in an order fixed by K), so the units are chosen for speed:
-// as few and as wide as possible (each a contiguous run of the panels' bytes, which the
-// hardware prefetchers follow), one per thread, but
-// narrow enough that a unit's sums acc (M rows) stay within L2 when M is large.
+// Splits N into half tiles (HALF columns) and runs them on this thread and on tasks of XLA's
+// intra-op pool, a tile at a time, each thread walking one contiguous stretch of the panels'
+// bytes (tlaloc_cpu::run_from_both_ends). No sum depends on the split (each output column is
+// summed whole, in an order fixed by K), so it is chosen for speed. Half tiles let the threads
+// meet mid-tile: SmolLM2's 9-tile projections (N = 576) split 4.5 / 4.5 rather than 4 / 5.
+// A run's sums (M rows of at most one tile) stay within L1 / L2 whatever M.
 template <class Fmt>
 void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
-  const int64_t tiles = p.N / TILE;
+  const int64_t halves = p.N / HALF;
 #ifdef TLALOC_ONE_THREAD
   const int64_t threads = 1;
 #else
-  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads(), tiles));
+  const int64_t threads = pool.num_threads();
 #endif
-  const int64_t max_unit_tiles = std::max<int64_t>(1, ACC_BYTES / (sizeof(float) * TILE * p.M));
-  const int64_t units = std::min(tiles, std::max(threads * UNITS_PER_THREAD, (tiles + max_unit_tiles - 1) / max_unit_tiles));
-  tlaloc_cpu::run_units(pool, units, threads, [&f, &p, units, tiles](int64_t u) {
+  tlaloc_cpu::run_from_both_ends(pool, halves, TILE / HALF, 1, threads, [&f, &p](int64_t h0, int64_t h1) {
     thread_local std::vector<float> acc;
-    const int64_t c0 = u * tiles / units * TILE, c1 = (u + 1) * tiles / units * TILE;
-    acc.resize(p.M * ((tiles + units - 1) / units) * TILE);
-    run_unit(f, p, c0, c1, acc.data());
+    acc.resize(p.M * TILE);
+    run_unit(f, p, h0 * HALF, h1 * HALF, acc.data());
   });
 }
 

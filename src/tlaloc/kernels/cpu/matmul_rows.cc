@@ -27,7 +27,7 @@ using tlaloc_cpu::f16_to_f32;
 
 constexpr int64_t QK = 32;
 constexpr int64_t GROUP = 4;       // rows of W per micro-kernel call (they share each load of x)
-constexpr int64_t UNITS = 16;
+constexpr int64_t RUN = 256;       // rows of W claimed at a time (see run; RUN / 8 where the threads meet)
 
 using tlaloc_cpu::Problem;
 using tlaloc_cpu::problem;
@@ -173,12 +173,11 @@ void rows_avx(const Fmt& f, const Problem& p, int64_t n0, int64_t n1) {
 }
 #endif
 
+// The rows of W in runs of RUN, eaten from both ends by this thread and tasks of XLA's pool
+// (tlaloc_cpu::run_from_both_ends): each thread reads one contiguous stretch of the table.
 template <class Fmt>
 void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
-  const int64_t per_unit = std::max<int64_t>(GROUP, (p.N + UNITS - 1) / UNITS);
-  const int64_t units = (p.N + per_unit - 1) / per_unit;
-  tlaloc_cpu::run_units(pool, units, units, [&f, &p, per_unit](int64_t u) {
-    const int64_t n0 = u * per_unit, n1 = std::min(p.N, n0 + per_unit);
+  tlaloc_cpu::run_from_both_ends(pool, p.N, RUN, RUN / 8, pool.num_threads(), [&f, &p](int64_t n0, int64_t n1) {
 #ifdef TLALOC_AVX512
     rows_avx(f, p, n0, n1);
 #else

@@ -1,0 +1,74 @@
+// Checks tlaloc_cpu::run_from_both_ends (src/tlaloc/kernels/cpu/common.h) with a pool of real
+// threads whose tasks start after random delays (some before the caller, some after every item
+// is claimed and the call has returned): every item is computed exactly once, in runs of at most
+// `step` items (`fine` near the meeting points), whatever the thread count. Prints "ok" and the
+// number of cases, or the first failure. Built and run by test_cpu_work_split.py.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "common.h"
+
+struct Pool {
+  int64_t threads;
+  std::vector<std::thread> started;
+  std::mt19937 rng{7};
+  int64_t num_threads() const { return threads; }
+  void Schedule(std::function<void()> task) {
+    const int delay_us = static_cast<int>(rng() % 300);
+    started.emplace_back([task, delay_us] {
+      std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+      task();
+    });
+  }
+  void join() {
+    for (auto& t : started) t.join();
+    started.clear();
+  }
+};
+
+// Whether counts holds exactly one claim per item (the property checked).
+bool each_once(const std::vector<std::atomic<int>>& counts) {
+  for (const auto& c : counts)
+    if (c.load() != 1) return false;
+  return true;
+}
+
+int main() {
+  int64_t cases = 0;
+  for (int64_t threads : {1, 2, 3, 4, 5, 8})
+    for (int64_t items : {1, 2, 3, 17, 18, 64, 1001})
+      for (int64_t step : {1, 2, 7, 256})
+        for (int64_t fine : {int64_t{1}, step}) {
+          Pool pool{threads};
+          std::vector<std::atomic<int>> counts(items);
+          std::atomic<bool> too_long{false};
+          tlaloc_cpu::run_from_both_ends(pool, items, step, fine, threads, [&](int64_t i0, int64_t i1) {
+            if (i1 - i0 > step || i1 <= i0) too_long = true;
+            for (int64_t i = i0; i < i1; ++i) counts[i].fetch_add(1);
+            std::this_thread::sleep_for(std::chrono::microseconds((i0 * 7) % 40));
+          });
+          const bool ok = each_once(counts) && !too_long;   // read before the late tasks are joined
+          pool.join();
+          if (!ok) {
+            std::printf("FAIL threads=%ld items=%ld step=%ld fine=%ld\n", long(threads), long(items), long(step), long(fine));
+            return 1;
+          }
+          ++cases;
+        }
+  // Negative control: the check sees an item claimed twice, and one never claimed.
+  std::vector<std::atomic<int>> twice(3);
+  twice[0] = 1, twice[1] = 2, twice[2] = 1;
+  std::vector<std::atomic<int>> missed(3);
+  missed[0] = 1, missed[1] = 0, missed[2] = 1;
+  if (each_once(twice) || each_once(missed)) {
+    std::printf("FAIL the check passed a double or missing claim\n");
+    return 1;
+  }
+  std::printf("ok %ld\n", long(cases));
+  return 0;
+}
