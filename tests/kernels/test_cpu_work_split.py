@@ -1,4 +1,4 @@
-"""How the CPU kernels split a call's work between threads (``run_from_both_ends`` in
+"""How the CPU kernels split a call's work between threads (``run_and_steal`` in
 src/tlaloc/kernels/cpu/common.h): every item once, whatever the thread count and however late
 each pool task starts.
 

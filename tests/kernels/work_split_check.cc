@@ -1,7 +1,8 @@
-// Checks tlaloc_cpu::run_from_both_ends (src/tlaloc/kernels/cpu/common.h) with a pool of real
+// Checks tlaloc_cpu::run_and_steal (src/tlaloc/kernels/cpu/common.h) with a pool of real
 // threads whose tasks start after random delays (some before the caller, some after every item
-// is claimed and the call has returned): every item is computed exactly once, in runs of at most
-// `step` items (`fine` near the meeting points), whatever the thread count. Prints "ok" and the
+// is claimed and the call has returned): every item is computed exactly once, in runs of a
+// multiple of `step` items (or of at most `fine`, near the meeting points), whatever the thread
+// count. Prints "ok" and the
 // number of cases, or the first failure. Built and run by test_cpu_work_split.py.
 #include <atomic>
 #include <chrono>
@@ -46,13 +47,13 @@ int main() {
         for (int64_t fine : {int64_t{1}, step}) {
           Pool pool{threads};
           std::vector<std::atomic<int>> counts(items);
-          std::atomic<bool> too_long{false};
-          tlaloc_cpu::run_from_both_ends(pool, items, step, fine, threads, [&](int64_t i0, int64_t i1) {
-            if (i1 - i0 > step || i1 <= i0) too_long = true;
+          std::atomic<bool> bad_run{false};
+          tlaloc_cpu::run_and_steal(pool, items, step, fine, threads, [&](int64_t i0, int64_t i1) {
+            if (i1 <= i0 || (i1 - i0 > fine && (i1 - i0) % step != 0)) bad_run = true;
             for (int64_t i = i0; i < i1; ++i) counts[i].fetch_add(1);
             std::this_thread::sleep_for(std::chrono::microseconds((i0 * 7) % 40));
           });
-          const bool ok = each_once(counts) && !too_long;   // read before the late tasks are joined
+          const bool ok = each_once(counts) && !bad_run;   // read before the late tasks are joined
           pool.join();
           if (!ok) {
             std::printf("FAIL threads=%ld items=%ld step=%ld fine=%ld\n", long(threads), long(items), long(step), long(fine));

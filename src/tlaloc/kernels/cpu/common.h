@@ -69,47 +69,48 @@ void run_units(xla::ffi::ThreadPool& pool, int64_t units, int64_t threads, Unit 
   while (shared->done.load(std::memory_order_acquire) < units) std::this_thread::yield();
 }
 
-// Runs piece(i0, i1) over every item of [0, items), in runs of at most `step` consecutive items
-// (of at most `fine` once no more than `step` are left in a segment, so that the two threads
-// meeting there share the last step's worth), on the calling thread and up to threads - 1
-// tasks scheduled on XLA's intra-op pool. The items are cut into one segment per two threads (T threads in all: ceil(T / 2) segments, sized in
-// proportion to their threads), and a segment is eaten from both ends: the first thread of a
-// segment claims runs from its left end, the second from its right end, each walking inward,
-// until they meet. So each thread reads one contiguous stretch of the weights (the hardware
-// prefetchers follow it), and the two meet wherever their speeds make them meet: a task that
-// starts late (XLA's pool wakes a sleeping thread in 5 to over 200 microseconds) or runs slower
-// leaves more to its partner instead of leaving the caller to wait for it at the end, as fixed
-// shares did (1.0-1.5 ms of an 18 ms float32 decode step; benchmarks/RESULTS.md, session 10).
-// A thread whose segment is empty claims from the others'. A task that starts after every item
-// is claimed returns at once, touching only the shared state (kept alive by the shared_ptr), and
-// the caller waits only for claimed runs being computed; until then its frame is alive.
+// Runs piece(i0, i1) over every item of [0, items), on the calling thread and up to threads - 1
+// tasks scheduled on XLA's intra-op pool. The items are cut into one range per thread (T in
+// all). Each thread first walks a range of its own from its left end, so that it reads one
+// contiguous stretch of the weights, forward (the hardware prefetchers follow it) as a static
+// split would; when its range is done it takes runs from the right ends of the others', walking
+// towards their owners, until nothing is left. A claim takes half of what is left of a range (a
+// multiple of `step` items, at least `step`): few claims (each an atomic on a cache line the
+// threads share; with a claim per panel, Q4_1's short panels ran ~9% slower at batch 1), shrinking
+// towards the meeting point, where runs are at most `fine` items (no more than `step` left). A task that starts late (XLA's
+// pool wakes a sleeping thread in 5 to over 200 microseconds), or runs slower, thus leaves its
+// range's tail to the others instead of leaving the caller to wait for it at the end, as fixed
+// shares did (1.0-1.8 ms of an 18 ms float32 decode step; benchmarks/RESULTS.md, session 10).
+// A task that starts after every item is claimed returns at once, touching only the shared
+// state (kept alive by the shared_ptr), and the caller waits only for claimed runs being
+// computed; until then its frame (all that piece reads) is alive.
 // Pool: XLA's ffi::ThreadPool, or anything with its num_threads() and Schedule(task).
 template <class Pool, class Piece>
-void run_from_both_ends(Pool& pool, int64_t items, int64_t step, int64_t fine, int64_t threads, Piece piece) {
+void run_and_steal(Pool& pool, int64_t items, int64_t step, int64_t fine, int64_t threads, Piece piece) {
   if (items <= 0) return;
   const int64_t runs = (items + step - 1) / step;
   const int64_t T = std::max<int64_t>(1, std::min<int64_t>(std::min<int64_t>(threads, pool.num_threads()), runs));
-  const int64_t S = (T + 1) / 2;
   struct Shared {
     std::atomic<int64_t> arrived{0}, done{0};
-    std::unique_ptr<std::atomic<uint64_t>[]> ends;   // per segment: its unclaimed [lo, hi) as lo | hi << 32
+    std::unique_ptr<std::atomic<uint64_t>[]> ends;   // per range: its unclaimed [lo, hi) as lo | hi << 32
   };
   auto shared = std::make_shared<Shared>();
-  shared->ends.reset(new std::atomic<uint64_t>[S]);
-  for (int64_t g = 0; g < S; ++g) {                    // segment g starts after the 2 g threads before it
-    const uint64_t lo = items * (2 * g) / T, hi = g + 1 == S ? items : items * (2 * g + 2) / T;
+  shared->ends.reset(new std::atomic<uint64_t>[T]);
+  for (int64_t g = 0; g < T; ++g) {                    // boundaries on multiples of step: whole runs
+    const uint64_t lo = items * g / T / step * step, hi = g + 1 == T ? items : items * (g + 1) / T / step * step;
     shared->ends[g].store(lo | hi << 32, std::memory_order_relaxed);
   }
-  auto work = [shared, step, fine, S, piece]() {
+  auto work = [shared, step, fine, T, piece]() {
     const int64_t slot = shared->arrived.fetch_add(1, std::memory_order_relaxed);
-    const bool right = slot % 2 == 1;
-    for (int64_t k = 0; k < S; ++k) {
-      std::atomic<uint64_t>& ends = shared->ends[(slot / 2 + k) % S];
+    for (int64_t k = 0; k < T; ++k) {
+      std::atomic<uint64_t>& ends = shared->ends[(slot + k) % T];
+      const bool right = k > 0;                            // another thread's range: from its far end
       uint64_t cur = ends.load(std::memory_order_relaxed);
       for (;;) {
         const int64_t lo = static_cast<int64_t>(cur & 0xffffffffu), hi = static_cast<int64_t>(cur >> 32);
         if (lo >= hi) break;
-        const int64_t n = hi - lo > step ? step : std::min(fine, hi - lo), i0 = right ? hi - n : lo;
+        const int64_t n = hi - lo > step ? std::max(step, (hi - lo) / 2 / step * step) : std::min(fine, hi - lo);
+        const int64_t i0 = right ? hi - n : lo;
         const uint64_t next = right ? (static_cast<uint64_t>(lo) | static_cast<uint64_t>(hi - n) << 32)
                                     : (static_cast<uint64_t>(lo + n) | static_cast<uint64_t>(hi) << 32);
         if (!ends.compare_exchange_weak(cur, next, std::memory_order_relaxed)) continue;   // cur reloaded

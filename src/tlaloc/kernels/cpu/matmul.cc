@@ -37,11 +37,12 @@
 // the work, nor M changes any sum: results are reproducible, and a row's result is the same
 // whatever the batch it is in (benchmarks/cpu_kernels.py checks this bit for bit).
 //
-// Work. The calling thread and the tasks it schedules on XLA's intra-op pool eat the panels
-// from both ends, a panel (or the half panel where they meet) at a time (see run): each thread
-// reads one contiguous stretch, and a task that starts late finds less (or nothing) left. A run
-// of columns is walked block by block, in storage order; per block a micro-kernel sums in
-// registers and adds into the run's float32 sums.
+// Work. The calling thread and the tasks it schedules on XLA's intra-op pool each walk a range
+// of panels of their own, forward, then take panels from the far ends of the others' ranges
+// (see run): each thread reads one contiguous
+// stretch, and a task that starts late leaves its range's tail to the others. A run of columns
+// is walked block by block, in storage order; per block a micro-kernel sums in registers and
+// adds into the run's float32 sums.
 //
 // Micro-kernels. With AVX-512 (compiled with -march=native on the machine that runs it) each
 // format converts its weight vectors exactly to float32 (pair), the shared loop
@@ -59,7 +60,6 @@ namespace ffi = xla::ffi;
 namespace {
 
 constexpr int64_t TILE = 64;      // output columns per micro-kernel call: one panel
-constexpr int64_t HALF = TILE / 2;  // the finest split of the columns between threads (see run)
 constexpr int64_t QK = 32;        // input rows per block (GGUF's block size)
 
 // Element (r, n) of an (R, N) array in panel order (see the header).
@@ -407,50 +407,51 @@ void avx_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t wi
 }
 #endif
 
-// One unit: output columns [c0, c1) (multiples of HALF: whole tiles, and a half tile at either
-// end) of every row, tile by tile and each tile block by block (one contiguous run of bytes),
-// summed into acc (M, c1 - c0), then stored into y. On AVX-512 four rows of x share each
-// converted weight vector, the tile's 64 columns at once (three rows: in strips of 32 columns,
-// so that the sums stay in registers).
+// One run: output columns [c0, c1) (multiples of 32: whole tiles, and a half tile at either
+// end; run gives whole tiles) of every row, tile by tile and each tile block by block (one contiguous run of bytes),
+// summed into acc (M, TILE) and stored into y when the tile is done. On AVX-512 four rows of x
+// share each converted weight vector, the tile's 64 columns at once (three rows: in strips of
+// 32 columns, so that the sums stay in registers).
 template <class Fmt>
 void run_unit(const Fmt& f, const Problem& p, int64_t c0, int64_t c1, float* acc) {
-  const int64_t W = c1 - c0, blocks = (p.K + QK - 1) / QK;
-  std::memset(acc, 0, sizeof(float) * p.M * W);
-  for (int64_t n = c0; n < c1;) {
-    const int64_t n0 = n, width = std::min(c1, (n / TILE + 1) * TILE) - n;   // to the end of n's tile
-    float* a = acc + (n0 - c0);
+  const int64_t blocks = (p.K + QK - 1) / QK;
+  for (int64_t n0 = c0; n0 < c1;) {
+    const int64_t width = std::min(c1, (n0 / TILE + 1) * TILE) - n0;   // to the end of n0's tile
+    std::memset(acc, 0, sizeof(float) * p.M * width);
     for (int64_t b = 0; b < blocks; ++b) {
 #ifdef TLALOC_AVX512
-      if (width == TILE) avx_block<4>(f, p, b, n0, width, a, W);
-      else avx_block<2>(f, p, b, n0, width, a, W);
+      if (width == TILE) avx_block<4>(f, p, b, n0, width, acc, width);
+      else avx_block<2>(f, p, b, n0, width, acc, width);
 #else
-      scalar_block(f, p, b, n0, width, 0, static_cast<int>(p.M), a, W);
+      scalar_block(f, p, b, n0, width, 0, static_cast<int>(p.M), acc, width);
 #endif
     }
-    n += width;
+    for (int64_t m = 0; m < p.M; ++m)
+      for (int64_t t = 0; t < width; ++t) p.y[m * p.N + n0 + t] = acc[m * width + t] * channel_scale(f, n0 + t);
+    n0 += width;
   }
-  for (int64_t m = 0; m < p.M; ++m)
-    for (int64_t t = 0; t < W; ++t) p.y[m * p.N + c0 + t] = acc[m * W + t] * channel_scale(f, c0 + t);
 }
 
-// Splits N into half tiles (HALF columns) and runs them on this thread and on tasks of XLA's
-// intra-op pool, a tile at a time, each thread walking one contiguous stretch of the panels'
-// bytes (tlaloc_cpu::run_from_both_ends). No sum depends on the split (each output column is
-// summed whole, in an order fixed by K), so it is chosen for speed. Half tiles let the threads
-// meet mid-tile: SmolLM2's 9-tile projections (N = 576) split 4.5 / 4.5 rather than 4 / 5.
-// A run's sums (M rows of at most one tile) stay within L1 / L2 whatever M.
+// Splits N into tiles and runs them on this thread and on tasks of XLA's intra-op pool, each
+// thread walking a contiguous range of the panels' bytes and then taking tiles the others have
+// not reached (tlaloc_cpu::run_and_steal). No sum depends on the split (each output column is
+// summed whole, in an order fixed by K), so it is chosen for speed. The threads meet on a tile
+// boundary: splitting the last tile into halves, one per thread, balanced SmolLM2's 9-tile
+// projections but made the float32 chain 5-7% slower (two threads reading alternate halves of
+// the same rows; benchmarks/RESULTS.md, session 10). The sums of a tile (M rows) stay within
+// L1 / L2 whatever M.
 template <class Fmt>
 void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
-  const int64_t halves = p.N / HALF;
+  const int64_t tiles = p.N / TILE;
 #ifdef TLALOC_ONE_THREAD
   const int64_t threads = 1;
 #else
   const int64_t threads = pool.num_threads();
 #endif
-  tlaloc_cpu::run_from_both_ends(pool, halves, TILE / HALF, 1, threads, [&f, &p](int64_t h0, int64_t h1) {
+  tlaloc_cpu::run_and_steal(pool, tiles, 1, 1, threads, [&f, &p](int64_t t0, int64_t t1) {
     thread_local std::vector<float> acc;
     acc.resize(p.M * TILE);
-    run_unit(f, p, h0 * HALF, h1 * HALF, acc.data());
+    run_unit(f, p, t0 * TILE, t1 * TILE, acc.data());
   });
 }
 

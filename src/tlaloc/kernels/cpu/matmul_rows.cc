@@ -166,18 +166,19 @@ void rows_avx(const Fmt& f, const Problem& p, int64_t n0, int64_t n1) {
   constexpr int64_t AHEAD = 2;                          // groups
   int64_t n = n0;
   for (; n + GROUP <= n1; n += GROUP) {
-    if (n + (AHEAD + 1) * GROUP <= n1) prefetch_rows(f, n + AHEAD * GROUP, GROUP);
+    if (n + (AHEAD + 1) * GROUP <= p.N) prefetch_rows(f, n + AHEAD * GROUP, GROUP);   // on into the next run
     rows_group<GROUP>(f, p, n);
   }
   for (; n < n1; ++n) rows_group<1>(f, p, n);
 }
 #endif
 
-// The rows of W in runs of RUN, eaten from both ends by this thread and tasks of XLA's pool
-// (tlaloc_cpu::run_from_both_ends): each thread reads one contiguous stretch of the table.
+// The rows of W in runs of RUN, on this thread and tasks of XLA's pool, each walking a range of
+// its own and then taking what the others have not reached (tlaloc_cpu::run_and_steal): each
+// thread reads one contiguous stretch of the table.
 template <class Fmt>
 void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
-  tlaloc_cpu::run_from_both_ends(pool, p.N, RUN, RUN / 8, pool.num_threads(), [&f, &p](int64_t n0, int64_t n1) {
+  tlaloc_cpu::run_and_steal(pool, p.N, RUN, RUN / 8, pool.num_threads(), [&f, &p](int64_t n0, int64_t n1) {
 #ifdef TLALOC_AVX512
     rows_avx(f, p, n0, n1);
 #else
