@@ -19,6 +19,8 @@ Each variant is an artifact exported from the same GGUF (default: the Q4_1 SmolL
   <fmt>-portable         the portable programs (``Engine(cpu_kernels=False)``), not the CPU kernels
   <fmt>-kernels          every product through the CPU kernels, float32 ones included
                          (``export(cpu_kernels=...)`` with ``f32`` and ``f32_t``)
+  <fmt>-perlayer         one key and one value KV pool per layer (60 donated pools for SmolLM2), the
+                         layout of the artifacts before the stacked pools (``programs.STACKED_KV = False``)
   <fmt>-smallpages       the weights in the allocator's 4 KiB pages (``TLALOC_HUGE_PAGES=0`` while the
                          engine loads), not in a huge-page arena (``tlaloc._runtime.host_arena``)
 
@@ -71,12 +73,14 @@ def _options(variant: str) -> dict:
         opts["engine"] = {"cpu_kernels": False}
     elif rest == "smallpages":
         opts["small_pages"] = True
+    elif rest == "perlayer":
+        opts["stacked_kv"] = False
     elif rest == "kernels":
         from tlaloc.serving.export.artifact import KERNEL_FORMATS
         opts["cpu_kernels"] = KERNEL_FORMATS + ("f32", "f32_t")
     elif rest:
         raise SystemExit(f"decode_step: unknown variant {variant!r}; use "
-                         f"<format>[-unfused|-whole|-convert|-kvbits|-kvconvert|-portable|-kernels|-smallpages]")
+                         f"<format>[-unfused|-whole|-convert|-kvbits|-kvconvert|-portable|-kernels|-perlayer|-smallpages]")
     return opts
 
 
@@ -115,7 +119,7 @@ def main(argv=None) -> int:
     from tlaloc._render import stablehlo_serving
     from tlaloc.models import lowp, quantized
     from tlaloc.serving import Engine
-    from tlaloc.serving.export import export
+    from tlaloc.serving.export import export, programs
     default_chunk = quantized.CHUNK
     gguf = args.model or default_model()
     variants = [v for v in args.variants.split(",") if v]
@@ -133,7 +137,9 @@ def main(argv=None) -> int:
             stablehlo_serving.BF16_WRITE = opts.pop("kv_write", "update")
             engine_options = opts.pop("engine", {})
             small_pages = opts.pop("small_pages", False)
+            programs.STACKED_KV = opts.pop("stacked_kv", True)
             export(gguf, out, batch=tuple(batches), context=(CONTEXT,), progress=False, **opts)
+            programs.STACKED_KV = True
             quantized.CHUNK, lowp.ENABLED, stablehlo_serving.BF16_AS_BITS = default_chunk, True, True
             stablehlo_serving.BF16_WRITE = "update"
             if small_pages:

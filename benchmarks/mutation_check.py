@@ -118,7 +118,7 @@ MUTATIONS = [
       "self.k[layer][rows, positions] = k", "self.k[layer][rows, np.minimum(positions + 1, self.max_len - 1)] = k",
       ("tests/models/test_decoders.py",)),
     M("KV cache (paged): neighbouring slots swapped", "_prims/serving.py",
-      "flat[slots[keep]] = np.asarray(new)", "flat[slots[keep] ^ 1] = np.asarray(new)",
+      "flat[slots[keep] + page_offset * BS] = np.asarray(new)", "flat[(slots[keep] ^ 1) + page_offset * BS] = np.asarray(new)",
       ("tests/serving/test_primitives.py",)),
     # -- serving: scheduler, sampler ---------------------------------------------------------------
     M("scheduler: pages rounded down", "serving/runtime/requests.py",

@@ -47,7 +47,7 @@ def oracle(q, kc, vc, tables, lens, positions, window, scale):
     return out
 
 
-def compiled(T, kv_dtype, window, shape=(B, H, K, E, P, BS, M)):
+def compiled(T, kv_dtype, window, shape=(B, H, K, E, P, BS, M), page_offset=0):
     from tlaloc.serving.export.programs import Slot, lower
     from tlaloc.serving.runtime.device import Program
     B, H, K, E, P, BS, M = shape
@@ -56,8 +56,10 @@ def compiled(T, kv_dtype, window, shape=(B, H, K, E, P, BS, M)):
              Slot("v", "kv_pool", kv_dtype, (P, BS, K, E)), Slot("tables", "block_tables", i32, (B, M)),
              Slot("lens", "seq_lens", i32, (B,)), Slot("positions", "positions", i32, (B, T))]
     with kernel_calls(("paged_attention",)):
-        program = lower(lambda *a: [paged_attention(*a, window=window, kernel=True)], slots, "pa")
+        program = lower(lambda *a: [paged_attention(*a, window=window, kernel=True, page_offset=page_offset)],
+                        slots, "pa")
     assert "@tlaloc_cpu_paged_attention_" in program.text
+    assert ("page_offset" in program.text) == (page_offset > 0)
     return Program(program.text, "cpu", [s.name for s in slots], [(s.dtype, s.shape) for s in slots])
 
 
@@ -87,6 +89,34 @@ def test_kernel_equals_float64_attention_over_the_pages(kv, T, window):
     unused[4] += kv_dtype.type(1.0)
     assert np.abs(np.asarray(run(q, kc, used, tables, lens, positions)[0])[0] - got[0]).max() > 1e-3
     np.testing.assert_array_equal(np.asarray(run(q, unused, vc, tables, lens, positions)[0]), got)
+
+
+@pytest.mark.parametrize("kv", ["float32", "bfloat16"])
+def test_page_offset_reads_the_layers_pages(kv):
+    """The ``_at`` target, for pools stacking L layers' P pages: page p of a block table is page
+    page_offset + p. Layer 2 of 3 equals the float64 oracle on that layer's pages alone;
+    changing a page of another layer changes nothing, one of its own pages does (controls)."""
+    if not cpu_kernels.load():
+        pytest.skip(f"the CPU kernels cannot be built here: {cpu_kernels.reason()}")
+    rng = np.random.default_rng(7)
+    kv_dtype = np.dtype(ml_dtypes.bfloat16) if kv == "bfloat16" else np.dtype(np.float32)
+    L, T, window = 3, 1, None
+    q = rng.standard_normal((B, T, H, E)).astype(np.float32)
+    kc = rng.standard_normal((L * P, BS, K, E)).astype(kv_dtype)
+    vc = rng.standard_normal((L * P, BS, K, E)).astype(kv_dtype)
+    tables = np.array([[3, 1, 7], [2, 8, 0], [5, 0, 0]], np.int32)
+    lens = np.array([11, 6, 3], np.int32)
+    positions = np.array([[9], [4], [5]], np.int32)
+    run = compiled(T, kv_dtype, window, shape=(B, H, K, E, L * P, BS, M), page_offset=2 * P)
+    got = np.asarray(run(q, kc, vc, tables, lens, positions)[0])
+    layer = slice(2 * P, 3 * P)
+    np.testing.assert_allclose(got, oracle(q, kc[layer], vc[layer], tables, lens, positions, window, E ** -0.5),
+                               rtol=2e-5, atol=2e-6)
+    other, own = vc.copy(), vc.copy()
+    other[P + 3] += kv_dtype.type(1.0)                                  # page 3 of layer 1: not read
+    own[2 * P + 3] += kv_dtype.type(1.0)                                # page 3 of layer 2: row 0 reads it
+    np.testing.assert_array_equal(np.asarray(run(q, kc, other, tables, lens, positions)[0]), got)
+    assert np.abs(np.asarray(run(q, kc, own, tables, lens, positions)[0])[0] - got[0]).max() > 1e-3
 
 
 # G = 3 query heads per kv head, E = 72 = 4 * 16 + 8 (a masked tail), pages of 16, rows of

@@ -43,7 +43,8 @@ def test_kernel_programs_give_the_portable_programs_greedy_ids(fmt, tiny, artifa
     path = artifact("qwen3_tied", **FORMATS[fmt])
     m = read_manifest(path)
     for p in m["programs"]:
-        attention = [ATTENTION.get(fmt, "tlaloc_cpu_paged_attention_f32")] if p["mode"] == "decode" else []
+        pa = ATTENTION.get(fmt, "tlaloc_cpu_paged_attention_f32")
+        attention = [pa, pa + "_at"] if p["mode"] == "decode" else []               # layer 0; page_offset l * P
         assert sorted(p["cpu_kernels"]["targets"]) == sorted(TARGETS[fmt] + attention), p["name"]
         assert p["cpu_kernels"]["file"] in m["files"] and p["cpu_kernels"]["cache_key"] != p["cache_key"]
         # the layers' weights go to the panel-order kernels; the tied table (head and embedding) does not
@@ -65,7 +66,7 @@ def test_float32_artifacts_take_the_f32_kernels_and_cpu_kernels_false_none(tiny,
     from tlaloc.serving.export import export
     from tlaloc.serving.manifest import read_manifest
     for p in read_manifest(artifact("llama"))["programs"]:                # untied head: (D, V), f32
-        attention = ["tlaloc_cpu_paged_attention_f32"] if p["mode"] == "decode" else []
+        attention = ["tlaloc_cpu_paged_attention_f32", "tlaloc_cpu_paged_attention_f32_at"] if p["mode"] == "decode" else []
         assert p["cpu_kernels"]["targets"] == sorted(["tlaloc_cpu_matmul_f32_p64"] + attention), p["name"]
     for p in read_manifest(artifact("qwen3_tied"))["programs"]:           # tied head: the table's (D, V) copy
         assert "tlaloc_cpu_matmul_f32_p64" in p["cpu_kernels"]["targets"]

@@ -78,6 +78,42 @@ def test_paged_attention_equals_contiguous_attention(window):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def _stacked_step(pools_k, pools_v, new, slots, q, tables, seq_lens, positions):
+    """Layer 1 of a pool stacking 3 layers' P pages: its writes and attention at page_offset P."""
+    k2 = sp.kv_cache_write(pools_k, new, slots, page_offset=P)
+    v2 = sp.kv_cache_write(pools_v, new * 2, slots, page_offset=P)
+    return [sp.paged_attention(q, k2, v2, tables, seq_lens, positions, window=3, page_offset=P), k2, v2]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_page_offset_is_the_layers_own_pool(compiled):
+    """Writing and attending at page_offset l * P of a (L * P, BS, K, E) pool gives layer l's pages
+    what one pool of its own would hold, leaves the other layers' pages alone, and attends to the
+    same values (eagerly, and compiled: the scatter index offset and the reference's gather)."""
+    k_cache, v_cache, new, slots, q, tables, seq_lens, positions = _case()
+    stack_k = rng.normal(size=(3 * P, BS, K, E)).astype(np.float32)
+    stack_v = rng.normal(size=(3 * P, BS, K, E)).astype(np.float32)
+    stack_k[P:2 * P], stack_v[P:2 * P] = k_cache, v_cache
+    k_own, v_own = sp.kv_cache_write(k_cache, new, slots), sp.kv_cache_write(v_cache, new * 2, slots)
+    want = sp.paged_attention(q, k_own, v_own, tables, seq_lens, positions, window=3)
+    args = [stack_k, stack_v, new, slots, q, tables, seq_lens, positions]
+    out, k2, v2 = (np.asarray(a) for a in (_compiled(_stacked_step, args)[2] if compiled else _stacked_step(*args)))
+    np.testing.assert_array_equal(k2[P:2 * P], k_own)
+    np.testing.assert_array_equal(v2[P:2 * P], v_own)
+    for other in (slice(0, P), slice(2 * P, 3 * P)):
+        np.testing.assert_array_equal(k2[other], stack_k[other])
+        np.testing.assert_array_equal(v2[other], stack_v[other])
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    # negative control: the pages at offset 0 are other values, and attending there differs
+    assert not np.allclose(sp.paged_attention(q, k2, v2, tables, seq_lens, positions, window=3), want, atol=1e-3)
+
+
+def test_page_offset_must_be_a_non_negative_int():
+    with pytest.raises(tl.ShapeError, match="kv_cache_write: page_offset must be a non-negative int"):
+        sp.kv_cache_write(np.zeros((P, BS, K, E), np.float32), np.zeros((1, K, E), np.float32),
+                          np.zeros(1, np.int32), page_offset=-1)
+
+
 def test_sort_descending_is_stable():
     values, order = sp.sort_descending(np.array([[1.0, 3.0, 3.0, 2.0]], np.float32))
     assert order.tolist() == [[1, 2, 3, 0]] and values.tolist() == [[3.0, 3.0, 2.0, 1.0]]

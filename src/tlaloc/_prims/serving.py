@@ -7,14 +7,17 @@ primitive              meaning
                        row ``n`` of ``new`` goes to page ``s // BS``, offset ``s % BS`` of
                        ``cache`` where ``s = slot_mapping[n]``; ``s < 0`` (padding) writes
                        nothing. Returns the updated cache (the pool is donated, so XLA
-                       updates it in place).
+                       updates it in place). ``page_offset`` (static, default 0): the
+                       slots are counted from page ``page_offset`` of ``cache`` (a pool
+                       that stacks several layers' pages; see below).
 ``paged_attention``    ``q (B, T, H, E)`` against the keys and values of each row's pages:
                        key ``j`` of row ``b`` is ``k_cache[block_tables[b, j // BS], j % BS]``;
                        query ``t`` (at ``positions[b, t]``) sees key ``j`` when
                        ``j < seq_lens[b]``, ``j <= positions[b, t]`` and, with a sliding
                        window ``W``, ``positions[b, t] - W < j``. Grouped kv heads
                        (query head ``h`` reads kv head ``h // (H // K)``). -> ``(B, T, H, E)``
-                       float32, whatever the pool's dtype.
+                       float32, whatever the pool's dtype. ``page_offset`` (static): the
+                       block tables' pages are counted from that page of the pools.
 ``sort_descending``    ``x (..., n)`` -> ``(values, indices int32)`` sorted largest first along
                        the last axis; ties keep the lower index first (stable).
 =====================  =======================================================================
@@ -31,6 +34,13 @@ same function is its StableHLO lowering (``tlaloc._render.stablehlo_serving`` tr
 
 Page 0 of a pool is scratch by convention: a padding row's block table points there,
 and nothing is ever written to it.
+
+A serving program keeps one key pool and one value pool for all its layers: layer ``l``'s
+pages are pages ``l * P .. l * P + P - 1`` of a ``(L * P, BS, K, E)`` pool, and its writes
+and attention pass ``page_offset = l * P`` (a static attribute, so nothing is added to the
+slots or block tables at run time for it, and the CPU kernel reads the pages in place).
+Two pools of L layers cost a program call the same as two pools of one layer; 2 * L
+donated pools cost ~6 us each per call on XLA CPU (``benchmarks/donated_pools.py``).
 """
 from __future__ import annotations
 
@@ -39,7 +49,7 @@ import numpy as np
 from .._core.primitive import REGISTRY, Primitive
 from ..errors import ShapeError
 from .conversion import convert
-from .elementwise import and_p, divide, exp_p, gt_p, le_p, lt_p, multiply, subtract
+from .elementwise import add, and_p, divide, exp_p, gt_p, le_p, lt_p, multiply, subtract
 from .indexing import gather
 from .linalg import matmul
 from .misc import stop_gradient
@@ -63,19 +73,25 @@ def _same(op: str, what: str, a, b) -> None:
 
 # -- kv_cache_write -------------------------------------------------------------------------
 
-def _write_impl(cache, new, slot_mapping):
+def _write_impl(cache, new, slot_mapping, *, page_offset=0):
     cache = np.asarray(cache)
     out = np.array(cache, copy=True)                                     # (P, BS, K, E)
     P, BS = cache.shape[:2]
     flat = out.reshape((P * BS,) + cache.shape[2:])                     # (P*BS, K, E), a view of out
-    slots = np.asarray(slot_mapping).reshape(-1)                        # (N,)
-    keep = (slots >= 0) & (slots < P * BS)
-    flat[slots[keep]] = np.asarray(new).reshape((-1,) + cache.shape[2:])[keep].astype(cache.dtype)
+    slots = np.asarray(slot_mapping).reshape(-1).astype(np.int64)       # (N,)
+    keep = (slots >= 0) & (slots + page_offset * BS < P * BS)
+    flat[slots[keep] + page_offset * BS] = np.asarray(new).reshape((-1,) + cache.shape[2:])[keep].astype(cache.dtype)
     return out
 
 
-def _write_shape(cache, new, slot_mapping):
+def _offset(op: str, page_offset) -> None:
+    if type(page_offset) is not int or page_offset < 0:
+        raise ShapeError(f"{op}: page_offset must be a non-negative int (a page of the pool), got {page_offset!r}")
+
+
+def _write_shape(cache, new, slot_mapping, *, page_offset=0):
     op = "kv_cache_write"
+    _offset(op, page_offset)
     _rank(cache, 4, op, "cache (pages, block_size, kv_heads, head_dim)")
     _rank(new, 3, op, "new (tokens, kv_heads, head_dim)")
     _rank(slot_mapping, 1, op, "slot_mapping (tokens,)")
@@ -88,25 +104,32 @@ def _write_shape(cache, new, slot_mapping):
 
 
 kv_cache_write_p = Primitive("kv_cache_write", impl=_write_impl, shape_rule=_write_shape,
-                             dtype_rule=lambda cache, new, slot_mapping: cache.dtype,
+                             dtype_rule=lambda cache, new, slot_mapping, **params: cache.dtype,
                              hlo="stablehlo.scatter",
                              nondiff_argnums=(2,), inference_only=True)
 
 
-def kv_cache_write(cache, new, slot_mapping):
-    """``cache`` (P, BS, K, E) with ``new`` (N, K, E) stored at ``slot_mapping`` (N,); -1 skips."""
-    return kv_cache_write_p.bind(cache, new, slot_mapping)
+def kv_cache_write(cache, new, slot_mapping, *, page_offset: int = 0):
+    """``cache`` (P, BS, K, E) with ``new`` (N, K, E) stored at ``slot_mapping`` (N,); -1 skips.
+
+    ``page_offset``: slot ``s`` is slot ``s % BS`` of page ``page_offset + s // BS`` (a pool
+    stacking several layers' pages). Raises ShapeError for ranks or sizes that disagree, and
+    for a ``page_offset`` that is not a non-negative int.
+    """
+    _offset("kv_cache_write", page_offset)
+    return kv_cache_write_p.bind(cache, new, slot_mapping, page_offset=page_offset)
 
 
 # -- paged_attention ------------------------------------------------------------------------
 
 def paged_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, positions, *,
-                              window=None, scale=None, key_positions=None):
+                              window=None, scale=None, key_positions=None, page_offset=0):
     """The definition of ``paged_attention``, in primitives (runs eagerly or traced).
 
     q (B, T, H, E); k_cache, v_cache (P, BS, K, E); block_tables (B, M) int; seq_lens (B,)
     int; positions (B, T) int -> (B, T, H, E) float32. ``key_positions`` (S,) int32 is
-    ``arange(M * BS)``; the lowering passes an ``iota`` instead of a constant.
+    ``arange(M * BS)``; the lowering passes an ``iota`` instead of a constant. Page ``p``
+    of a block table is page ``page_offset + p`` of the pools.
     """
     B, T, H, E = q.shape
     BS, K = k_cache.shape[1], k_cache.shape[2]
@@ -114,6 +137,8 @@ def paged_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, posit
     S, G = M * BS, H // K
     scale = float(E) ** -0.5 if scale is None else float(scale)
     f32, i32 = np.dtype(np.float32), np.dtype(np.int32)
+    if page_offset:
+        block_tables = add(convert(block_tables, i32), np.int32(page_offset))         # (B, M)
     keys = reshape(gather(k_cache, block_tables, 0), (B, S, K, E))                    # (B, S, K, E)
     values = reshape(gather(v_cache, block_tables, 0), (B, S, K, E))                  # (B, S, K, E)
     keys, values = convert(keys, f32), convert(values, f32)
@@ -146,15 +171,18 @@ def _softmax_last(x):
     return divide(e, reduce_sum(e, (-1,), keepdims=True))
 
 
-def _attention_impl(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window, scale, kernel=False):
+def _attention_impl(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window, scale, kernel=False,
+                    page_offset=0):
     out = paged_attention_reference(np.asarray(q), np.asarray(k_cache), np.asarray(v_cache),
                                     np.asarray(block_tables), np.asarray(seq_lens), np.asarray(positions),
-                                    window=window, scale=scale)
+                                    window=window, scale=scale, page_offset=page_offset)
     return np.asarray(out, np.float32)
 
 
-def _attention_shape(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window, scale, kernel=False):
+def _attention_shape(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window, scale, kernel=False,
+                     page_offset=0):
     op = "paged_attention"
+    _offset(op, page_offset)
     _rank(q, 4, op, "q (batch, tokens, heads, head_dim)")
     _rank(k_cache, 4, op, "k_cache (pages, block_size, kv_heads, head_dim)")
     _rank(v_cache, 4, op, "v_cache (pages, block_size, kv_heads, head_dim)")
@@ -184,15 +212,19 @@ paged_attention_p = Primitive("paged_attention", impl=_attention_impl, shape_rul
 
 
 def paged_attention(q, k_cache, v_cache, block_tables, seq_lens, positions, *, window=None, scale=None,
-                    kernel=False):
+                    kernel=False, page_offset: int = 0):
     """Attention of ``q`` (B, T, H, E) over paged keys and values; see the module docstring.
 
     ``kernel``: lower it to the CPU kernel that reads the pages in place
     (``tlaloc_cpu_paged_attention_<pool dtype>``) instead of its reference definition.
+    ``page_offset``: the block tables' page ``p`` is page ``page_offset + p`` of the pools.
     """
-    return paged_attention_p.bind(q, k_cache, v_cache, block_tables, seq_lens, positions,
-                                  window=None if window is None else int(window),
-                                  scale=None if scale is None else float(scale), kernel=bool(kernel))
+    params = dict(window=None if window is None else int(window), scale=None if scale is None else float(scale),
+                  kernel=bool(kernel))
+    _offset("paged_attention", page_offset)
+    if page_offset:                                  # absent at 0: the programs of one pool per layer, as before
+        params["page_offset"] = page_offset
+    return paged_attention_p.bind(q, k_cache, v_cache, block_tables, seq_lens, positions, **params)
 
 
 # -- sort_descending ------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """StableHLO lowerings of the serving primitives (``tlaloc._prims.serving``).
 
 * ``kv_cache_write``: one ``stablehlo.scatter`` of token rows into the ``(P, BS, K, E)``
-  pool at ``(slot // BS, slot % BS)``; a negative slot gets page ``P`` (out of range),
+  pool at ``(page_offset + slot // BS, slot % BS)``; a negative slot gets page ``P`` (out of range),
   which XLA's scatter skips (the same contract JAX's ``mode="drop"`` relies on), so
   padding writes nothing. The pool is not reshaped, and a single row is written as two
   identical updates: XLA CPU turns a one-row scatter into a dynamic-update-slice, fuses a
@@ -53,13 +53,17 @@ DUS_MAX = 1
 def _kv_cache_write(em, node, cache, new, slots):
     dt, sh = out_aval(node)
     P, BS, K, E = sh
+    base = int(node.params.get("page_offset", 0))                            # the layer's first page
     n = int(node.inputs[1].aval.shape[0])
     upd = em.value(new, dt)                                                   # (N, K, E) in the pool dtype
     s = em.value(slots, I64)                                                  # (N,)
     pad = em.compare("LT", s, em.const(0, I64, (n,)))
     if dt == BF16 and BF16_WRITE == "update" and n <= DUS_MAX:
-        return _write_by_updates(em, cache, upd, s, pad, sh)
-    page = em.select(pad, em.const(P, I64, (n,)), em.binary("stablehlo.divide", s, em.const(BS, I64, (n,))))
+        return _write_by_updates(em, cache, upd, s, pad, sh, base)
+    page = em.binary("stablehlo.divide", s, em.const(BS, I64, (n,)))
+    if base:
+        page = em.binary("stablehlo.add", page, em.const(base, I64, (n,)))
+    page = em.select(pad, em.const(P, I64, (n,)), page)
     offset = em.select(pad, em.const(0, I64, (n,)), em.binary("stablehlo.remainder", s, em.const(BS, I64, (n,))))
     idx = em.op("stablehlo.concatenate", [em.reshape(page, (n, 1)), em.reshape(offset, (n, 1))], (I64, (n, 2)),
                 attrs={"dimension": "1 : i64"})                               # (N, 2): page, offset
@@ -81,10 +85,10 @@ def _kv_cache_write(em, node, cache, new, slots):
     return out if st == dt else em.op("stablehlo.bitcast_convert", [out], (dt, sh))
 
 
-def _write_by_updates(em, cache, upd, s, pad, sh):
+def _write_by_updates(em, cache, upd, s, pad, sh, base=0):
     """The N token rows written one ``dynamic_update_slice`` each, in order (XLA CPU updates
     the pool in place, whatever its dtype); a padding token (slot < 0) goes to slot 0 of the
-    scratch page 0, which no sequence reads."""
+    scratch page 0 (of the layer's pages, from page ``base``), which no sequence reads."""
     P, BS, K, E = sh
     n = s.shape[0]
     zero = em.const(0, I64, ())
@@ -95,6 +99,8 @@ def _write_by_updates(em, cache, upd, s, pad, sh):
                               attrs={"start_indices": f"array<i64: {i}>", "limit_indices": f"array<i64: {i + 1}>",
                                      "strides": "array<i64: 1>"}), ())
         page = em.binary("stablehlo.divide", si, em.const(BS, I64, ()))
+        if base:
+            page = em.binary("stablehlo.add", page, em.const(base, I64, ()))
         offset = em.binary("stablehlo.remainder", si, em.const(BS, I64, ()))
         row = em.op("stablehlo.slice", [upd], (upd.dtype, (1, K, E)),
                     attrs={"start_indices": f"array<i64: {i}, 0, 0>", "limit_indices": f"array<i64: {i + 1}, {K}, {E}>",
@@ -191,10 +197,13 @@ def _paged_attention(em, node, *ins):
     scale = float(E) ** -0.5 if params["scale"] is None else float(params["scale"])
     window = -1 if params["window"] is None else int(params["window"])
     pool = "bf16" if np.dtype(node.inputs[1].aval.dtype) == BF16 else "f32"
-    config = f"{{scale = {float(np.float32(scale)):.9e} : f32, window = {window} : i64}}"
+    config = f"scale = {float(np.float32(scale)):.9e} : f32, window = {window} : i64"
+    op = "paged_attention_" + pool
+    if params.get("page_offset"):                      # a pool of several layers: the kernel that takes the offset
+        op, config = op + "_at", config + f", page_offset = {int(params['page_offset'])} : i64"
     return em.op("stablehlo.custom_call", [em.value(x) for x in ins], out_aval(node),
-                 attrs={"call_target_name": f'"{op_target("paged_attention_" + pool)}"', "api_version": "4 : i32",
-                        "backend_config": config})
+                 attrs={"call_target_name": f'"{op_target(op)}"', "api_version": "4 : i32",
+                        "backend_config": "{" + config + "}"})
 
 
 class _Params:

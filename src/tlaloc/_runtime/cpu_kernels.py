@@ -43,8 +43,9 @@ PANEL_FORMATS = ("f32", "bf16", "i8ch", "q8_0", "q4_1")
 PANEL = 64
 TARGETS = {**{fmt: f"tlaloc_cpu_matmul_{fmt}_p64" for fmt in PANEL_FORMATS},
            **{fmt: f"tlaloc_cpu_matmul_{fmt}" for fmt in ("f32_t", "bf16_t", "i8ch_t", "q8_0_t")}}
-#: other ops -> FFI target name
-OPS = {f"paged_attention_{kv}": f"tlaloc_cpu_paged_attention_{kv}" for kv in ("f32", "bf16")}
+#: other ops -> FFI target name (``_at``: paged attention with a ``page_offset`` attribute, for pools of
+#: several layers)
+OPS = {f"paged_attention_{kv}{at}": f"tlaloc_cpu_paged_attention_{kv}{at}" for kv in ("f32", "bf16") for at in ("", "_at")}
 FLAGS = ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w"]
 ENV_SWITCH = "TLALOC_CPU_KERNELS"
 _OFF, _ON = {"0", "false", "no", "off"}, {"1", "true", "yes", "on", ""}

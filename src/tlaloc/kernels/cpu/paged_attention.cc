@@ -5,6 +5,10 @@
 //   seq_lens (B,) s32; positions (B, T) s32; attributes scale (f32), window (s64, < 0: none)
 //   -> out (B, T, H, E) f32.
 //
+// The ``_at`` targets take one more attribute, page_offset (s64): page p of a block table is
+// page page_offset + p of the pools (pools that stack every layer's pages: layer l's start at
+// l * P / L, so a program donates two pools rather than two per layer).
+//
 // Query t of row b (at position p = positions[b, t]) sees key j when j < seq_lens[b],
 // j <= p and, with a window W, p - W < j; key j is slot j % BS of page
 // block_tables[b, j / BS]. Query head h reads kv head h / (H / K). As the reference does,
@@ -213,6 +217,7 @@ struct Attention {
   float scale;
   int64_t window;
   float* out;
+  int64_t page_offset;  // the pools' page of a block table's page 0
 
   int64_t S() const { return s.M * s.BS; }
   // the keys [lo, hi) query t of row b sees (lo >= hi: none)
@@ -223,7 +228,7 @@ struct Attention {
   }
   // element offset of slot j's vector of kv head g in row b's pages
   int64_t slot(int64_t b, int64_t j, int64_t g) const {
-    return ((static_cast<int64_t>(tables[b * s.M + j / s.BS]) * s.BS + j % s.BS) * s.K + g) * s.E;
+    return (((page_offset + tables[b * s.M + j / s.BS]) * s.BS + j % s.BS) * s.K + g) * s.E;
   }
   // where chunk c (unit u) of query t, head h keeps {m, l, a[E]}
   float* partial(float* parts, int64_t u, int64_t t, int64_t h) const {
@@ -349,36 +354,54 @@ template <ffi::DataType KV>
 ffi::Error PagedAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<KV> k_cache,
                           ffi::Buffer<KV> v_cache, ffi::Buffer<ffi::S32> block_tables,
                           ffi::Buffer<ffi::S32> seq_lens, ffi::Buffer<ffi::S32> positions,
-                          ffi::ResultBuffer<ffi::F32> out, float scale, int64_t window) {
+                          ffi::ResultBuffer<ffi::F32> out, float scale, int64_t window, int64_t page_offset) {
   auto qd = q.dimensions(), kd = k_cache.dimensions(), td = block_tables.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || td.size() != 2)
     return ffi::Error::InvalidArgument("tlaloc cpu paged attention: q, the pools and block_tables have the wrong rank");
   Shape s{qd[0], qd[1], qd[2], qd[3], kd[0], kd[1], kd[2], td[1]};
   if (kd[3] != s.E || s.K <= 0 || s.H % s.K != 0)
     return ffi::Error::InvalidArgument("tlaloc cpu paged attention: head_dim or head counts do not fit");
+  if (page_offset < 0 || page_offset >= s.P)
+    return ffi::Error::InvalidArgument("tlaloc cpu paged attention: page_offset must be a page of the pools");
   using T = std::conditional_t<KV == ffi::F32, float, uint16_t>;
   const Attention<T> call{s, q.typed_data(), reinterpret_cast<const T*>(k_cache.untyped_data()),
                           reinterpret_cast<const T*>(v_cache.untyped_data()), block_tables.typed_data(),
-                          seq_lens.typed_data(), positions.typed_data(), scale, window, out->typed_data()};
+                          seq_lens.typed_data(), positions.typed_data(), scale, window, out->typed_data(),
+                          page_offset};
   call.run(pool);
   return ffi::Error::Success();
 }
 
+// The targets without page_offset (the programs of one pool per layer)
+template <ffi::DataType KV>
+ffi::Error PagedAttentionAt0(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<KV> k_cache,
+                             ffi::Buffer<KV> v_cache, ffi::Buffer<ffi::S32> block_tables,
+                             ffi::Buffer<ffi::S32> seq_lens, ffi::Buffer<ffi::S32> positions,
+                             ffi::ResultBuffer<ffi::F32> out, float scale, int64_t window) {
+  return PagedAttention<KV>(pool, q, k_cache, v_cache, block_tables, seq_lens, positions, out, scale, window, 0);
+}
+
 }  // namespace
 
-#define TLALOC_PAGED_ATTENTION(NAME, KV)                                                        \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(NAME, PagedAttention<KV>,                                       \
-                                ffi::Ffi::Bind()                                                \
-                                    .Ctx<ffi::ThreadPool>()                                     \
-                                    .Arg<ffi::Buffer<ffi::F32>>()                               \
-                                    .Arg<ffi::Buffer<KV>>()                                     \
-                                    .Arg<ffi::Buffer<KV>>()                                     \
-                                    .Arg<ffi::Buffer<ffi::S32>>()                               \
-                                    .Arg<ffi::Buffer<ffi::S32>>()                               \
-                                    .Arg<ffi::Buffer<ffi::S32>>()                               \
-                                    .Ret<ffi::Buffer<ffi::F32>>()                               \
-                                    .Attr<float>("scale")                                       \
-                                    .Attr<int64_t>("window"))
+// q, k_cache, v_cache, block_tables, seq_lens, positions -> out; scale, window
+#define TLALOC_PAGED_ATTENTION_BINDING(KV)                                                      \
+  ffi::Ffi::Bind()                                                                              \
+      .Ctx<ffi::ThreadPool>()                                                                   \
+      .Arg<ffi::Buffer<ffi::F32>>()                                                             \
+      .Arg<ffi::Buffer<KV>>()                                                                   \
+      .Arg<ffi::Buffer<KV>>()                                                                   \
+      .Arg<ffi::Buffer<ffi::S32>>()                                                             \
+      .Arg<ffi::Buffer<ffi::S32>>()                                                             \
+      .Arg<ffi::Buffer<ffi::S32>>()                                                             \
+      .Ret<ffi::Buffer<ffi::F32>>()                                                             \
+      .Attr<float>("scale")                                                                     \
+      .Attr<int64_t>("window")
 
-TLALOC_PAGED_ATTENTION(tlaloc_cpu_paged_attention_f32, ffi::F32);
-TLALOC_PAGED_ATTENTION(tlaloc_cpu_paged_attention_bf16, ffi::BF16);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_paged_attention_f32, PagedAttentionAt0<ffi::F32>,
+                              TLALOC_PAGED_ATTENTION_BINDING(ffi::F32));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_paged_attention_bf16, PagedAttentionAt0<ffi::BF16>,
+                              TLALOC_PAGED_ATTENTION_BINDING(ffi::BF16));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_paged_attention_f32_at, PagedAttention<ffi::F32>,
+                              TLALOC_PAGED_ATTENTION_BINDING(ffi::F32).Attr<int64_t>("page_offset"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_paged_attention_bf16_at, PagedAttention<ffi::BF16>,
+                              TLALOC_PAGED_ATTENTION_BINDING(ffi::BF16).Attr<int64_t>("page_offset"));

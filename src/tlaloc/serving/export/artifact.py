@@ -402,6 +402,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
         else:
             if pages < 2:
                 raise ArgumentError(f"export: num_pages={pages}; at least 2 (page 0 is scratch)")
+            from .programs import kv_layout
             programs, texts, kv_list = _decoder_programs(cfg, stored, batch, context, block_size, tokens, pages,
                                                          kv_dtype, bar, top_logprobs,
                                                          _kernel_formats(cpu_kernels))
@@ -409,7 +410,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
                 more, more_texts = _score_programs(cfg, stored, context, kv_dtype, bar, _kernel_formats(cpu_kernels))
                 programs, texts = programs + more, {**texts, **more_texts}
             kv = {"block_size": block_size, "num_pages": pages, "scratch_page": 0, "dtype": kv_dtype.name,
-                  "layout": ["pages", "block_size", "kv_heads", "head_dim"],
+                  "layout": kv_layout(),
                   "slots": [s.to_json() for s in kv_list]}
     files: dict[str, bytes] = {f"programs/{n}.mlir": t.encode("utf-8") for n, t in texts.items()}
     files[WEIGHTS_FILE] = _safetensors_bytes(stored)

@@ -7,8 +7,15 @@ traced function (:func:`decoder_step`) at different shapes. Inputs, in order::
     token_ids (B, T) i32     positions (B, T) i32     block_tables (B, C/BS) i32
     seq_lens (B,) i32        slot_mapping (B, T) i32  temperature (B,) f32
     top_k (B,) i32           top_p (B,) f32           uniforms (B,) f32
-    kv.<l>.k, kv.<l>.v (P, BS, K, E) per layer        (donated)
+    kv.k, kv.v (L, P, BS, K, E)                       (donated)
     weights, by slot name (see weights_format)
+
+One key pool and one value pool hold every layer's pages (layer ``l``'s are ``[l]``), so
+a call donates two pools, not two per layer: on XLA CPU each donated buffer costs the
+call ~6 us to create and destroy (60 per-layer pools 280 us a step against 40 for 2
+stacked ones of the same bytes, ``benchmarks/donated_pools.py``). Artifacts exported
+before (``kv.<l>.k``, ``kv.<l>.v`` (P, BS, K, E) per layer, :data:`STACKED_KV` False)
+run unchanged: the runtime makes whatever pools the manifest lists.
 
 Outputs: ``next_token_ids`` (B,) i32, then every pool (aliased to its input), then, when
 exported with ``top_logprobs`` = K > 0 (an extra input ``want_logprobs`` (B,) i32 after
@@ -50,6 +57,9 @@ I32, F32 = np.dtype(np.int32), np.dtype(np.float32)
 
 #: vocabulary ids per dot of an output head stored in bf16 or int8 (see :func:`head_parts`)
 HEAD_CHUNK = 1024
+#: one key and one value pool for all layers (False: one of each per layer, the layout of the
+#: artifacts before; for benchmarks and the tests that old artifacts still load)
+STACKED_KV = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,9 +107,19 @@ def logprob_slots(B: int, top_logprobs: int) -> list[Slot]:
 
 
 def kv_slots(cfg: DecoderConfig, num_pages: int, block_size: int, kv_dtype) -> list[Slot]:
-    shape = (num_pages, block_size, cfg.num_kv_heads, cfg.head_dim)
-    return [Slot(f"kv.{layer}.{kind}", "kv_pool", np.dtype(kv_dtype), shape)
+    """The KV pools: ``kv.k``, ``kv.v`` (L, P, BS, K, E), or with :data:`STACKED_KV` False
+    ``kv.<l>.k``, ``kv.<l>.v`` (P, BS, K, E) per layer."""
+    page = (block_size, cfg.num_kv_heads, cfg.head_dim)
+    if STACKED_KV:
+        return [Slot(f"kv.{kind}", "kv_pool", np.dtype(kv_dtype), (cfg.num_layers, num_pages) + page)
+                for kind in ("k", "v")]
+    return [Slot(f"kv.{layer}.{kind}", "kv_pool", np.dtype(kv_dtype), (num_pages,) + page)
             for layer in range(cfg.num_layers) for kind in ("k", "v")]
+
+
+def kv_layout() -> list:
+    """The manifest's ``kv.layout``: the axes of a pool (see :func:`kv_slots`)."""
+    return (["layers"] if STACKED_KV else []) + ["pages", "block_size", "kv_heads", "head_dim"]
 
 
 def weight_slots(stored: dict) -> list[Slot]:
@@ -162,13 +182,17 @@ def decoder_step(cfg: DecoderConfig, weight_names: list, n_layers: int, top_logp
     """The function traced into every decoder program: flat inputs -> [next ids, pools..., log-probs...]
     (the log-probability outputs of :func:`logprob_slots` only when ``top_logprobs`` > 0)."""
     n_req = 10 if top_logprobs else 9
+    n_pools = 2 if STACKED_KV else 2 * n_layers
 
     def step(*flat):
         token_ids, positions, block_tables, seq_lens, slot_mapping, temperature, top_k, top_p, uniforms = flat[:9]
-        pools = flat[n_req:n_req + 2 * n_layers]
-        stored = dict(zip(weight_names, flat[n_req + 2 * n_layers:]))
+        pools = flat[n_req:n_req + n_pools]
+        stored = dict(zip(weight_names, flat[n_req + n_pools:]))
         weights = dequantize(stored)
-        backend = PagedBackend(pools[0::2], pools[1::2], block_tables, seq_lens, slot_mapping)
+        if STACKED_KV:
+            backend = PagedBackend.stacked(pools[0], pools[1], block_tables, seq_lens, slot_mapping)
+        else:
+            backend = PagedBackend(pools[0::2], pools[1::2], block_tables, seq_lens, slot_mapping)
         h = decoder_hidden(cfg, weights, token_ids, positions, backend)           # (B, T, D)
         B, T = token_ids.shape
         real = tnp.sum(tnp.astype(slot_mapping >= 0, tnp.int32), axis=1)          # (B,) real tokens per row
@@ -177,9 +201,7 @@ def decoder_step(cfg: DecoderConfig, weight_names: list, n_layers: int, top_logp
         h_last = tnp.sum(tnp.where(pick[:, :, None], h, np.float32(0.0)), axis=1)  # (B, D)
         logits = lm_head(cfg, weights, h_last, head_parts(cfg, stored))           # (B, V)
         ids = sample_tokens(logits, temperature, top_k, top_p, uniforms)          # (B,)
-        outs = [ids]
-        for layer in range(n_layers):
-            outs += [backend.k_pools[layer], backend.v_pools[layer]]
+        outs = [ids] + backend.pools()
         if top_logprobs:
             outs += token_logprobs(logits, ids, flat[9], top_logprobs)
         return outs
@@ -255,5 +277,5 @@ def lower(fn, inputs: list[Slot], name: str, donate=()):
     return emit_module(graph, name=name, donate=list(donate))
 
 
-__all__ = ["Slot", "HEAD_CHUNK", "head_parts", "request_slots", "logprob_slots", "kv_slots", "weight_slots", "decoder_step",
+__all__ = ["Slot", "HEAD_CHUNK", "head_parts", "request_slots", "logprob_slots", "kv_slots", "kv_layout", "weight_slots", "decoder_step",
            "score_slots", "decoder_score", "encoder_embed", "lower"]
