@@ -17,7 +17,9 @@ sequence; tokens/s is the new tokens of all sequences over the wall time from th
 request to the last token (prefill included). llama.cpp's 8 sequences are 8 concurrent
 ``/v1/completions`` requests to one server with 8 slots (continuous batching); tlaloc's
 are ``Engine.generate`` on 8 prompts (an artifact with batch buckets 1 and 8). Warm-up
-runs (compiling tlaloc's buckets) are not timed. Each row also says for how many leading
+runs (compiling tlaloc's buckets) are not timed. Each row gives the ratio of the median
+rates and the median of each round's own ratio (the two sides run minutes apart at most in
+a round, so a slow or fast phase of the machine's memory moves both). Each row also says for how many leading
 tokens the greedy ids of sequence 0 agree with llama.cpp's (its text, tokenized again).
 
 On a loaded machine llama.cpp suffers more than tlaloc: its OpenMP threads wait for
@@ -170,18 +172,22 @@ def _print(impls, rates, ids, new_tokens, repeats, threads, loads, why) -> None:
     print(f"load average (1/5/15 min) before and after each round: {' | '.join(loads)}")
     if why:
         print(f"llama.cpp skipped: {why}")
-    print("\n| format | batch | tokens/s | runs | vs llama.cpp | greedy ids = llama.cpp's (seq 0) |")
-    print("|---|---|---|---|---|---|")
+    print("\n| format | batch | tokens/s | runs | vs llama.cpp | per-round ratio, median | greedy ids = llama.cpp's (seq 0) |")
+    print("|---|---|---|---|---|---|---|")
     for n in (1, CONCURRENT):
         ref = rates.get(("llama.cpp", n))
         for name, impl in impls.items():
             r = rates[name, n]
             med = statistics.median(r)
             ratio = f"{med / statistics.median(ref):.2f}×" if ref else "—"
+            # each round runs both sides minutes apart at most: the median of the rounds' own ratios
+            # is less moved by the machine's slow and fast memory phases than the ratio of medians
+            paired = f"{statistics.median(a / b for a, b in zip(r, ref)):.2f}×" if ref else "—"
             agree = "—"
             if ref and name != "llama.cpp":          # llama.cpp's text in tlaloc's ids (the same vocabulary)
                 agree = f"first {_agree(ids[name, n], impl.engine.encode(ids['llama.cpp', n]))}/{new_tokens}"
-            print(f"| {name}: {impl.format} | {n} | {med:.1f} | {', '.join(f'{x:.1f}' for x in r)} | {ratio} | {agree} |")
+            print(f"| {name}: {impl.format} | {n} | {med:.1f} | {', '.join(f'{x:.1f}' for x in r)} | {ratio} | {paired} "
+                  f"| {agree} |")
     sys.stdout.flush()
 
 

@@ -4,7 +4,8 @@
 step the previous step's token ids as a device array and reads them one step late, must give
 the token ids of the plain loop (the oracle); the script exits 1 when they differ.
 ``benchmarks/donated_pools.py
---quick`` prints both rows of its table. No timing is asserted.
+--quick`` prints both rows of its table. ``benchmarks/llama_cpp.py``'s table is checked on
+given rates. No timing is asserted.
 """
 import importlib.util
 import os
@@ -43,3 +44,40 @@ def test_donated_pools_prints_both_rows():
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert re.search(r"^\| 8 \(one K and one V per layer\) \| \d+ \|$", proc.stdout, re.M), proc.stdout
     assert re.search(r"^\| 2 \(layers stacked\) \| \d+ \|$", proc.stdout, re.M), proc.stdout
+
+
+
+def _bench_module(name):
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(BENCH))
+    return mod
+
+
+def test_llama_cpp_table_gives_the_median_of_the_rounds_own_ratios(capsys):
+    """``llama_cpp.py``'s table has the ratio of the medians and the median of each round's own
+    ratio; they differ when a round is fast or slow for both sides (the machine's memory phases).
+    llama.cpp 100, 150, 60 tok/s and tlaloc 120, 165, 54: medians 120 / 100 = 1.20x; the
+    rounds' ratios 1.2, 1.1, 0.9 have the median 1.10x."""
+    mod = _bench_module("llama_cpp")
+
+    class Impl:
+        def __init__(self, fmt):
+            self.format = fmt
+            self.engine = self
+
+        def encode(self, text):
+            return []
+    impls = {"llama.cpp": Impl("Q4_1"), "tlaloc q4_1": Impl("q4_1")}
+    rates = {}
+    for n in (1, mod.CONCURRENT):
+        rates["llama.cpp", n], rates["tlaloc q4_1", n] = [100.0, 150.0, 60.0], [120.0, 165.0, 54.0]
+    ids = {key: [] for key in rates}
+    mod._print(impls, rates, ids, 16, 3, 2, ["0 0 0"], None)
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| tlaloc q4_1: q4_1 | 1 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "120.0" and cells[4] == "1.20×" and cells[5] == "1.10×", cells
