@@ -204,3 +204,26 @@ def test_a_row_whose_inputs_fail_half_written_fails_alone(engine, monkeypatch, o
     assert (first["seq_lens"][others:] == 1).all() and (first["slot_mapping"][others:] == -1).all()
     assert eng.stats()["kv_pages_used"] == 0 and eng.stats()["requests_failed"] == 1
 
+
+def test_the_kept_argument_list_holds_no_pool_or_input_between_calls(engine):
+    """The executor keeps each program's argument list (weights) across calls and writes only the
+    request and pool places; after a call, and after one that fails on a bad input, those places are
+    empty again (no pool or input kept alive) and serving goes on unchanged."""
+    eng = engine("llama")
+    want = _alone(engine, PROMPTS[1])
+    [r] = eng.generate([PROMPTS[1]], max_new_tokens=8, stop=[])
+    assert r.token_ids == want
+    ex = eng.executor
+    assert ex._plans
+    for args, fill in ex._plans.values():
+        assert all(args[i] is None for i, _, _ in fill)
+        assert sum(a is None for a in args) == len(fill)                     # the weights stay
+    from tlaloc.serving.runtime.batch import empty_inputs
+    wrong = empty_inputs(1, 2, 2)                                           # not the program's shapes
+    with pytest.raises(ValueError, match="the program takes"):
+        ex.run("decode", 1, 16, wrong)
+    assert not ex.pools_lost()
+    for args, fill in ex._plans.values():
+        assert all(args[i] is None for i, _, _ in fill)
+    [r] = eng.generate([PROMPTS[1]], max_new_tokens=8, stop=[])
+    assert r.token_ids == want
