@@ -170,3 +170,60 @@ def test_a_step_that_raises_fails_its_streams_as_failures_and_serving_goes_on(en
     assert tokens == want and done.finish_reason == "length"
     stats = eng.stats()
     assert stats["requests_failed"] == 1 and stats["requests_cancelled"] == 0 and stats["kv_pages_used"] == 0
+
+
+@pytest.mark.parametrize("others", [1, 3])
+def test_a_row_whose_inputs_fail_half_written_fails_alone(engine, monkeypatch, others):
+    """The engine writes each row into the batch arrays in turn: a row that raises after writing part of
+    its place must leave it padding again for the next row (and, when rows failed, the call drops to the
+    bucket that holds the rest). Its sampling settings are the values written before the failure."""
+    eng = engine("llama")
+    good = [PROMPTS[1], PROMPTS[2], [7, 8, 9]][:others]
+    want = [_alone(engine, p) for p in good]
+    bad = eng.submit(LONG[:14], max_new_tokens=8, temperature=5.0, seed=1)      # one chunk: it samples
+    ids = [eng.submit(p, max_new_tokens=8) for p in good]
+    [req] = [r for r in eng.scheduler.waiting if r.id == bad]
+    req.top_k = 2 ** 40              # over int32: fails after its temperature and slots are written
+    calls, real = [], eng.executor.run
+
+    def recording(mode, B, C, arrays, T=None):
+        calls.append((mode, B, {k: np.array(v) for k, v in arrays.items()}))
+        return real(mode, B, C, arrays, T)
+    monkeypatch.setattr(eng.executor, "run", recording)
+    out, finished, errors = _drain(eng)
+    assert finished[bad] == "error" and "OverflowError" in errors[bad]
+    for rid, w in zip(ids, want):
+        assert finished[rid] == "length" and out[rid] == w
+    mode, B, first = calls[0]
+    assert mode == "prefill" and B == (1 if others == 1 else 4)          # the rows left, in their bucket
+    assert (first["temperature"] == 0).all() and (first["top_k"] == 0).all()  # nothing of the failed row
+    for k, p in enumerate(good):
+        n = min(len(p), 16)                                                 # the first prefill chunk
+        assert first["token_ids"][k, :n].tolist() == p[:n] and first["seq_lens"][k] == n
+        assert (first["slot_mapping"][k, n:] == -1).all() and (first["token_ids"][k, n:] == 0).all()
+    assert (first["seq_lens"][others:] == 1).all() and (first["slot_mapping"][others:] == -1).all()
+    assert eng.stats()["kv_pages_used"] == 0 and eng.stats()["requests_failed"] == 1
+
+
+def test_the_kept_argument_list_holds_no_pool_or_input_between_calls(engine):
+    """The executor keeps each program's argument list (weights) across calls and writes only the
+    request and pool places; after a call, and after one that fails on a bad input, those places are
+    empty again (no pool or input kept alive) and serving goes on unchanged."""
+    eng = engine("llama")
+    want = _alone(engine, PROMPTS[1])
+    [r] = eng.generate([PROMPTS[1]], max_new_tokens=8, stop=[])
+    assert r.token_ids == want
+    ex = eng.executor
+    assert ex._plans
+    for args, fill in ex._plans.values():
+        assert all(args[i] is None for i, _, _ in fill)
+        assert sum(a is None for a in args) == len(fill)                     # the weights stay
+    from tlaloc.serving.runtime.batch import empty_inputs
+    wrong = empty_inputs(1, 2, 2)                                           # not the program's shapes
+    with pytest.raises(ValueError, match="the program takes"):
+        ex.run("decode", 1, 16, wrong)
+    assert not ex.pools_lost()
+    for args, fill in ex._plans.values():
+        assert all(args[i] is None for i, _, _ in fill)
+    [r] = eng.generate([PROMPTS[1]], max_new_tokens=8, stop=[])
+    assert r.token_ids == want

@@ -2,8 +2,10 @@
 
 A :class:`Batch` is the scheduler's decision for one call, as vLLM v1's ``SchedulerOutput``:
 which requests run, which of their tokens, and the (batch, context) bucket.
-:func:`row_inputs` and :func:`stack_rows` turn it into the arrays the exported program
-takes (vLLM's ``_prepare_inputs``); :func:`row_logprobs` reads a row of its outputs back.
+:func:`fill_row` writes each of its rows into the batch-sized arrays of :func:`empty_inputs`,
+the arrays the exported program takes (vLLM's ``_prepare_inputs``); :func:`row_logprobs`
+reads a row of its outputs back. (:func:`row_inputs` and :func:`stack_rows` build the same
+arrays one row at a time and stack them.)
 
 Program inputs for B rows of T tokens over C context:
 
@@ -19,6 +21,7 @@ Padding rows write to the scratch page 0 through slot -1 and are never read back
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -46,7 +49,7 @@ class Row:
     def samples(self) -> bool:
         """Whether the call's next token for this row is the request's next token (a decode, or the
         last chunk of a prompt); False for a prefill chunk that is not the last."""
-        return self.end >= len(self.request.tokens)
+        return self.end >= self.request.n_tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,26 +68,60 @@ class Batch:
 
 
 def empty_inputs(B: int, T: int, pages: int) -> dict:
-    """Program inputs for B padding rows (see the module docstring for the shapes)."""
+    """Program inputs for B padding rows (see the module docstring for the shapes): fresh arrays,
+    copied from a cached FILL template of their shape (a copy is cheaper than ``np.full``)."""
+    return {name: a.copy() for name, a in _template(B, T, pages).items()}
+
+
+@functools.lru_cache(maxsize=64)
+def _template(B: int, T: int, pages: int) -> dict:
+    """The FILL arrays of :func:`empty_inputs`. Never handed out: a transfer to the device may alias
+    a host array (zero copy on CPU), so every call gets copies it may write and give away."""
     shapes = {"token_ids": (B, T), "positions": (B, T), "slot_mapping": (B, T), "block_tables": (B, pages)}
-    return {name: np.full(shapes.get(name, (B,)), fill, _DTYPES.get(name, np.int32)) for name, fill in FILL.items()}
+    arrays = {name: np.full(shapes.get(name, (B,)), fill, _DTYPES.get(name, np.int32)) for name, fill in FILL.items()}
+    for a in arrays.values():
+        a.flags.writeable = False
+    return arrays
+
+
+def fill_row(inputs: dict, k: int, row: Row, block_size: int) -> None:
+    """Write ``row``'s inputs into row ``k`` of the batch arrays ``inputs`` (from :func:`empty_inputs`,
+    row ``k`` still FILL); the row's pages must already be taken. On an exception row ``k`` may be
+    half written: :func:`clear_row` puts its FILL values back."""
+    req, start, n = row.request, row.start, row.n
+    end, pages = start + n, req.pages
+    inputs["token_ids"][k, :n] = req.token_span(start, end)
+    inputs["positions"][k, :n] = range(start, end)
+    # the KV slot of position p: page pages[p // block_size], offset p % block_size
+    inputs["slot_mapping"][k, :n] = [pages[p // block_size] * block_size + p % block_size for p in range(start, end)]
+    inputs["block_tables"][k, :len(pages)] = pages
+    inputs["seq_lens"][k] = end
+    if row.samples and req.temperature > 0:                  # this row samples the next token
+        inputs["temperature"][k], inputs["top_k"][k], inputs["top_p"][k] = req.temperature, req.top_k, req.top_p
+        inputs["uniforms"][k] = row.uniform
+    if row.samples and req.logprobs is not None:
+        inputs["want_logprobs"][k] = 1
+
+
+def clear_row(inputs: dict, k: int) -> None:
+    """Put the FILL values back in row ``k`` of the batch arrays ``inputs`` (a padding row again)."""
+    for name, fill in FILL.items():
+        inputs[name][k] = fill
+
+
+def take_row(inputs: dict, k: int, size: int) -> dict:
+    """Row ``k`` of the batch arrays ``inputs`` alone, padded with FILL rows to ``size`` rows (fresh arrays)."""
+    a = inputs["token_ids"]
+    out = empty_inputs(size, a.shape[1], inputs["block_tables"].shape[1])
+    for name, x in inputs.items():
+        out[name][0] = x[k]
+    return out
 
 
 def row_inputs(row: Row, tokens: int, context: int, block_size: int) -> dict:
     """One row of the program inputs (leading axis 1); the row's pages must already be taken."""
-    req, start, n = row.request, row.start, row.n
     a = empty_inputs(1, tokens, context // block_size)
-    pos = np.arange(start, start + n)
-    a["token_ids"][0, :n] = req.tokens[start:start + n]
-    a["positions"][0, :n] = pos
-    a["slot_mapping"][0, :n] = np.asarray(req.pages, np.int64)[pos // block_size] * block_size + pos % block_size
-    a["block_tables"][0, :len(req.pages)] = req.pages
-    a["seq_lens"][0] = start + n
-    if row.samples and req.temperature > 0:                  # this row samples the next token
-        a["temperature"][0], a["top_k"][0], a["top_p"][0] = req.temperature, req.top_k, req.top_p
-        a["uniforms"][0] = row.uniform
-    if row.samples and req.logprobs is not None:
-        a["want_logprobs"][0] = 1
+    fill_row(a, 0, row, block_size)
     return a
 
 
@@ -104,4 +141,5 @@ def row_logprobs(outputs: dict, row: int, token: int, top: int) -> TokenLogprobs
                          tuple((int(i), float(v)) for i, v in zip(ids, values)))
 
 
-__all__ = ["Batch", "FILL", "MODES", "Row", "empty_inputs", "row_inputs", "row_logprobs", "stack_rows"]
+__all__ = ["Batch", "FILL", "MODES", "Row", "clear_row", "empty_inputs", "fill_row", "row_inputs", "row_logprobs",
+           "stack_rows", "take_row"]

@@ -88,7 +88,17 @@ class Program:
 
     def __call__(self, *args) -> list:
         """Device arrays out; NumPy arguments are transferred (and checked against the compiled types)."""
-        bufs = [self._transfer(a, k) if isinstance(a, np.ndarray) else a for k, a in enumerate(args)]
+        return self.execute([self.put(a, k) for k, a in enumerate(args)])
+
+    def put(self, a, k: int):
+        """Argument ``k`` for :meth:`execute`: a NumPy array transferred (checked against the compiled
+        type), anything else (a device array) as it is."""
+        return self._transfer(a, k) if isinstance(a, np.ndarray) else a
+
+    def execute(self, bufs: list) -> list:
+        """Run on ``bufs``, every argument already a device array (see :meth:`put`); device arrays out.
+        The serving executor transfers only its few request inputs this way instead of testing each
+        of the hundreds of arguments (weights, pools) per call."""
         results = self._exe.execute_sharded(bufs)
         if self._handlers:
             return results.consume_with_handlers(self._handlers)

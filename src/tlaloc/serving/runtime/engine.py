@@ -37,7 +37,7 @@ import numpy as np
 
 from .. import manifest as mf
 from ..errors import ArgumentError, ArtifactError, CapacityError, QueueFullError
-from .batch import MODES, Batch, row_inputs, stack_rows
+from .batch import MODES, Batch, clear_row, empty_inputs, fill_row, take_row
 from .executor import Executor, compiled_count
 from .loop import EngineLoop
 from .requests import Event
@@ -153,27 +153,31 @@ class Engine:
     # -- one step: schedule, build the inputs, run, update -----------------------------------------
     def _run_batch(self, batch: Batch) -> list[Event]:
         """Run one scheduled call. A row whose inputs cannot be built fails alone; see :meth:`_call`."""
-        events, rows, inputs = [], [], []
+        events, rows = [], []
+        inputs = empty_inputs(batch.size, batch.tokens, batch.context // self.block_size)
         for row in batch.rows:
+            k = len(rows)                                    # the rows that failed leave no gap
             try:
-                inputs.append(row_inputs(row, batch.tokens, batch.context, self.block_size))
+                fill_row(inputs, k, row, self.block_size)
                 rows.append(row)
             except Exception as e:  # noqa: BLE001 - this request's values; never the batch's problem
+                clear_row(inputs, k)                         # what it half wrote must not reach the next row
                 events.append(self.scheduler.fail_row(row, e, "while its inputs were built"))
         if rows:
             size = self.scheduler.bucket(self.scheduler.batch, len(rows), "batch")
+            if size < batch.size:                            # rows failed: a smaller bucket holds the rest
+                inputs = {name: a[:size] for name, a in inputs.items()}
             events.extend(self._call(batch.with_rows(rows, size), inputs))
         return events
 
-    def _call(self, batch: Batch, inputs: list) -> list[Event]:
-        """One program call. If it fails and the KV pools survived, each row is re-run alone so that
-        only the row at fault fails (re-running writes the same keys and values and reuses the drawn
-        uniforms); if the call consumed the donated pools, new ones are made and every running
-        request ends with an error."""
+    def _call(self, batch: Batch, inputs: dict) -> list[Event]:
+        """One program call on ``inputs`` (the batch arrays, row k for ``batch.rows[k]``). If it fails and
+        the KV pools survived, each row is re-run alone so that only the row at fault fails (re-running
+        writes the same keys and values and reuses the drawn uniforms); if the call consumed the donated
+        pools, new ones are made and every running request ends with an error."""
         self.scheduler.count_call(batch)
         try:
-            sampled = self.executor.run(batch.mode, batch.size, batch.context, stack_rows(inputs, batch.size),
-                                        batch.tokens)
+            sampled = self.executor.run(batch.mode, batch.size, batch.context, inputs, batch.tokens)
         except Exception as e:  # noqa: BLE001 - the program failed: keep serving
             log.warning("serving: %s program (batch %d, context %d, %d rows) failed: %s: %s", batch.mode,
                         batch.size, batch.context, len(batch.rows), type(e).__name__, e)
@@ -182,7 +186,8 @@ class Engine:
                 return self.scheduler.fail_all("the KV cache was lost when a program failed; resubmit the request")
             if len(batch.rows) > 1:
                 alone = self.scheduler.batch[0]
-                return [ev for row, x in zip(batch.rows, inputs) for ev in self._call(batch.with_rows([row], alone), [x])]
+                return [ev for k, row in enumerate(batch.rows)
+                        for ev in self._call(batch.with_rows([row], alone), take_row(inputs, k, alone))]
             return [self.scheduler.fail_row(batch.rows[0], e)]
         return self.scheduler.update(batch, sampled)
 

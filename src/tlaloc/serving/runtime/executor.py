@@ -190,35 +190,51 @@ class Executor:
                  program["mode"], program["batch"], program["context"])
         return exe
 
-    def _args(self, program: dict, request: dict) -> list:
-        """The program's arguments: a copy of its weights (fixed once loaded) with the request inputs
-        and the current pools put in their places (a few dozen of its hundreds of inputs)."""
+    def _plan(self, program: dict, request: dict) -> tuple:
+        """``(args, fill)`` of ``program``: its argument list, holding its weights (fixed once loaded) and
+        None in the places of the request inputs and pools, and ``fill``, those places as
+        ``(position, name, from_request)``. Made on the program's first call."""
         plan = self._plans.get(program["name"])
         if plan is None:
             names, packed = program["inputs"], self._packed(program)
             plan = self._plans[program["name"]] = (
                 [self.weights.get((n, "panel64") if n in packed else n) for n in names],
                 [(i, n, n in request) for i, n in enumerate(names) if n not in self.weights and n not in packed])
-        template, fill = plan
-        args, pools = list(template), self.pools
-        for i, n, from_request in fill:
-            args[i] = request[n] if from_request else pools[n]
-        return args
+        return plan
 
     def call(self, mode: str, B: int, C: int, inputs: dict, T: int | None = None) -> list:
         """Run bucket (mode, B, C, T) on the request ``inputs`` (the weights and pools are added); its outputs
         in manifest order, as device arrays."""
         program, exe = self.executable(mode, B, C, T)
-        return exe(*self._args(program, inputs))
+        return self._execute(program, exe, inputs)
+
+    def _execute(self, program: dict, exe, inputs: dict) -> list:
+        """:meth:`call` of ``program``, compiled as ``exe`` (a device ``Program``): the request's NumPy
+        inputs are transferred here, so ``exe`` does not test each of its hundreds of arguments.
+
+        The program's argument list (its weights) is kept, not copied per call: copying it touches
+        every weight's array object (its reference count), which after a step has left the host's
+        caches cold costs more than all the other per-call work on it. Only the few dozen request
+        and pool places are written, and emptied again after the call so that the list keeps no
+        pool or input alive between calls. Not reentrant: the engine's lock serialises calls."""
+        args, fill = self._plan(program, inputs)
+        pools, put = self.pools, exe.put
+        try:
+            for i, n, from_request in fill:
+                args[i] = put(inputs[n], i) if from_request else pools[n]
+            return exe.execute(args)
+        finally:
+            for i, _, _ in fill:
+                args[i] = None
 
     def run(self, mode: str, B: int, C: int, inputs: dict, T: int | None = None) -> dict:
         """Run a decode or prefill program; the pools it returns replace the donated ones. Returns its
         other outputs by role (``next_token_ids``, and ``token_logprob``, ``top_logprobs``, ``top_ids``
         where the artifact has them) as host arrays."""
-        program, _ = self.executable(mode, B, C, T)
+        program, exe = self.executable(mode, B, C, T)
         self.programs_used.add((mode, B, C, program["tokens"]))
         results = {}
-        for slot, out in zip(program["outputs"], self.call(mode, B, C, inputs, T)):
+        for slot, out in zip(program["outputs"], self._execute(program, exe, inputs)):
             if slot["role"] == "kv_pool":
                 self.pools[slot["name"]] = out
             else:

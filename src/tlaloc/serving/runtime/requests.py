@@ -68,6 +68,18 @@ class Request:
         return self.prompt + self.generated
 
     @property
+    def n_tokens(self) -> int:
+        """``len(tokens)``, without building ``tokens``."""
+        return len(self.prompt) + len(self.generated)
+
+    def token_span(self, start: int, end: int) -> list:
+        """``tokens[start:end]`` without building ``tokens`` (a decode step reads only generated ids)."""
+        P = len(self.prompt)
+        if start >= P:
+            return self.generated[start - P:end - P]
+        return self.tokens[start:end]
+
+    @property
     def prefilling(self) -> bool:
         return self.computed < len(self.prompt)
 

@@ -172,7 +172,7 @@ class Scheduler:
             except Exception as e:  # noqa: BLE001 - this request's pages; never the batch's problem
                 self.fail_row(Row(req, start, n), e, "while its pages were taken", report=True)
                 continue
-            samples = start + n >= len(req.tokens)
+            samples = start + n >= req.n_tokens
             rows.append(Row(req, start, n, req.rng.random() if samples and req.temperature > 0 else 0.0))
         if not rows:
             return None
