@@ -44,7 +44,8 @@ def test_kernel_programs_give_the_portable_programs_greedy_ids(fmt, tiny, artifa
     m = read_manifest(path)
     for p in m["programs"]:
         pa = ATTENTION.get(fmt, "tlaloc_cpu_paged_attention_f32")
-        attention = [pa, pa + "_at"] if p["mode"] == "decode" else []               # layer 0; page_offset l * P
+        # float32 pools stack the layers (layer 0, then page_offset l * P); bf16 pools are one per layer
+        attention = ([pa] if fmt == "bf16" else [pa, pa + "_at"]) if p["mode"] == "decode" else []
         assert sorted(p["cpu_kernels"]["targets"]) == sorted(TARGETS[fmt] + attention), p["name"]
         assert p["cpu_kernels"]["file"] in m["files"] and p["cpu_kernels"]["cache_key"] != p["cache_key"]
         # the layers' weights go to the panel-order kernels; the tied table (head and embedding) does not

@@ -28,8 +28,9 @@ def _shape(dtype: str, shape) -> str:
 
 
 def _pool_views(shape) -> list:
-    """The shapes a copy of a KV pool (L, P, BS, K, E), or of one layer's pages, would have."""
-    L, P, BS, K, E = shape
+    """The shapes a copy of a KV pool (L, P, BS, K, E) (float32: every layer's pages) or
+    (P, BS, K, E) (bfloat16: one layer's), or of one layer's pages, would have."""
+    L, P, BS, K, E = shape if len(shape) == 5 else (1, *shape)
     return [(L, P, BS, K, E), (L * P, BS, K, E), (L * P * BS, K, E), (P, BS, K, E), (P * BS, K, E)]
 
 
@@ -170,13 +171,16 @@ def test_the_cpu_kernel_variant_converts_no_weight_to_float32(options, tiny, tmp
     assert not weights.search(hlo[True]), f"{options}: a float32 weight in the kernel program"
 
 
-def _decode_hlo(tiny, tmp_path, name, options, tag):
+def _decode_hlo(tiny, tmp_path, name, options, tag, cpu_kernels=False, whole=False):
+    """(engine, the optimised HLO of its decode program at batch 1: the entry computation, or
+    with ``whole`` the fused computations too)."""
     from tlaloc.serving import Engine
     from tlaloc.serving.export import export
     from .fixtures import LADDER
     export(tiny(name)[1], tmp_path / tag, **LADDER, **options, progress=False)
-    eng = Engine(tmp_path / tag, fast_compile=True, cpu_kernels=False)
-    return eng, _entry(_compiled(eng, "decode", 1, 16).get_hlo_text())
+    eng = Engine(tmp_path / tag, fast_compile=True, cpu_kernels=cpu_kernels)
+    hlo = _compiled(eng, "decode", 1, 16).get_hlo_text()
+    return eng, hlo if whole else _entry(hlo)
 
 
 @pytest.mark.parametrize("options, narrow", [(dict(weights="int8"), "s8"), (dict(dtype="bf16"), "bf16")])
@@ -212,6 +216,31 @@ def test_bf16_pools_are_written_in_place(tiny, tmp_path, monkeypatch):
     assert pool_f32.search(converted), "control: a bf16 scatter converts the pool"
     assert pool_s16.search(bits) and not pool_f32.search(bits), "control: the int16 scatter copies, not converts"
     assert not pool_f32.search(update) and not pool_s16.search(update), "a copy of a bf16 KV pool"
+    pointers = eng.kv_pool_pointers()
+    [r] = eng.generate([PROMPTS[1]], max_new_tokens=4)
+    assert eng.kv_pool_pointers() == pointers and len(r.token_ids) == 4
+
+
+def test_bf16_pools_take_a_decode_row_on_their_int16_bits_with_the_attention_kernel(tiny, tmp_path, monkeypatch):
+    """In the programs that attend with the CPU kernel, a bfloat16 pool takes a decode row by a
+    dynamic_update_slice of its int16 bits: nowhere in the program (fused computations
+    included) is a pool converted to float32, nor copied. XLA CPU computes a bfloat16
+    dynamic_update_slice in float32 over the whole pool, inside its fusion (the control:
+    ``BF16_AS_BITS = False``)."""
+    from tlaloc._render import stablehlo_serving
+    from tlaloc._runtime import cpu_kernels
+    if not cpu_kernels.load():
+        pytest.skip(f"the CPU kernels cannot be built here: {cpu_kernels.reason()}")
+    eng, whole = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16"), "bits", cpu_kernels=True, whole=True)
+    assert "tlaloc_cpu_paged_attention_bf16" in whole
+    views = "|".join(",".join(map(str, v)) for v in _pool_views(eng.manifest["kv"]["slots"][0]["shape"]))
+    pool_f32 = re.compile(rf"\bf32\[({views})\]")
+    pool_copy = re.compile(rf"\b(bf16|s16|f32)\[({views})\]\{{[\d,]*\}} copy\(")
+    assert not pool_f32.search(whole), "a bf16 pool converted to float32 around its row's update"
+    assert not pool_copy.search(_entry(whole)), "a copy of a bf16 KV pool"
+    monkeypatch.setattr(stablehlo_serving, "BF16_AS_BITS", False)
+    _, converted = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16"), "converted", cpu_kernels=True, whole=True)
+    assert pool_f32.search(converted), "control: a bf16 dynamic_update_slice converts the pool"
     pointers = eng.kv_pool_pointers()
     [r] = eng.generate([PROMPTS[1]], max_new_tokens=4)
     assert eng.kv_pool_pointers() == pointers and len(r.token_ids) == 4

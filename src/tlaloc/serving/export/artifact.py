@@ -218,10 +218,10 @@ def _token_buckets(mode: str, context: list, tokens: list) -> list:
 
 def _decoder_programs(cfg, stored, batch, context, block_size, tokens, num_pages, kv_dtype, bar, top_logprobs=0,
                       kernel_formats=()):
-    from .programs import Slot, decoder_step, kv_slots, logprob_slots, lower, request_slots, weight_slots
+    from .programs import Slot, decoder_step, kv_slots, logprob_slots, lower, request_slots, stacked_kv, weight_slots
     kv = kv_slots(cfg, num_pages, block_size, kv_dtype)
     ws = weight_slots(stored)
-    step = decoder_step(cfg, [s.name for s in ws], cfg.num_layers, top_logprobs)
+    step = decoder_step(cfg, [s.name for s in ws], cfg.num_layers, top_logprobs, stacked=stacked_kv(kv_dtype))
     programs, texts = [], {}
     for mode in ("prefill", "decode"):
         for B in batch:
@@ -410,7 +410,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
                 more, more_texts = _score_programs(cfg, stored, context, kv_dtype, bar, _kernel_formats(cpu_kernels))
                 programs, texts = programs + more, {**texts, **more_texts}
             kv = {"block_size": block_size, "num_pages": pages, "scratch_page": 0, "dtype": kv_dtype.name,
-                  "layout": kv_layout(),
+                  "layout": kv_layout(kv_dtype),
                   "slots": [s.to_json() for s in kv_list]}
     files: dict[str, bytes] = {f"programs/{n}.mlir": t.encode("utf-8") for n, t in texts.items()}
     files[WEIGHTS_FILE] = _safetensors_bytes(stored)

@@ -12,8 +12,9 @@ layer ``l`` has P pages of BS token slots. Token ``p`` of a sequence lives in pa
 ``block_table[p // BS]`` at offset ``p % BS``, i.e. slot ``page * BS + p % BS`` of each
 layer's pages. In the program the pools are viewed as (L * P, BS, K, E) (a reshape XLA
 makes a bitcast) and layer ``l`` passes ``page_offset = l * P`` to both primitives, so
-the slots and block tables are the same for every layer. The artifacts of one key and
-one value pool (P, BS, K, E) per layer are traced by the plain constructor.
+the slots and block tables are the same for every layer. Bfloat16 pools, and the
+artifacts exported before the stacked pools, have one key and one value pool (P, BS, K, E)
+per layer: the plain constructor (see :mod:`tlaloc.serving.export.programs` for why).
 """
 from __future__ import annotations
 

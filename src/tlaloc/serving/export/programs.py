@@ -7,15 +7,19 @@ traced function (:func:`decoder_step`) at different shapes. Inputs, in order::
     token_ids (B, T) i32     positions (B, T) i32     block_tables (B, C/BS) i32
     seq_lens (B,) i32        slot_mapping (B, T) i32  temperature (B,) f32
     top_k (B,) i32           top_p (B,) f32           uniforms (B,) f32
-    kv.k, kv.v (L, P, BS, K, E)                       (donated)
+    kv.k, kv.v (L, P, BS, K, E), float32 pools         (donated)
+    or kv.<l>.k, kv.<l>.v (P, BS, K, E) per layer, bfloat16 pools
     weights, by slot name (see weights_format)
 
-One key pool and one value pool hold every layer's pages (layer ``l``'s are ``[l]``), so
-a call donates two pools, not two per layer: on XLA CPU each donated buffer costs the
-call ~6 us to create and destroy (60 per-layer pools 280 us a step against 40 for 2
-stacked ones of the same bytes, ``benchmarks/donated_pools.py``). Artifacts exported
-before (``kv.<l>.k``, ``kv.<l>.v`` (P, BS, K, E) per layer, :data:`STACKED_KV` False)
-run unchanged: the runtime makes whatever pools the manifest lists.
+Float32 pools: one key pool and one value pool hold every layer's pages (layer ``l``'s are
+``[l]``), so a call donates two pools, not two per layer: on XLA CPU each donated buffer
+costs the call ~6 us to create and destroy (60 per-layer pools 280 us a step against 40
+for 2 stacked ones of the same bytes, ``benchmarks/donated_pools.py``). Bfloat16 pools stay
+one per layer (``kv.<l>.k``, ``kv.<l>.v`` (P, BS, K, E)): XLA CPU writes a bfloat16 row into
+a pool by a fusion that converts the whole pool to float32 and back (in place, but every
+element), so a stacked pool made each write 30x dearer (SmolLM2 bf16 batch 1: 11.2 against
+8.8 ms of device time a step). Artifacts exported before the stacked pools run unchanged:
+the runtime makes whatever pools the manifest lists.
 
 Outputs: ``next_token_ids`` (B,) i32, then every pool (aliased to its input), then, when
 exported with ``top_logprobs`` = K > 0 (an extra input ``want_logprobs`` (B,) i32 after
@@ -57,9 +61,15 @@ I32, F32 = np.dtype(np.int32), np.dtype(np.float32)
 
 #: vocabulary ids per dot of an output head stored in bf16 or int8 (see :func:`head_parts`)
 HEAD_CHUNK = 1024
-#: one key and one value pool for all layers (False: one of each per layer, the layout of the
-#: artifacts before; for benchmarks and the tests that old artifacts still load)
+#: one key and one value pool for all layers when the pools are float32 (False: one of each per
+#: layer, the layout of the artifacts before; for benchmarks and the tests that old artifacts
+#: still load). Bfloat16 pools are always one per layer: see the module docstring.
 STACKED_KV = True
+
+
+def stacked_kv(kv_dtype) -> bool:
+    """Whether the KV pools of ``kv_dtype`` stack every layer's pages (see the module docstring)."""
+    return STACKED_KV and np.dtype(kv_dtype) == F32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,19 +117,19 @@ def logprob_slots(B: int, top_logprobs: int) -> list[Slot]:
 
 
 def kv_slots(cfg: DecoderConfig, num_pages: int, block_size: int, kv_dtype) -> list[Slot]:
-    """The KV pools: ``kv.k``, ``kv.v`` (L, P, BS, K, E), or with :data:`STACKED_KV` False
-    ``kv.<l>.k``, ``kv.<l>.v`` (P, BS, K, E) per layer."""
+    """The KV pools: ``kv.k``, ``kv.v`` (L, P, BS, K, E) (:func:`stacked_kv`), else ``kv.<l>.k``,
+    ``kv.<l>.v`` (P, BS, K, E) per layer."""
     page = (block_size, cfg.num_kv_heads, cfg.head_dim)
-    if STACKED_KV:
+    if stacked_kv(kv_dtype):
         return [Slot(f"kv.{kind}", "kv_pool", np.dtype(kv_dtype), (cfg.num_layers, num_pages) + page)
                 for kind in ("k", "v")]
     return [Slot(f"kv.{layer}.{kind}", "kv_pool", np.dtype(kv_dtype), (num_pages,) + page)
             for layer in range(cfg.num_layers) for kind in ("k", "v")]
 
 
-def kv_layout() -> list:
+def kv_layout(kv_dtype) -> list:
     """The manifest's ``kv.layout``: the axes of a pool (see :func:`kv_slots`)."""
-    return (["layers"] if STACKED_KV else []) + ["pages", "block_size", "kv_heads", "head_dim"]
+    return (["layers"] if stacked_kv(kv_dtype) else []) + ["pages", "block_size", "kv_heads", "head_dim"]
 
 
 def weight_slots(stored: dict) -> list[Slot]:
@@ -178,18 +188,19 @@ def _head_kernel(stored: dict, name: str):
     return StoredProduct(fmt, v) if scale is None else StoredProduct(fmt, v, scale)
 
 
-def decoder_step(cfg: DecoderConfig, weight_names: list, n_layers: int, top_logprobs: int = 0):
+def decoder_step(cfg: DecoderConfig, weight_names: list, n_layers: int, top_logprobs: int = 0, stacked: bool = True):
     """The function traced into every decoder program: flat inputs -> [next ids, pools..., log-probs...]
-    (the log-probability outputs of :func:`logprob_slots` only when ``top_logprobs`` > 0)."""
+    (the log-probability outputs of :func:`logprob_slots` only when ``top_logprobs`` > 0).
+    ``stacked``: the two pools of :func:`kv_slots` hold every layer's pages (:func:`stacked_kv`)."""
     n_req = 10 if top_logprobs else 9
-    n_pools = 2 if STACKED_KV else 2 * n_layers
+    n_pools = 2 if stacked else 2 * n_layers
 
     def step(*flat):
         token_ids, positions, block_tables, seq_lens, slot_mapping, temperature, top_k, top_p, uniforms = flat[:9]
         pools = flat[n_req:n_req + n_pools]
         stored = dict(zip(weight_names, flat[n_req + n_pools:]))
         weights = dequantize(stored)
-        if STACKED_KV:
+        if stacked:
             backend = PagedBackend.stacked(pools[0], pools[1], block_tables, seq_lens, slot_mapping)
         else:
             backend = PagedBackend(pools[0::2], pools[1::2], block_tables, seq_lens, slot_mapping)
@@ -277,5 +288,5 @@ def lower(fn, inputs: list[Slot], name: str, donate=()):
     return emit_module(graph, name=name, donate=list(donate))
 
 
-__all__ = ["Slot", "HEAD_CHUNK", "head_parts", "request_slots", "logprob_slots", "kv_slots", "kv_layout", "weight_slots", "decoder_step",
+__all__ = ["Slot", "HEAD_CHUNK", "head_parts", "request_slots", "logprob_slots", "kv_slots", "kv_layout", "stacked_kv", "weight_slots", "decoder_step",
            "score_slots", "decoder_score", "encoder_embed", "lower"]
