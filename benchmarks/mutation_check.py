@@ -124,7 +124,7 @@ MUTATIONS = [
     M("scheduler: pages rounded down", "serving/runtime/requests.py",
       "    return -(-tokens // block_size)", "    return tokens // block_size", ("tests/serving/test_scheduler.py",)),
     M("scheduler: slot mapping one offset late", "serving/runtime/batch.py",
-      "* block_size + pos % block_size", "* block_size + (pos + 1) % block_size", ("tests/serving/test_scheduler.py",)),
+      "* block_size + p % block_size for p", "* block_size + (p + 1) % block_size for p", ("tests/serving/test_scheduler.py",)),
     M("sampler: top-p applied before top-k", "serving/export/sampling.py",
       "e = tnp.where(in_k, tnp.exp(vals - vals[:, :1]), np.float32(0.0))",
       "e = tnp.exp(vals - vals[:, :1])",
