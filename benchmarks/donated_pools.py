@@ -10,6 +10,8 @@ with a small jitted program shaped like SmolLM2-135M's decode step on the host s
 stacked). Each step calls ``execute_sharded``, takes the outputs apart, puts the new pools in
 place of the old ones (which frees them) and reads the one small output on the host, as
 ``Executor.run`` does. Prints microseconds per step, best of ``--repeats`` runs of 100 steps.
+The exported programs stack float32 pools this way (``tlaloc.serving.export.programs``;
+``decode_step.py``'s ``-perlayer`` variants measure the whole step both ways).
 """
 from __future__ import annotations
 
