@@ -46,6 +46,7 @@ def test_kernel_programs_give_the_portable_programs_greedy_ids(fmt, tiny, artifa
         pa = ATTENTION.get(fmt, "tlaloc_cpu_paged_attention_f32")
         # float32 pools stack the layers (layer 0, then page_offset l * P); bf16 pools are one per layer
         attention = ([pa] if fmt == "bf16" else [pa, pa + "_at"]) if p["mode"] == "decode" else []
+        attention += ["tlaloc_cpu_kv_write_" + ("bf16" if fmt == "bf16" else "f32")]     # every program writes
         assert sorted(p["cpu_kernels"]["targets"]) == sorted(TARGETS[fmt] + attention), p["name"]
         assert p["cpu_kernels"]["file"] in m["files"] and p["cpu_kernels"]["cache_key"] != p["cache_key"]
         # the layers' weights go to the panel-order kernels; the tied table (head and embedding) does not
@@ -68,6 +69,7 @@ def test_float32_artifacts_take_the_f32_kernels_and_cpu_kernels_false_none(tiny,
     from tlaloc.serving.manifest import read_manifest
     for p in read_manifest(artifact("llama"))["programs"]:                # untied head: (D, V), f32
         attention = ["tlaloc_cpu_paged_attention_f32", "tlaloc_cpu_paged_attention_f32_at"] if p["mode"] == "decode" else []
+        attention += ["tlaloc_cpu_kv_write_f32"]
         assert p["cpu_kernels"]["targets"] == sorted(["tlaloc_cpu_matmul_f32_p64"] + attention), p["name"]
     for p in read_manifest(artifact("qwen3_tied"))["programs"]:           # tied head: the table's (D, V) copy
         assert "tlaloc_cpu_matmul_f32_p64" in p["cpu_kernels"]["targets"]

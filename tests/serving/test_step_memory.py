@@ -171,16 +171,14 @@ def test_the_cpu_kernel_variant_converts_no_weight_to_float32(options, tiny, tmp
     assert not weights.search(hlo[True]), f"{options}: a float32 weight in the kernel program"
 
 
-def _decode_hlo(tiny, tmp_path, name, options, tag, cpu_kernels=False, whole=False):
-    """(engine, the optimised HLO of its decode program at batch 1: the entry computation, or
-    with ``whole`` the fused computations too)."""
+def _decode_hlo(tiny, tmp_path, name, options, tag, cpu_kernels=False):
+    """(engine, the entry computation of its decode program at batch 1, optimised)."""
     from tlaloc.serving import Engine
     from tlaloc.serving.export import export
     from .fixtures import LADDER
     export(tiny(name)[1], tmp_path / tag, **LADDER, **options, progress=False)
     eng = Engine(tmp_path / tag, fast_compile=True, cpu_kernels=cpu_kernels)
-    hlo = _compiled(eng, "decode", 1, 16).get_hlo_text()
-    return eng, hlo if whole else _entry(hlo)
+    return eng, _entry(_compiled(eng, "decode", 1, 16).get_hlo_text())
 
 
 @pytest.mark.parametrize("options, narrow", [(dict(weights="int8"), "s8"), (dict(dtype="bf16"), "bf16")])
@@ -221,26 +219,35 @@ def test_bf16_pools_are_written_in_place(tiny, tmp_path, monkeypatch):
     assert eng.kv_pool_pointers() == pointers and len(r.token_ids) == 4
 
 
-def test_bf16_pools_take_a_decode_row_on_their_int16_bits_with_the_attention_kernel(tiny, tmp_path, monkeypatch):
-    """In the programs that attend with the CPU kernel, a bfloat16 pool takes a decode row by a
-    dynamic_update_slice of its int16 bits: nowhere in the program (fused computations
-    included) is a pool converted to float32, nor copied. XLA CPU computes a bfloat16
-    dynamic_update_slice in float32 over the whole pool, inside its fusion (the control:
-    ``BF16_AS_BITS = False``)."""
-    from tlaloc._render import stablehlo_serving
+
+@pytest.mark.parametrize("B", [1, 4])
+def test_bf16_pools_are_written_in_place_by_the_kv_write_kernel(tiny, tmp_path, B):
+    """In the CPU-kernel programs a bfloat16 pool takes its rows by the KV-write kernel, its result
+    aliased to the pool: nowhere in the program (fused computations included) is a pool
+    converted to float32, nor copied, at batch 1 (one row) or 4 (a scatter before). Without the
+    kernel (``cpu_kernels`` lacking ``"kv_cache_write"``, the control), XLA CPU computes a
+    one-row bf16 update in float32 over the whole pool inside its fusion, and scatters more
+    rows into the pool's int16 bits, converted from and to the pool whole."""
     from tlaloc._runtime import cpu_kernels
+    from tlaloc.serving.export.artifact import KERNEL_FORMATS
     if not cpu_kernels.load():
         pytest.skip(f"the CPU kernels cannot be built here: {cpu_kernels.reason()}")
-    eng, whole = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16"), "bits", cpu_kernels=True, whole=True)
-    assert "tlaloc_cpu_paged_attention_bf16" in whole
+
+    def decode(tag, kernels):
+        eng, _ = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16", cpu_kernels=kernels), tag, cpu_kernels=True)
+        return eng, _compiled(eng, "decode", B, 16).get_hlo_text()
+    eng, whole = decode(f"write{B}", True)
+    assert "tlaloc_cpu_kv_write_bf16" in whole
     views = "|".join(",".join(map(str, v)) for v in _pool_views(eng.manifest["kv"]["slots"][0]["shape"]))
     pool_f32 = re.compile(rf"\bf32\[({views})\]")
+    pool_s16 = re.compile(rf"\bs16\[({views})\]")                      # the pool's bits, passed over whole
     pool_copy = re.compile(rf"\b(bf16|s16|f32)\[({views})\]\{{[\d,]*\}} copy\(")
-    assert not pool_f32.search(whole), "a bf16 pool converted to float32 around its row's update"
-    assert not pool_copy.search(_entry(whole)), "a copy of a bf16 KV pool"
-    monkeypatch.setattr(stablehlo_serving, "BF16_AS_BITS", False)
-    _, converted = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16"), "converted", cpu_kernels=True, whole=True)
-    assert pool_f32.search(converted), "control: a bf16 dynamic_update_slice converts the pool"
+    assert not pool_f32.search(whole), "a bf16 pool converted to float32 around its rows' write"
+    assert not pool_copy.search(_entry(whole)) and not pool_s16.search(whole), "a copy of a bf16 KV pool"
+    _, converted = decode(f"update{B}", tuple(k for k in KERNEL_FORMATS if k != "kv_cache_write"))
+    assert "tlaloc_cpu_kv_write" not in converted
+    # control: one row is a bf16 update (float32 inside its fusion), more an int16 scatter
+    assert (pool_f32 if B == 1 else pool_s16).search(converted), "control: the bf16 write passes over the pool"
     pointers = eng.kv_pool_pointers()
-    [r] = eng.generate([PROMPTS[1]], max_new_tokens=4)
-    assert eng.kv_pool_pointers() == pointers and len(r.token_ids) == 4
+    rows = eng.generate([PROMPTS[1]] * B, max_new_tokens=4)
+    assert eng.kv_pool_pointers() == pointers and all(len(r.token_ids) == 4 for r in rows)

@@ -12,13 +12,16 @@
   (batch-1 decode) by a ``dynamic_update_slice``, in place (a padding row goes to the
   scratch page 0), and more rows as a scatter of its int16 bit patterns
   (``bitcast_convert`` both ways: XLA CPU copies the pool twice, still half the bytes of
-  the float32 round trip). In the programs that attend with the CPU kernel, the row's
-  dynamic_update_slice is on the pool's int16 bits (``bitcast_convert`` both ways, fused
-  with it): XLA CPU has no bfloat16 dynamic_update_slice either, and converts the whole
-  pool to float32 and back around it (in place, but every element; in a JAX
-  microbenchmark 707 us a write to a pool of 25 MB, 34 us on its int16 bits). With the
-  reference attention, whose gather reads the pool, XLA copies each pool for the int16
-  update, so those programs keep the bfloat16 one.
+  the float32 round trip). XLA CPU has no bfloat16 dynamic_update_slice either: it
+  converts the whole pool to float32 and back around it (in place, but every element; a
+  JAX microbenchmark: 707 us a write to a pool of 25 MB, 34 us on its int16 bits, where
+  XLA copies the pool instead when the reference attention's gather reads it). So the
+  CPU-kernel programs write with a kernel of their own:
+* ``kv_cache_write`` in the CPU-kernel programs: ``stablehlo.custom_call
+  @tlaloc_cpu_kv_write_<pool dtype>`` (``tlaloc/kernels/cpu/kv_write.cc``) with its result
+  aliased to the pool (``output_operand_aliases``): in place, only the rows touched, for
+  any number of rows and either dtype, one call where the scatter took four to five
+  fusions.
 * ``stored_matmul``: ``stablehlo.custom_call @tlaloc_cpu_matmul_<format>`` (typed FFI),
   the CPU kernel of ``tlaloc._runtime.cpu_kernels``; only the CPU-kernel variant of a
   program contains it.
@@ -63,13 +66,12 @@ def _kv_cache_write(em, node, cache, new, slots):
     n = int(node.inputs[1].aval.shape[0])
     upd = em.value(new, dt)                                                   # (N, K, E) in the pool dtype
     s = em.value(slots, I64)                                                  # (N,)
+    from .._prims.stored_matmul import kernel_op_wanted
+    if kernel_op_wanted("kv_cache_write"):
+        return _write_by_kernel(em, cache, upd, s, sh, base)
     pad = em.compare("LT", s, em.const(0, I64, (n,)))
     if dt == BF16 and BF16_WRITE == "update" and n <= DUS_MAX:
-        from .._prims.stored_matmul import kernel_op_wanted
-        # on the int16 bits where the CPU attention kernel reads the pool; the reference
-        # attention's gather makes XLA copy the pool for them (see the module docstring)
-        bits = BF16_AS_BITS and kernel_op_wanted("paged_attention")
-        return _write_by_updates(em, cache, upd, s, pad, sh, base, bits)
+        return _write_by_updates(em, cache, upd, s, pad, sh, base)
     page = em.binary("stablehlo.divide", s, em.const(BS, I64, (n,)))
     if base:
         page = em.binary("stablehlo.add", page, em.const(base, I64, (n,)))
@@ -95,7 +97,18 @@ def _kv_cache_write(em, node, cache, new, slots):
     return out if st == dt else em.op("stablehlo.bitcast_convert", [out], (dt, sh))
 
 
-def _write_by_updates(em, cache, upd, s, pad, sh, base=0, bits=False):
+def _write_by_kernel(em, cache, upd, s, sh, base):
+    """The CPU kernel (``tlaloc_cpu_kv_write_<pool dtype>``), its result aliased to the pool: in
+    place, only the N rows touched, whatever the dtype and N."""
+    from .._runtime.cpu_kernels import op_target
+    target = op_target("kv_cache_write_" + ("bf16" if upd.dtype == BF16 else "f32"))
+    alias = "[#stablehlo.output_operand_alias<output_tuple_indices = [], operand_index = 0, operand_tuple_indices = []>]"
+    return em.op("stablehlo.custom_call", [em.value(cache), upd, s], (upd.dtype, sh),
+                 attrs={"call_target_name": f'"{target}"', "api_version": "4 : i32",
+                        "backend_config": f"{{page_offset = {int(base)} : i64}}", "output_operand_aliases": alias})
+
+
+def _write_by_updates(em, cache, upd, s, pad, sh, base=0):
     """The N token rows written one ``dynamic_update_slice`` each, in order (XLA CPU updates
     the pool in place, whatever its dtype); a padding token (slot < 0) goes to slot 0 of the
     scratch page 0 (of the layer's pages, from page ``base``), which no sequence reads."""
@@ -104,9 +117,6 @@ def _write_by_updates(em, cache, upd, s, pad, sh, base=0, bits=False):
     zero = em.const(0, I64, ())
     slot = em.select(pad, em.const(0, I64, (n,)), s)                          # (N,)
     pool = em.value(cache)
-    if bits:                                        # see the module docstring: in place, only the row touched
-        pool = em.op("stablehlo.bitcast_convert", [pool], (I16, sh))
-        upd = em.op("stablehlo.bitcast_convert", [upd], (I16, tuple(upd.shape)))
     for i in range(n):
         si = em.reshape(em.op("stablehlo.slice", [slot], (I64, (1,)),
                               attrs={"start_indices": f"array<i64: {i}>", "limit_indices": f"array<i64: {i + 1}>",
@@ -120,7 +130,7 @@ def _write_by_updates(em, cache, upd, s, pad, sh, base=0, bits=False):
                            "strides": "array<i64: 1, 1, 1>"})
         pool = em.op("stablehlo.dynamic_update_slice", [pool, em.reshape(row, (1, 1, K, E)), page, offset, zero, zero],
                      (pool.dtype, sh))
-    return em.op("stablehlo.bitcast_convert", [pool], (BF16, sh)) if bits else pool
+    return pool
 
 
 def _sort_descending(em, node, x):

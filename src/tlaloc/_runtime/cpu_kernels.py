@@ -35,8 +35,9 @@ log = logging.getLogger("tlaloc.kernels")
 
 _DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels", "cpu")
 #: matmul.cc: weights (K, N) as the layers store them; matmul_rows.cc: (N, K), a head table;
-#: paged_attention.cc: decode attention reading the KV pools in place
-SOURCES = [os.path.join(_DIR, name) for name in ("matmul.cc", "matmul_rows.cc", "paged_attention.cc")]
+#: paged_attention.cc: decode attention reading the KV pools in place; kv_write.cc: the KV-cache
+#: write, in place
+SOURCES = [os.path.join(_DIR, name) for name in ("matmul.cc", "matmul_rows.cc", "paged_attention.cc", "kv_write.cc")]
 #: stored weight format (``tlaloc._prims.stored_matmul.FORMATS``) -> FFI target name
 #: (``_p64``: weights in panel order, :func:`pack_panels`)
 PANEL_FORMATS = ("f32", "bf16", "i8ch", "q8_0", "q4_1")
@@ -45,7 +46,9 @@ TARGETS = {**{fmt: f"tlaloc_cpu_matmul_{fmt}_p64" for fmt in PANEL_FORMATS},
            **{fmt: f"tlaloc_cpu_matmul_{fmt}" for fmt in ("f32_t", "bf16_t", "i8ch_t", "q8_0_t")}}
 #: other ops -> FFI target name (``_at``: paged attention with a ``page_offset`` attribute, for pools of
 #: several layers)
-OPS = {f"paged_attention_{kv}{at}": f"tlaloc_cpu_paged_attention_{kv}{at}" for kv in ("f32", "bf16") for at in ("", "_at")}
+OPS = {**{f"paged_attention_{kv}{at}": f"tlaloc_cpu_paged_attention_{kv}{at}" for kv in ("f32", "bf16")
+           for at in ("", "_at")},
+       **{f"kv_cache_write_{kv}": f"tlaloc_cpu_kv_write_{kv}" for kv in ("f32", "bf16")}}
 FLAGS = ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w"]
 ENV_SWITCH = "TLALOC_CPU_KERNELS"
 _OFF, _ON = {"0", "false", "no", "off"}, {"1", "true", "yes", "on", ""}

@@ -136,7 +136,9 @@ def _jsonable(x):
 #: decode attention reading the pages in place. float32 too: SmolLM2-135M decodes 1.13x
 #: (batch 1) and 1.29x (batch 16) faster with the f32 kernel than with XLA's own dot
 #: (benchmarks/decode_step.py --variants f32,f32-kernels, benchmarks/RESULTS.md).
-KERNEL_FORMATS = ("f32", "bf16", "i8ch", "q8_0", "q4_1", "f32_t", "bf16_t", "i8ch_t", "q8_0_t", "paged_attention")
+#: the serving ops with CPU kernels of their own (besides the ``stored_matmul`` formats)
+KERNEL_OPS = ("paged_attention", "kv_cache_write")
+KERNEL_FORMATS = ("f32", "bf16", "i8ch", "q8_0", "q4_1", "f32_t", "bf16_t", "i8ch_t", "q8_0_t") + KERNEL_OPS
 
 
 def _kernel_formats(cpu_kernels) -> tuple:
@@ -145,9 +147,10 @@ def _kernel_formats(cpu_kernels) -> tuple:
         return KERNEL_FORMATS
     if cpu_kernels is False or cpu_kernels is None:
         return ()
-    bad = [f for f in cpu_kernels if f not in FORMATS and f != "paged_attention"]
+    bad = [f for f in cpu_kernels if f not in FORMATS and f not in KERNEL_OPS]
     if isinstance(cpu_kernels, str) or bad:
-        raise ArgumentError(f"export: cpu_kernels must be True, False or a tuple of formats from {sorted(FORMATS)}, "
+        raise ArgumentError(f"export: cpu_kernels must be True, False or a tuple of formats from {sorted(FORMATS)} "
+                            f"and ops from {list(KERNEL_OPS)}, "
                             f"got {cpu_kernels!r}")
     return tuple(cpu_kernels)
 
@@ -348,8 +351,8 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
         CPU kernels take (``tlaloc._runtime.cpu_kernels``), a second text calling them
         (``programs/<name>.cpu.mlir``, ``program["cpu_kernels"]`` in the manifest); the
         runtime runs it on the CPU platform when the kernels load, the portable text
-        elsewhere. True: every stored format (:data:`KERNEL_FORMATS`); a tuple
-        of ``stored_matmul`` formats to choose; False: none.
+        elsewhere. True: every stored format and serving op (:data:`KERNEL_FORMATS`); a
+        tuple of ``stored_matmul`` formats and ops (:data:`KERNEL_OPS`) to choose; False: none.
 
     Returns:
       An ExportSummary. Raises ArgumentError for a bad option, naming it.

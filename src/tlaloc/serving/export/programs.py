@@ -18,8 +18,10 @@ for 2 stacked ones of the same bytes, ``benchmarks/donated_pools.py``). Bfloat16
 one per layer (``kv.<l>.k``, ``kv.<l>.v`` (P, BS, K, E)): XLA CPU writes a bfloat16 row into
 a pool by a fusion that converts the whole pool to float32 and back (in place, but every
 element), so a stacked pool made each write 30x dearer (SmolLM2 bf16 batch 1: 11.2 against
-8.8 ms of device time a step). Artifacts exported before the stacked pools run unchanged:
-the runtime makes whatever pools the manifest lists.
+8.8 ms of device time a step). The CPU-kernel programs write in place with a kernel of their
+own (``kv_write.cc``), but the portable programs of the same artifact share its layout.
+Artifacts exported before the stacked pools run unchanged: the runtime makes whatever pools
+the manifest lists.
 
 Outputs: ``next_token_ids`` (B,) i32, then every pool (aliased to its input), then, when
 exported with ``top_logprobs`` = K > 0 (an extra input ``want_logprobs`` (B,) i32 after
