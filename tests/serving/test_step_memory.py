@@ -220,34 +220,33 @@ def test_bf16_pools_are_written_in_place(tiny, tmp_path, monkeypatch):
 
 
 
-@pytest.mark.parametrize("B", [1, 4])
-def test_bf16_pools_are_written_in_place_by_the_kv_write_kernel(tiny, tmp_path, B):
+def test_bf16_pools_are_written_in_place_by_the_kv_write_kernel(tiny, tmp_path):
     """In the CPU-kernel programs a bfloat16 pool takes its rows by the KV-write kernel, its result
-    aliased to the pool: nowhere in the program (fused computations included) is a pool
-    converted to float32, nor copied, at batch 1 (one row) or 4 (a scatter before). Without the
-    kernel (``cpu_kernels`` lacking ``"kv_cache_write"``, the control), XLA CPU computes a
-    one-row bf16 update in float32 over the whole pool inside its fusion, and scatters more
-    rows into the pool's int16 bits, converted from and to the pool whole."""
+    aliased to the pool: nowhere in the decode program (fused computations included) is a pool
+    converted to float32 or to its int16 bits, nor copied, at batch 1 (one row) or 4 (a scatter
+    before). Without the kernel (``cpu_kernels`` lacking ``"kv_cache_write"``, the control), XLA
+    CPU computes a one-row bf16 update in float32 over the whole pool inside its fusion, and
+    scatters more rows into the pool's int16 bits, converted from and to the pool whole."""
     from tlaloc._runtime import cpu_kernels
     from tlaloc.serving.export.artifact import KERNEL_FORMATS
     if not cpu_kernels.load():
         pytest.skip(f"the CPU kernels cannot be built here: {cpu_kernels.reason()}")
-
-    def decode(tag, kernels):
-        eng, _ = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16", cpu_kernels=kernels), tag, cpu_kernels=True)
-        return eng, _compiled(eng, "decode", B, 16).get_hlo_text()
-    eng, whole = decode(f"write{B}", True)
-    assert "tlaloc_cpu_kv_write_bf16" in whole
+    eng, _ = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16"), "write", cpu_kernels=True)
+    control, _ = _decode_hlo(tiny, tmp_path, "llama", dict(dtype="bf16", cpu_kernels=tuple(
+        k for k in KERNEL_FORMATS if k != "kv_cache_write")), "update", cpu_kernels=True)
     views = "|".join(",".join(map(str, v)) for v in _pool_views(eng.manifest["kv"]["slots"][0]["shape"]))
     pool_f32 = re.compile(rf"\bf32\[({views})\]")
     pool_s16 = re.compile(rf"\bs16\[({views})\]")                      # the pool's bits, passed over whole
     pool_copy = re.compile(rf"\b(bf16|s16|f32)\[({views})\]\{{[\d,]*\}} copy\(")
-    assert not pool_f32.search(whole), "a bf16 pool converted to float32 around its rows' write"
-    assert not pool_copy.search(_entry(whole)) and not pool_s16.search(whole), "a copy of a bf16 KV pool"
-    _, converted = decode(f"update{B}", tuple(k for k in KERNEL_FORMATS if k != "kv_cache_write"))
-    assert "tlaloc_cpu_kv_write" not in converted
-    # control: one row is a bf16 update (float32 inside its fusion), more an int16 scatter
-    assert (pool_f32 if B == 1 else pool_s16).search(converted), "control: the bf16 write passes over the pool"
-    pointers = eng.kv_pool_pointers()
-    rows = eng.generate([PROMPTS[1]] * B, max_new_tokens=4)
-    assert eng.kv_pool_pointers() == pointers and all(len(r.token_ids) == 4 for r in rows)
+    for B in (1, 4):
+        whole = _compiled(eng, "decode", B, 16).get_hlo_text()
+        assert "tlaloc_cpu_kv_write_bf16" in whole, B
+        assert not pool_f32.search(whole), f"batch {B}: a bf16 pool converted to float32 around its rows' write"
+        assert not pool_copy.search(_entry(whole)) and not pool_s16.search(whole), f"batch {B}: a bf16 pool copied"
+        converted = _compiled(control, "decode", B, 16).get_hlo_text()
+        assert "tlaloc_cpu_kv_write" not in converted
+        # control: one row is a bf16 update (float32 inside its fusion), more an int16 scatter
+        assert (pool_f32 if B == 1 else pool_s16).search(converted), f"control, batch {B}: no pass over the pool"
+        pointers = eng.kv_pool_pointers()
+        rows = eng.generate([PROMPTS[1]] * B, max_new_tokens=4)
+        assert eng.kv_pool_pointers() == pointers and all(len(r.token_ids) == 4 for r in rows)
