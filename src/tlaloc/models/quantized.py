@@ -88,7 +88,7 @@ class QuantizedMatrix:
         w = tnp.reshape(q, (n // G, G, n_out)) * sb[:, None, :]             # (n / G, G, out)
         return tnp.reshape(w, (n, n_out))                                   # (n, out)
 
-    def _q4_1_rows(self, start: int, stop: int):
+    def _q4_1_rows(self, start: int, stop: int, scale_offset=None):
         n_out = self.q.shape[1]
         nb, b0 = (stop - start) // BLOCK, start // BLOCK
         packed = tnp.astype(self.q[start // 2:stop // 2], tnp.float32)        # (n / 2, out) bytes 0..255
@@ -96,13 +96,20 @@ class QuantizedMatrix:
         high = tnp.floor(packed * np.float32(1 / 16))                        # exact: 16 is a power of two
         low = packed - high * np.float32(16)
         nibbles = tnp.concatenate([low, high], axis=1)                       # (nb, 32, out)
+        if scale_offset is None:
+            s, m = self._q4_1_scale_offset(b0, b0 + nb)
+        else:
+            s, m = (a[b0:b0 + nb] for a in scale_offset)
+        return tnp.reshape(nibbles * s + m, (stop - start, n_out))           # (n, out)
+
+    def _q4_1_scale_offset(self, b0: int, b1: int):
+        """Scale and offset of blocks [b0, b1) as float32 (b1 - b0, 1, out), one per block of BLOCK rows."""
         per = self.group // BLOCK                                           # blocks per scale
-        g0, g1 = b0 // per, (b0 + nb + per - 1) // per
+        g0, g1 = b0 // per, (b1 + per - 1) // per
         s, m = (tnp.astype(a[g0:g1], tnp.float32) for a in (self.scale, self.offset))   # (groups, out)
         if per > 1:                                                          # a scale per block: (nb, out)
-            s, m = (tnp.repeat(a, per, axis=0)[b0 - g0 * per:b0 - g0 * per + nb] for a in (s, m))
-        s, m = s[:, None, :], m[:, None, :]                                  # (nb, 1, out)
-        return tnp.reshape(nibbles * s + m, (stop - start, n_out))           # (n, out)
+            s, m = (tnp.repeat(a, per, axis=0)[b0 - g0 * per:b1 - g0 * per] for a in (s, m))
+        return s[:, None, :], m[:, None, :]                                  # (nb, 1, out)
 
     def dequantize(self):
         """The whole matrix as float32 (in, out)."""
@@ -130,10 +137,13 @@ class QuantizedMatrix:
         step = self.chunk if 0 < self.chunk < n_in else n_in
         if self.layout != "channel" and step % BLOCK:
             raise ValueError(f"QuantizedMatrix: chunk={self.chunk} must be a multiple of the block size {BLOCK}")
+        # q4_1: the scales and offsets converted once for the matrix, not once a chunk (fewer ops to trace)
+        whole = self._q4_1_scale_offset(0, n_in // BLOCK) if self.layout == "q4_1" and step < n_in else None
         out = None
         for a in range(0, n_in, step):
             b = min(a + step, n_in)
-            part = tnp.matmul(x[..., a:b], self.rows(a, b))                 # (..., out)
+            w = self.rows(a, b) if whole is None else self._q4_1_rows(a, b, whole)
+            part = tnp.matmul(x[..., a:b], w)                               # (..., out)
             out = part if out is None else out + part
         return out
 
