@@ -12,6 +12,8 @@
 //       benchmarks/cpu_kernels_native.cc -o /tmp/kernels_native
 //   K=576 N=3072 /tmp/kernels_native [M=1] [L=12] [repeats=60]
 //
+// Kernels since 2026-12-06 (q4_1's bfloat16 dot products) read x's bfloat16 parts: build them with
+// -DTLALOC_Q4_1_BF16_PARTS (their Q4_1 struct has xh and xl; the older ones have not).
 // -DOLD_FORMATS builds against the kernels before commit 0136a8e (format structs carried N;
 // use -DSPLIT=8, their split). Weights are arbitrary bytes (bf16 kept finite and normal);
 // correctness is benchmarks/cpu_kernels.py's job.
@@ -82,6 +84,11 @@ int main(int argc, char** argv) {
   std::mt19937 rng(0);
   std::vector<float> x(M * K), y(M * N), xsum(M * K / 32, 0.5f);
   for (auto& v : x) v = (rng() % 1000) / 500.0f - 1;
+#ifdef TLALOC_Q4_1_BF16_PARTS
+  std::vector<uint16_t> xh(M * K), xl(M * K);
+  for (int64_t i = 0; i < M * K; ++i)
+    xh[i] = tlaloc_cpu::f32_to_bf16(x[i]), xl[i] = tlaloc_cpu::f32_to_bf16(x[i] - tlaloc_cpu::bf16_to_f32(xh[i]));
+#endif
   std::vector<std::vector<uint8_t>> store;
   auto bytes = [&](size_t n) { store.emplace_back(n); for (auto& b : store.back()) b = rng(); return store.back().data(); };
   std::vector<F32> f32; std::vector<BF16> bf16; std::vector<I8Channel> i8ch; std::vector<Q8_0> q8_0; std::vector<Q4_1> q4_1;
@@ -100,6 +107,9 @@ int main(int argc, char** argv) {
     i8ch.push_back({reinterpret_cast<int8_t*>(bytes(K * N)), w AND_N});
     q8_0.push_back({reinterpret_cast<int8_t*>(bytes(K * N)), s AND_N});
     q4_1.push_back({bytes(K / 2 * N), s, s, xsum.data(), false, 1, K / 32 AND_N});
+#ifdef TLALOC_Q4_1_BF16_PARTS
+    q4_1.back().xh = xh.data(), q4_1.back().xl = xl.data();          // x's bfloat16 parts (kernels after 2026-12-06)
+#endif
 #ifndef OLD_FORMATS
     float* s32 = reinterpret_cast<float*>(bytes(4 * (K / 16) * N));
     for (int64_t i = 0; i < K / 16 * N; ++i) s32[i] = 1.0f;

@@ -16,6 +16,35 @@ from tlaloc._runtime import cpu_kernels
 BLOCK = 32
 
 
+def _cpu_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+#: the kernels are built with -march=native: q4_1 takes its bfloat16 dot products where the CPU has them
+BF16_DOTS = {"avx512f", "avx512bw", "avx512_bf16"} <= _cpu_flags()
+
+
+def to_bf16(a) -> np.ndarray:
+    return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)      # round to nearest even
+
+
+def kernel_want(fmt, x, parts) -> np.ndarray:
+    """What the kernel of ``fmt`` computes, in float64: x @ W, except q4_1 with bfloat16 dot products,
+    whose nibble sums take x as hi + lo (hi = bf16(x), lo = bf16(x - hi): matmul.cc's header) while
+    its offsets multiply the float32 sums of x itself."""
+    x64, w = np.asarray(x, np.float64), dequantize(fmt, parts)
+    if fmt != "q4_1" or not BF16_DOTS:
+        return x64 @ w
+    hi = to_bf16(x)
+    split = hi.astype(np.float64) + to_bf16(np.asarray(x, np.float32) - hi).astype(np.float64)
+    offsets = np.repeat(parts[2].astype(np.float64), w.shape[0] // parts[2].shape[0], axis=0)     # (K, N)
+    return split @ w + (x64 - split) @ offsets
+
+
 def _kernels_or_skip():
     if not cpu_kernels.load():
         pytest.skip(f"the CPU kernels cannot be built here: {cpu_kernels.reason()}")
@@ -94,7 +123,7 @@ def test_kernel_equals_float64_on_the_dequantised_matrix(fmt, x_shape):
     x = np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)
     run = compiled(fmt, x_shape, parts)
     got = np.asarray(run(x, *as_stored(fmt, parts))[0])
-    want = x.astype(np.float64) @ dequantize(fmt, parts)
+    want = kernel_want(fmt, x, parts)
     assert got.shape == x_shape[:-1] + (N,) and got.dtype == np.float32
     scale = np.abs(x).astype(np.float64) @ np.abs(dequantize(fmt, parts))       # the size of the sums
     assert np.max(np.abs(got - want) / scale) < 1e-6
@@ -108,9 +137,9 @@ def test_kernel_equals_float64_on_the_dequantised_matrix(fmt, x_shape):
     if not fmt.endswith("_t"):          # negative control: the weights in the plain (R, N) layout are misread
         plain = np.asarray(run(x, *parts)[0])
         assert np.max(np.abs(plain - want) / scale) > 1e-3
-    # the primitive's NumPy definition (the eager path) is the same product
+    # the primitive's NumPy definition (the eager path) is the same product, of x itself
     eager = np.asarray(stored_matmul(x, *parts, format=fmt))
-    assert np.max(np.abs(eager - want) / scale) < 1e-6
+    assert np.max(np.abs(eager - x.astype(np.float64) @ dequantize(fmt, parts)) / scale) < 1e-6
 
 
 def make_q4_parts(K, N, group, side_dtype, seed=0):
@@ -133,14 +162,14 @@ def test_q4_1_kernel_takes_groups_of_64_and_float32_sides(group, side_dtype, x_s
     x = np.random.default_rng(4).standard_normal(x_shape).astype(np.float32)
     run = compiled("q4_1", x_shape, parts)
     got = np.asarray(run(x, *as_stored("q4_1", parts))[0])
-    want = x.astype(np.float64) @ dequantize("q4_1", parts)
+    want = kernel_want("q4_1", x, parts)
     scale = np.abs(x).astype(np.float64) @ np.abs(dequantize("q4_1", parts))
     assert np.max(np.abs(got - want) / scale) < 1e-6
     if x_shape[0] > 1:                                    # a row's result does not depend on its batch
         alone = np.asarray(compiled("q4_1", (1, K), parts)(x[:1], *as_stored("q4_1", parts))[0])
         np.testing.assert_array_equal(alone[0], got[0])
     eager = np.asarray(stored_matmul(x, *parts, format="q4_1"))              # the NumPy definition
-    assert np.max(np.abs(eager - want) / scale) < 1e-6
+    assert np.max(np.abs(eager - x.astype(np.float64) @ dequantize("q4_1", parts)) / scale) < 1e-6
     # negative control: a changed block of one group is seen
     bad = [p.copy() for p in parts]
     bad[1][-1, :64] *= 2
@@ -277,7 +306,7 @@ def test_wide_outputs_and_long_inputs_split_over_units():
         parts = make_parts("q4_1", K, N, seed=K)
         x = np.random.default_rng(2).standard_normal((2, K)).astype(np.float32)
         got = np.asarray(compiled("q4_1", x.shape, parts)(x, *as_stored("q4_1", parts))[0])
-        want = x.astype(np.float64) @ dequantize("q4_1", parts)
+        want = kernel_want("q4_1", x, parts)
         scale = np.abs(x).astype(np.float64) @ np.abs(dequantize("q4_1", parts))
         assert np.max(np.abs(got - want) / scale) < 1e-6
 
@@ -290,6 +319,13 @@ def test_pack_panels_puts_element_r_n_where_the_kernels_read_it():
         for n in range(N):
             assert flat[((n // 64) * R + r) * 64 + n % 64] == a[r, n]
     assert cpu_kernels.pack_panels(a).shape == (R, N)
+    q = np.arange(6 * N, dtype=np.int64).reshape(6, N)            # q4_1 bytes: rows in pairs too
+    packed = cpu_kernels.pack_panels((q % 251).astype(np.uint8)).ravel()
+    for r in range(6):
+        for n in range(N):
+            assert packed[(((n // 64) * 3 + r // 2) * 64 + n % 64) * 2 + r % 2] == q[r, n] % 251
+    with pytest.raises(ValueError, match="even number of rows"):
+        cpu_kernels.pack_panels(np.zeros((3, 64), np.uint8))
     scale = np.arange(N, dtype=np.float32)
     assert cpu_kernels.pack_panels(scale) is scale                # a per-column vector is its own panel order
     with pytest.raises(ValueError, match="multiple of 64"):
@@ -346,3 +382,50 @@ def test_a_weight_computed_in_the_program_is_put_in_panel_order_there():
     assert np.max(np.abs(got - want) / scale) < 1e-6
     packed = np.asarray(run(x, cpu_kernels.pack_panels(w))[0])              # control: packing twice is wrong
     assert np.max(np.abs(packed - want) / scale) > 1e-3
+
+
+def test_q4_1_bfloat16_dots_stay_within_the_stated_bound_of_x_itself():
+    """With AVX512_BF16 the q4_1 kernel splits x into two bfloat16 parts (|x - hi - lo| <= 2^-17 |x|,
+    matmul.cc's header): against float64 of x itself the error stays within that bound on the
+    nibble sums, over a down-projection's depth. Control: x rounded to bfloat16 once (hi alone)
+    is far outside it, so the lo part is really used."""
+    _kernels_or_skip()
+    if not BF16_DOTS:
+        pytest.skip("this CPU has no AVX512_BF16: the q4_1 kernel multiplies float32 x (held to 1e-6 above)")
+    K, N = 1536, 128
+    parts = make_parts("q4_1", K, N, seed=7)
+    x = (np.random.default_rng(8).standard_normal((3, K)) * 3).astype(np.float32)
+    got = np.asarray(compiled("q4_1", x.shape, parts)(x, *as_stored("q4_1", parts))[0])
+    w = dequantize("q4_1", parts)
+    nibble_part = w - np.repeat(parts[2].astype(np.float64), BLOCK, axis=0)        # nibble * scale, >= 0
+    bound = 2.0 ** -17 * (np.abs(x).astype(np.float64) @ nibble_part)
+    rounding = 1e-6 * (np.abs(x).astype(np.float64) @ np.abs(w))                    # the float32 sums
+    err = np.abs(got - x.astype(np.float64) @ w)
+    assert np.all(err <= bound + rounding), np.max(err / (bound + rounding))
+    hi_only = to_bf16(x).astype(np.float64) @ w
+    assert np.max(np.abs(hi_only - x.astype(np.float64) @ w) / (bound + rounding)) > 20
+
+
+def test_q4_1_bytes_computed_in_the_program_are_put_in_panel_order_there():
+    """q4_1 bytes that are not a program input reach the kernel through the program's own
+    transpose into the paired panel order (the executor's pack_panels for uint8 arrays)."""
+    _kernels_or_skip()
+    from tlaloc import numpy as tnp
+    from tlaloc.serving.export.programs import Slot, lower
+    from tlaloc.serving.runtime.device import Program
+    K, N = 96, 192
+    q, scale, offset = make_parts("q4_1", K, N, seed=5)
+    x = np.random.default_rng(6).standard_normal((2, K)).astype(np.float32)
+    slots = [Slot("x", "token_ids", np.dtype(np.float32), x.shape), Slot("q", "weight", q.dtype, q.shape),
+             Slot("s", "weight", scale.dtype, scale.shape), Slot("m", "weight", offset.dtype, offset.shape)]
+    with kernel_calls(("q4_1",)):
+        program = lower(lambda x, q, s, m: [stored_matmul(x, tnp.maximum(q, np.uint8(0)), s, m, format="q4_1")],
+                        slots, "mm")
+    assert "stablehlo.transpose" in program.text
+    run = Program(program.text, "cpu", ["x", "q", "s", "m"], [(s_.dtype, s_.shape) for s_ in slots])
+    got = np.asarray(run(x, q, *[cpu_kernels.pack_panels(a) for a in (scale, offset)])[0])
+    want = kernel_want("q4_1", x, [q, scale, offset])
+    dense = np.abs(x).astype(np.float64) @ np.abs(dequantize("q4_1", [q, scale, offset]))
+    assert np.max(np.abs(got - want) / dense) < 1e-6
+    misread = np.asarray(run(x, cpu_kernels.pack_panels(q), *[cpu_kernels.pack_panels(a) for a in (scale, offset)])[0])
+    assert np.max(np.abs(misread - want) / dense) > 1e-3                    # control: packing twice is wrong

@@ -197,10 +197,16 @@ def _stored_matmul(em, node, *ins):
 
 def _panel_order(em, v, panel: int):
     """An (R, N) value in panel order (``cpu_kernels.pack_panels``): the bytes of
-    ``v.reshape(R, N / panel, panel).transpose(1, 0, 2)``, as an (R, N) value again."""
+    ``v.reshape(R, N / panel, panel).transpose(1, 0, 2)`` (uint8: ``v.reshape(R / 2, 2, N / panel,
+    panel).transpose(2, 0, 3, 1)``), as an (R, N) value again."""
     if len(v.shape) != 2:
         return v                                                        # a per-column scale
     R, N = v.shape
+    if np.dtype(v.dtype) == np.uint8:                                   # q4_1 bytes: row pairs adjacent too
+        split = em.reshape(v, (R // 2, 2, N // panel, panel))
+        moved = em.op("stablehlo.transpose", [split], (v.dtype, (N // panel, R // 2, panel, 2)),
+                      attrs={"permutation": "array<i64: 2, 0, 3, 1>"})
+        return em.reshape(moved, (R, N))
     split = em.reshape(v, (R, N // panel, panel))
     moved = em.op("stablehlo.transpose", [split], (v.dtype, (N // panel, R, panel)),
                   attrs={"permutation": "array<i64: 1, 0, 2>"})

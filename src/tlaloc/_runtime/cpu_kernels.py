@@ -83,9 +83,13 @@ def pack_panels(a: np.ndarray) -> np.ndarray:
 
     Returns a C-contiguous array of the same shape and dtype whose bytes are those of the
     (N / 64, R, 64) array ``a.reshape(R, N / 64, 64).transpose(1, 0, 2)``: each panel of 64
-    consecutive columns, its R rows one after the other (matmul.cc's header). A 1-d array
-    (a per-column scale) is its own panel order and comes back unchanged. Raises ValueError
-    when N is not a multiple of 64 (the kernels take only such widths).
+    consecutive columns, its R rows one after the other (matmul.cc's header). A uint8 array
+    (the q4_1 kernel's nibble bytes, R even) has its rows in pairs as well: the bytes of the
+    (N / 64, R / 2, 64, 2) array ``a.reshape(R / 2, 2, N / 64, 64).transpose(2, 0, 3, 1)``, so
+    that rows 2i and 2i + 1 of a column are adjacent (one 16-bit lane of the kernel's bfloat16
+    dot products). A 1-d array (a per-column scale) is its own panel order and comes back
+    unchanged. Raises ValueError when N is not a multiple of 64 (the kernels take only such
+    widths), or for a uint8 array of an odd number of rows.
     """
     a = np.asarray(a)
     if a.ndim == 1:
@@ -93,6 +97,10 @@ def pack_panels(a: np.ndarray) -> np.ndarray:
     if a.ndim != 2 or a.shape[1] % PANEL:
         raise ValueError(f"pack_panels: expected an (R, N) array with N a multiple of {PANEL}, got shape {a.shape}")
     R, N = a.shape
+    if a.dtype == np.uint8:
+        if R % 2:
+            raise ValueError(f"pack_panels: q4_1 nibble bytes need an even number of rows, got shape {a.shape}")
+        return np.ascontiguousarray(a.reshape(R // 2, 2, N // PANEL, PANEL).transpose(2, 0, 3, 1)).reshape(R, N)
     return np.ascontiguousarray(a.reshape(R, N // PANEL, PANEL).transpose(1, 0, 2)).reshape(R, N)
 
 

@@ -26,6 +26,14 @@ inline float bf16_to_f32(uint16_t h) {
   return v;
 }
 
+// float32 -> bfloat16 bits, rounded to nearest even (a NaN stays a quiet NaN).
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
 // y (M, N) float32 = x (M, K) float32 times a weight: M is the product of x's leading dimensions.
 struct Problem {
   const float* x;    // (M, K)

@@ -23,17 +23,27 @@
 // pack_panels; the executor uploads the weights this way for these targets). A unit of work
 // (whole panels) then reads one contiguous run of bytes, which the hardware prefetchers follow
 // at memory speed: with the plain (R, N) layout a unit read short runs N bytes apart and
-// decoded SmolLM2's Q4_1 layers at half the speed (benchmarks/RESULTS.md, issue 18).
+// decoded SmolLM2's Q4_1 layers at half the speed (benchmarks/RESULTS.md, issue 18). q4_1's
+// bytes (K/2 rows) also pair their rows within a panel: the (N/64, K/4, 64, 2) array
+// q.reshape(K/4, 2, N/64, 64).transpose(2, 0, 3, 1), so that byte rows 2i and 2i + 1 of a column
+// are adjacent (q4_at; pack_panels does this for every uint8 array).
 //
 // The blocked formats are evaluated per block as GGUF defines them: for each block b,
 // y += scale[b] * (sum_j x_j q_j) + offset[b] * (sum_j x_j) (q4_1 with G = 64: each 32-row block's
 // partial sums scaled with its group's scale and offset, the same math; q8_0 with G = 16: each
 // 16-row group's sum scaled with its own scale, two groups a block). x is never rounded: every product
-// is a float32 x times an exactly converted weight, summed in float32.
+// is a float32 x times an exactly converted weight, summed in float32. The one exception is q4_1
+// on a CPU with AVX512_BF16: there x is split into two bfloat16 parts, x = hi + lo + e with
+// hi = bf16(x), lo = bf16(x - hi), |e| <= 2^-17 |x| (each part rounds to nearest, 8 significant
+// bits), and the nibbles (exact in bfloat16) are multiplied by hi and lo with vdpbf16ps: each
+// product exact, summed in float32. 2^-17 is 128 float32 ulps of x, and a thousandth of what
+// llama.cpp's 8-bit activations (Q8_1) give up; it made the Q4_1 loop 1.25-1.3x faster at
+// M = 1 with the weights in DRAM (three parts, which are exact, gained ~5%: benchmarks/RESULTS.md).
 //
 // Sums. Each output element is summed by one thread, in an order fixed by K alone: per block
 // of 32 input rows (per group of 16 for q8_0 with G = 16), one float32 chain over its row pairs
-// (both rows of each pair in turn), then (blocked formats) scaled into the element's running total. Neither the thread count, the split of
+// (both rows of each pair in turn; q4_1 with bfloat16 dots: per pair of byte rows, the four
+// vdpbf16ps of hi and lo in a fixed order), then (blocked formats) scaled into the element's running total. Neither the thread count, the split of
 // the work, nor M changes any sum: results are reproducible, and a row's result is the same
 // whatever the batch it is in (benchmarks/cpu_kernels.py checks this bit for bit).
 //
@@ -64,6 +74,8 @@ constexpr int64_t QK = 32;        // input rows per block (GGUF's block size)
 
 // Element (r, n) of an (R, N) array in panel order (see the header).
 inline int64_t at(int64_t r, int64_t n, int64_t R) { return ((n / TILE) * R + r) * TILE + n % TILE; }
+// Byte (r, n) of q4_1's (R, N) bytes, R even: panels, and in each the rows in pairs (see the header).
+inline int64_t q4_at(int64_t r, int64_t n, int64_t R) { return (((n / TILE) * (R / 2) + r / 2) * TILE + n % TILE) * 2 + r % 2; }
 
 using tlaloc_cpu::bf16_to_f32;
 using tlaloc_cpu::f16_to_f32;
@@ -83,9 +95,11 @@ struct Q8_16 { const int8_t* q; const float* scale; };
 constexpr int64_t QG16 = 16;      // input rows per scale of Q8_16: two groups a block
 // Q4_1 and its variants: scale and offset float16 (bits) or float32 (f32), one row of them per
 // group of `per` blocks, `groups` = K / G rows in all.
+// xh, xl: x's bfloat16 parts (hi and lo, see the header; M x K bits), used with AVX512_BF16.
 struct Q4_1 {
   const uint8_t* q; const void* scale; const void* offset; const float* xsum;
   bool f32; int64_t per; int64_t groups;
+  const uint16_t* xh = nullptr; const uint16_t* xl = nullptr;
   int64_t side_at(int64_t b, int64_t n) const { return at(b / per, n, groups); }
   float side(const void* a, int64_t i) const {
     return f32 ? static_cast<const float*>(a)[i] : f16_to_f32(static_cast<const uint16_t*>(a)[i]);
@@ -159,9 +173,10 @@ void scalar_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_
     float part[TILE] = {};
     const float* xr = p.x + (m + r) * p.K + b * QK;
     for (int64_t j = 0; j < QK / 2; ++j) {
-      const uint8_t* src = f.q + at(b * (QK / 2) + j, n0, p.K / 2);
-      for (int64_t t = 0; t < width; ++t)
-        part[t] += xr[j] * static_cast<float>(src[t] & 15) + xr[j + QK / 2] * static_cast<float>(src[t] >> 4);
+      for (int64_t t = 0; t < width; ++t) {
+        const uint8_t byte = f.q[q4_at(b * (QK / 2) + j, n0 + t, p.K / 2)];
+        part[t] += xr[j] * static_cast<float>(byte & 15) + xr[j + QK / 2] * static_cast<float>(byte >> 4);
+      }
     }
     const float xs = f.xsum[(m + r) * (p.K / QK) + b];
     for (int64_t t = 0; t < width; ++t)
@@ -261,11 +276,15 @@ TLALOC_INLINE void finish(const Q8_16& f, const Problem& p, int64_t g, int64_t n
 // nibble becomes a float by table lookup: vpermps reads only the low 4 bits of each index lane,
 // so the low nibble needs no mask and the high one a shift (cheaper than masking and an
 // int -> float conversion each). acc += (sum x * nibble) * scale + (sum x) * offset.
+// In the paired layout byte row j's bytes alternate with row j ^ 1's: each 16-bit word holds a
+// column's rows 2i (low byte) and 2i + 1 (high byte); an odd j takes the high byte by a shift.
 template <int V> TLALOC_INLINE Rows pair(const Q4_1& f, const Problem& p, int64_t b, int64_t n, int64_t j, __m512* wa, __m512* wb) {
   const __m512 nibble = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const uint8_t* src = f.q + at(b * (QK / 2) + j, n, p.K / 2);
+  const uint8_t* src = f.q + q4_at(b * (QK / 2) + (j & ~int64_t(1)), n, p.K / 2);
+  const int shift = 8 * static_cast<int>(j & 1);
   for (int v = 0; v < V; ++v) {
-    const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * v)));
+    const __m512i words = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32 * v)));
+    const __m512i bytes = _mm512_srli_epi32(words, shift);
     wa[v] = _mm512_permutexvar_ps(bytes, nibble);
     wb[v] = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), nibble);
   }
@@ -351,6 +370,56 @@ TLALOC_INLINE void add_last_row(const Fmt& f, const Problem& p, int64_t b, int64
   }
 }
 
+#ifdef __AVX512BF16__
+// Q4_1 with bfloat16 dot products (see the header). Pair i < 8 of block b's byte rows (2i, 2i + 1):
+// each 32-bit lane of a column holds its rows 32b + 2i, 32b + 2i + 1 (the low nibbles) or
+// 32b + 16 + 2i, 32b + 17 + 2i (the high ones) as two exact bfloat16 values, and vdpbf16ps adds
+// both (exact) products with x's parts of the same two rows, low nibbles first: the hi parts into
+// one float32 chain and the lo parts into another (the lo chain's roundings are 2^-8 smaller, so
+// the block's sum is as accurate as one chain over float32 x; two chains also hide the latency),
+// added once at the block's end. These sums s[r][v] are those finish() scales; their order depends
+// on K only, as elsewhere.
+alignas(64) constexpr uint16_t kNibbleBF16[32] = {   // bfloat16 bits of i & 15: vpermw reads 5 index bits
+    0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0, 0x40C0, 0x40E0,
+    0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
+    0x0000, 0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0, 0x40C0, 0x40E0,
+    0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170};
+
+TLALOC_INLINE __m512bh bf16_pair(const uint16_t* x) {   // x[0], x[1] in every 32-bit lane
+  uint32_t two;
+  std::memcpy(&two, x, sizeof two);
+  return (__m512bh)_mm512_set1_epi32(static_cast<int>(two));
+}
+
+template <int R, int V>
+TLALOC_INLINE void q4_1_bf16_sums(const Q4_1& f, const Problem& p, int64_t b, int64_t n, int64_t m, __m512 s[R][V]) {
+  const __m512i table = _mm512_load_si512(kNibbleBF16);
+  __m512 lo[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) s[r][v] = lo[r][v] = _mm512_setzero_ps();
+  const uint8_t* block = f.q + q4_at(b * (QK / 2), n, p.K / 2);
+  for (int64_t i = 0; i < QK / 4; ++i) {
+    __m512bh wa[V], wb[V];
+    for (int v = 0; v < V; ++v) {
+      const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2 * TILE * i + 32 * v)));
+      wa[v] = (__m512bh)_mm512_permutexvar_epi16(w, table);
+      wb[v] = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(w, 4), table);
+    }
+    for (int r = 0; r < R; ++r) {
+      const int64_t k = (m + r) * p.K + b * QK + 2 * i;
+      const __m512bh ha = bf16_pair(f.xh + k), hb = bf16_pair(f.xh + k + QK / 2);
+      const __m512bh la = bf16_pair(f.xl + k), lb = bf16_pair(f.xl + k + QK / 2);
+      for (int v = 0; v < V; ++v) {
+        s[r][v] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(s[r][v], wa[v], ha), wb[v], hb);
+        lo[r][v] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(lo[r][v], wa[v], la), wb[v], lb);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) s[r][v] = _mm512_add_ps(s[r][v], lo[r][v]);
+}
+#endif
+
 // Rows m .. m + R - 1 of x for columns n0 .. n0 + width - 1 of one tile (width a multiple of
 // 16 V), 16 V columns at a time: each weight vector is converted once and used straight from
 // registers for the R rows (R V <= 16 keeps the R V sums and the 2 V weight vectors in registers).
@@ -358,6 +427,17 @@ TLALOC_INLINE void add_last_row(const Fmt& f, const Problem& p, int64_t b, int64
 template <int R, int V, class Fmt, bool Ahead = false>
 void avx_rows(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, float* acc, int64_t lda,
               const Prefetch& pf = {}) {
+#ifdef __AVX512BF16__
+  if constexpr (std::is_same_v<Fmt, Q4_1>) {
+    constexpr int W = R >= 3 ? 2 : V;             // 2 R W sums, 2 W weight vectors in 32 registers
+    for (int64_t c = 0; c < width; c += 16 * W) {
+      __m512 s[R][W];
+      q4_1_bf16_sums<R, W>(f, p, b, n0 + c, m, s);
+      finish<R, W>(f, p, b, n0 + c, m, s, acc + c, lda);
+    }
+    return;
+  }
+#endif
   if constexpr (std::is_same_v<Fmt, Q8_16>) {
     constexpr int64_t pairs = QG16 / 2;
     for (int64_t c = 0; c < width; c += 16 * V)
@@ -540,6 +620,14 @@ ffi::Error MatmulQ4_1(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
     }
   Q4_1 f{q.typed_data(), scale.untyped_data(), offset.untyped_data(), xsum.get(),
          ts == ffi::DataType::F32, G / QK, ds[0]};
+#if defined(TLALOC_AVX512) && defined(__AVX512BF16__)
+  std::unique_ptr<uint16_t[]> xh(new uint16_t[p.M * p.K]), xl(new uint16_t[p.M * p.K]);   // x = hi + lo (+ e)
+  for (int64_t i = 0; i < p.M * p.K; ++i) {
+    xh[i] = tlaloc_cpu::f32_to_bf16(p.x[i]);
+    xl[i] = tlaloc_cpu::f32_to_bf16(p.x[i] - bf16_to_f32(xh[i]));
+  }
+  f.xh = xh.get(), f.xl = xl.get();
+#endif
   run(pool, f, p);
   return ffi::Error::Success();
 }
