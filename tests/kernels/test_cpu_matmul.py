@@ -429,3 +429,26 @@ def test_q4_1_bytes_computed_in_the_program_are_put_in_panel_order_there():
     assert np.max(np.abs(got - want) / dense) < 1e-6
     misread = np.asarray(run(x, cpu_kernels.pack_panels(q), *[cpu_kernels.pack_panels(a) for a in (scale, offset)])[0])
     assert np.max(np.abs(misread - want) / dense) > 1e-3                    # control: packing twice is wrong
+
+
+def test_q4_1_takes_the_largest_finite_x_and_keeps_non_finite_ones():
+    """x beyond bfloat16's largest finite value (3.3895e38) but finite in float32 still splits into
+    finite parts (hi is rounded down, not to infinity); an infinite or NaN x gives a non-finite
+    result (NaN for infinity too, as with float32 x: GGUF's block sum multiplies the offset, here 0,
+    by the sum of x)."""
+    _kernels_or_skip()
+    K, N = 64, 64
+    q = np.zeros((K // 2, N), np.uint8)
+    q[0, :] = 1                                                   # row 0: nibble 1 (low), row 16: 0
+    scale = np.full((K // BLOCK, N), 2.0 ** -100, np.float32)   # float32 sides
+    offset = np.zeros((K // BLOCK, N), np.float32)
+    parts = [q, scale, offset]
+    run = compiled("q4_1", (3, K), parts)
+    x = np.zeros((3, K), np.float32)
+    x[0, 0] = np.float32(3.4e38)                                  # finite, above bfloat16's largest
+    x[1, 0] = np.inf
+    x[2, 0] = np.nan
+    got = np.asarray(run(x, *as_stored("q4_1", parts))[0])
+    # hi rounded down leaves |x - hi| up to 2^-7 |x|, and lo keeps 8 bits of it: within 2^-15 |x|
+    np.testing.assert_allclose(got[0], np.float64(np.float32(3.4e38)) * 2.0 ** -100, rtol=2.0 ** -15)
+    assert not np.any(np.isfinite(got[1:]))

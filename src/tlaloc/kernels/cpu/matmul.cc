@@ -35,7 +35,7 @@
 // is a float32 x times an exactly converted weight, summed in float32. The one exception is q4_1
 // on a CPU with AVX512_BF16: there x is split into two bfloat16 parts, x = hi + lo + e with
 // hi = bf16(x), lo = bf16(x - hi), |e| <= 2^-17 |x| (each part rounds to nearest, 8 significant
-// bits), and the nibbles (exact in bfloat16) are multiplied by hi and lo with vdpbf16ps: each
+// bits; a finite |x| above bfloat16's largest, 3.3895e38, takes that largest as hi: |e| <= 2^-15 |x|), and the nibbles (exact in bfloat16) are multiplied by hi and lo with vdpbf16ps: each
 // product exact, summed in float32. 2^-17 is 128 float32 ulps of x, and a thousandth of what
 // llama.cpp's 8-bit activations (Q8_1) give up; it made the Q4_1 loop 1.25-1.3x faster at
 // M = 1 with the weights in DRAM (three parts, which are exact, gained ~5%: benchmarks/RESULTS.md).
@@ -59,6 +59,7 @@
 // (avx_pair_sums) uses each converted vector for up to 4 rows of x, and the format's finish
 // applies the block's scale (and offset). x is never rounded. Elsewhere plain loops compute
 // the same sums in another order (also fixed by K alone).
+#include <cmath>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -623,8 +624,10 @@ ffi::Error MatmulQ4_1(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
 #if defined(TLALOC_AVX512) && defined(__AVX512BF16__)
   std::unique_ptr<uint16_t[]> xh(new uint16_t[p.M * p.K]), xl(new uint16_t[p.M * p.K]);   // x = hi + lo (+ e)
   for (int64_t i = 0; i < p.M * p.K; ++i) {
-    xh[i] = tlaloc_cpu::f32_to_bf16(p.x[i]);
-    xl[i] = tlaloc_cpu::f32_to_bf16(p.x[i] - bf16_to_f32(xh[i]));
+    uint16_t hi = tlaloc_cpu::f32_to_bf16(p.x[i]);
+    if ((hi & 0x7FFF) == 0x7F80 && std::isfinite(p.x[i])) hi -= 1;   // |x| > bf16's largest: round down, not to inf
+    xh[i] = hi;
+    xl[i] = tlaloc_cpu::f32_to_bf16(p.x[i] - bf16_to_f32(hi));
   }
   f.xh = xh.get(), f.xl = xl.get();
 #endif
