@@ -16,16 +16,8 @@ from tlaloc._runtime import cpu_kernels
 BLOCK = 32
 
 
-def _cpu_flags() -> set:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
-    except OSError:
-        return set()
-
-
 #: the kernels are built with -march=native: q4_1 takes its bfloat16 dot products where the CPU has them
-BF16_DOTS = {"avx512f", "avx512bw", "avx512_bf16"} <= _cpu_flags()
+BF16_DOTS = cpu_kernels.q4_1_bf16_dots()
 
 
 def to_bf16(a) -> np.ndarray:

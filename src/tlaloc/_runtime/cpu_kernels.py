@@ -104,6 +104,19 @@ def pack_panels(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a.reshape(R, N // PANEL, PANEL).transpose(1, 0, 2)).reshape(R, N)
 
 
+def q4_1_bf16_dots() -> bool:
+    """Whether the q4_1 kernel built here multiplies by bfloat16 dot products: x split into
+    hi + lo bfloat16 parts, |x - hi - lo| <= 2^-17 |x| (matmul.cc's header), instead of float32 x.
+    True on a CPU with AVX-512 (F, BW) and AVX512_BF16, since the kernels are built with
+    -march=native (a CXX that adds -mno-avx512bf16 builds the float32 path instead)."""
+    import shlex
+    words = set(shlex.split(os.environ.get("CXX") or "g++"))
+    if words & {"-mno-avx512bf16", "-mno-avx512f", "-mno-avx512bw"}:
+        return False
+    flags = set(_cpu_signature().split())
+    return {"avx512f", "avx512bw", "avx512_bf16"} <= flags
+
+
 def _include_dir() -> str:
     import jaxlib
     return os.path.join(os.path.dirname(jaxlib.__file__), "include")
@@ -255,4 +268,4 @@ def reason() -> str:
     return _state.get("reason", "")
 
 
-__all__ = ["TARGETS", "OPS", "PANEL_FORMATS", "panel_target", "pack_panels", "SOURCES", "target_name", "op_target", "build", "load", "reason", "library_path", "cache_dir"]
+__all__ = ["TARGETS", "OPS", "PANEL_FORMATS", "panel_target", "pack_panels", "q4_1_bf16_dots", "SOURCES", "target_name", "op_target", "build", "load", "reason", "library_path", "cache_dir"]
