@@ -35,7 +35,8 @@
 // is a float32 x times an exactly converted weight, summed in float32. The one exception is q4_1
 // on a CPU with AVX512_BF16: there x is split into two bfloat16 parts, x = hi + lo + e with
 // hi = bf16(x), lo = bf16(x - hi), |e| <= 2^-17 |x| (each part rounds to nearest, 8 significant
-// bits; a finite |x| above bfloat16's largest, 3.3895e38, takes that largest as hi: |e| <= 2^-15 |x|), and the nibbles (exact in bfloat16) are multiplied by hi and lo with vdpbf16ps: each
+// bits; a finite |x| above bfloat16's largest, 3.3895e38, takes that largest as hi: |e| <= 2^-15 |x|;
+// below 2^-117, ~6e-36, lo is a bfloat16 denormal, which vdpbf16ps reads as 0: |e| <= 2^-9 |x|), and the nibbles (exact in bfloat16) are multiplied by hi and lo with vdpbf16ps: each
 // product exact, summed in float32. 2^-17 is 128 float32 ulps of x, and a thousandth of what
 // llama.cpp's 8-bit activations (Q8_1) give up; it made the Q4_1 loop 1.25-1.3x faster at
 // M = 1 with the weights in DRAM (three parts, which are exact, gained ~5%: benchmarks/RESULTS.md).
