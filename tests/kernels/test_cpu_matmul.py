@@ -444,3 +444,21 @@ def test_q4_1_takes_the_largest_finite_x_and_keeps_non_finite_ones():
     # hi rounded down leaves |x - hi| up to 2^-7 |x|, and lo keeps 8 bits of it: within 2^-15 |x|
     np.testing.assert_allclose(got[0], np.float64(np.float32(3.4e38)) * 2.0 ** -100, rtol=2.0 ** -15)
     assert not np.any(np.isfinite(got[1:]))
+
+
+def test_q4_1_bfloat16_dots_below_2_to_the_minus_117_keep_the_weaker_stated_bound():
+    """Under |x| = 2^-117 the lo part is a bfloat16 denormal that vdpbf16ps reads as 0: the header
+    states 2^-9 |x| there (found by a hostile-input pass). Control: 2^-17 does not hold there."""
+    _kernels_or_skip()
+    if not BF16_DOTS:
+        pytest.skip("this CPU has no AVX512_BF16: the q4_1 kernel multiplies float32 x")
+    K, N = 64, 64
+    parts = make_q4_parts(K, N, 32, np.float32, seed=9)
+    parts[2][:] = 0                                               # offsets 0: the nibble sums alone
+    x = (np.random.default_rng(10).standard_normal((1, K)) * 1e-35).astype(np.float32)
+    got = np.asarray(compiled("q4_1", x.shape, parts)(x, *as_stored("q4_1", parts))[0])
+    w = dequantize("q4_1", parts)
+    size = np.abs(x).astype(np.float64) @ np.abs(w)
+    err = np.abs(got - x.astype(np.float64) @ w)
+    assert np.all(err <= (2.0 ** -9 + 1e-6) * size)
+    assert np.max(err / size) > 2.0 ** -17
