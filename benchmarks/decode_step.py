@@ -33,12 +33,15 @@ variant's and prints how many leading ids agree. The load average is printed wit
 round: on a loaded machine only the ratios between variants mean much.
 
 ``--roofline`` also measures the machine's read roofline on the same threads just before
-each run (``roofline.py``, 2 MiB pages, as the weights have) and adds, per row, the weight
-bytes read per second (the artifact's weights file times decode steps per second: every
-weight is read once per step; less a tied embedding table whose exact copy serves as the
-output head, which is only gathered by row) and its share of the roofline: the median over
-the runs of each run's bytes per second over the roofline measured just before it (on a
-shared machine the other tenants move the roofline by more than the gap being measured).
+and just after each run (``roofline.py``, 2 MiB pages, as the weights have) and adds, per
+row, the weight bytes read per second (the artifact's weights file times decode steps per
+second: every weight is read once per step; less a tied embedding table whose exact copy
+serves as the output head, which is only gathered by row) and its share of the roofline:
+the median over the steady runs of each run's bytes per second over the larger of its two
+rooflines. A run is steady when its two rooflines differ by at most 10%: on a shared
+machine the other tenants (and where the host places the two cores) move the roofline by
+more than the gap being measured, between two levels ~1.7x apart on the machine of
+benchmarks/RESULTS.md.
 """
 from __future__ import annotations
 
@@ -102,6 +105,25 @@ def decode_rate(engine, batch: int, new_tokens: int) -> tuple:
     return count / (last - first), row0
 
 
+#: the most a run's roofline may move between just before and just after it for the run to count
+STEADY = 0.10
+
+
+def roofline_shares(bytes_per_token: float, rates: list, roofs: list) -> tuple:
+    """(each steady run's weight bytes per second over the larger of the rooflines measured just
+    before and just after it, how many runs were left out because those two differ by more than
+    STEADY). This shared machine's 2-thread read roofline has two levels, ~36 and ~63 GB/s,
+    and moves between them within seconds (benchmarks/RESULTS.md, session 13): a run divided
+    by a roofline measured at the other level would be off by ~1.7x either way."""
+    shares, moved = [], 0
+    for r, (before, after) in zip(rates, roofs):
+        if abs(before - after) > STEADY * max(before, after):
+            moved += 1
+        else:
+            shares.append(bytes_per_token * r / 1e9 / max(before, after))
+    return shares, moved
+
+
 def _load() -> str:
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
@@ -161,18 +183,22 @@ def main(argv=None) -> int:
                 for v in variants:
                     if args.roofline:
                         from roofline import read_gbps
-                        roofs[v, b].append(read_gbps(threads))
+                        before = read_gbps(threads)
                     r, ids[v, b] = decode_rate(engines[v], b, args.new_tokens)
                     rates[v, b].append(r)
+                    if args.roofline:
+                        roofs[v, b].append((before, read_gbps(threads)))
             loads.append(_load())
     print(f"decode tokens/s, median of {repeats} interleaved runs, {args.new_tokens} new tokens per row, "
           f"threads {os.environ.get('TLALOC_BENCH_THREADS')}")
     print(f"load average (1/5/15 min) before and after each round: {' | '.join(loads)}")
-    every = [r for rs in roofs.values() for r in rs]
+    every = [r for rs in roofs.values() for pair in rs for r in pair]
     roof = args.roofline and None not in every
     if roof:
-        print(f"read roofline before each run ({threads} threads, 2 MiB pages, roofline.py): "
-              f"{min(every):.1f} to {max(every):.1f} GB/s, median {statistics.median(every):.1f}")
+        print(f"read roofline before and after each run ({threads} threads, 2 MiB pages, roofline.py): "
+              f"{min(every):.1f} to {max(every):.1f} GB/s, median {statistics.median(every):.1f}. A run counts "
+              f"against the larger of its two; runs whose two differ by more than {STEADY:.0%} (the machine's "
+              f"bandwidth changed during the run) are left out of the share and counted in its column")
     extra = " weight GB/s | of roofline |" if roof else ""
     print(f"\n| variant | batch | decode tok/s | runs | vs {variants[0]} | greedy ids = {variants[0]}'s (row 0) |{extra}")
     print("|---|---|---|---|---|---|" + ("---|---|" if roof else ""))
@@ -185,8 +211,9 @@ def main(argv=None) -> int:
             more = ""
             if roof:
                 gbps = weight_bytes[v] * med / b / 1e9                    # one weight read per step of b rows
-                share = statistics.median(weight_bytes[v] * r / b / 1e9 / rf for r, rf in zip(rates[v, b], roofs[v, b]))
-                more = f" {gbps:.1f} | {100 * share:.0f}% |"
+                shares, moved = roofline_shares(weight_bytes[v] / b, rates[v, b], roofs[v, b])
+                share = f"{100 * statistics.median(shares):.0f}%" if shares else "none steady"
+                more = f" {gbps:.1f} | {share} ({', '.join(f'{100 * s:.0f}' for s in shares)}; {moved} left out) |"
             print(f"| {v} | {b} | {med:.1f} | {', '.join(f'{x:.1f}' for x in rates[v, b])} | {med / base:.2f}× "
                   f"| first {same}/{len(ids[v, b])} |{more}")
     return 0

@@ -81,3 +81,20 @@ def test_llama_cpp_table_gives_the_median_of_the_rounds_own_ratios(capsys):
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| tlaloc q4_1: q4_1 | 1 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2] == "120.0" and cells[4] == "1.20×" and cells[5] == "1.10×", cells
+
+
+def test_decode_step_roofline_share_leaves_out_runs_whose_roofline_moved():
+    """``decode_step.py --roofline`` divides a run by the larger of the rooflines measured just
+    before and just after it, and leaves the run out when the two differ by more than 10% (this
+    machine's roofline jumps between ~36 and ~63 GB/s). At 100 bytes a token, 300 tok/s is
+    3e-5 GB/s: 0.833 of a roofline of 3.6e-5 GB/s measured at both ends, and of 3.5e-5 before
+    and 3.6e-5 after (the larger counts); 600 tok/s between 3.6e-5 and 6.3e-5 is left out
+    (dividing by either would give 1.67 or 0.95)."""
+    mod = _bench_module("decode_step")
+    shares, moved = mod.roofline_shares(100.0, [300.0, 300.0, 600.0],
+                                        [(3.6e-5, 3.6e-5), (3.5e-5, 3.6e-5), (3.6e-5, 6.3e-5)])
+    assert moved == 1
+    assert shares == pytest.approx([100 * 300 / 1e9 / 3.6e-5] * 2)
+    # control: the same rooflines all steady count every run
+    shares, moved = mod.roofline_shares(100.0, [300.0, 600.0], [(3.6e-5, 3.6e-5), (6.3e-5, 6.2e-5)])
+    assert moved == 0 and shares == pytest.approx([100 * 300 / 1e9 / 3.6e-5, 100 * 600 / 1e9 / 6.3e-5])
