@@ -57,6 +57,37 @@ import numpy as _np  # noqa: E402
 
 _NDARRAY = _np.ndarray
 _GENERIC = _np.generic
+#: abstract_eval's results by (primitive, its two rules, input avals, params): tracing a serving
+#: program evaluates the same rules on the same avals once per layer (a third of the export's time)
+_AVAL_MEMO: dict = {}
+_AVAL_MEMO_SIZE = 1 << 16
+#: param value types whose equality is their identity of meaning (1 == 1.0 == True is not:
+#: the type is part of the key)
+_KEY_ATOMS = frozenset((int, float, bool, str, type(None)))
+
+
+def _key_part(v):
+    """A hashable stand-in for one param value that equals another only for the same meaning,
+    or None when there is none (the result is then not memoised)."""
+    t = type(v)
+    if t in _KEY_ATOMS or isinstance(v, _np.dtype):
+        return (t, v)
+    if t is tuple:
+        if all(type(x) is int for x in v):                  # shapes and axes: the common case
+            return v
+        parts = tuple(_key_part(x) for x in v)
+        return None if None in parts else (t, parts)
+    return None
+
+
+def _aval_key(prim, avals, params):
+    parts = []
+    for k in sorted(params):
+        part = _key_part(params[k])
+        if part is None:
+            return None
+        parts.append((k, part))
+    return (prim, prim.shape_rule, prim.dtype_rule, avals, tuple(parts))    # a rule replaced later is a new key
 
 
 def _load_value_type():
@@ -145,12 +176,23 @@ class Primitive:
         return out
 
     def abstract_eval(self, *avals, **params):
+        key = _aval_key(self, avals, params)
+        if key is not None:
+            hit = _AVAL_MEMO.get(key)
+            if hit is not None:
+                return hit
         from .aval import AbstractValue
         shapes = self.shape_rule(*avals, **params)
         dtypes = self.dtype_rule(*avals, **params)
         if self.multiple_results:
-            return tuple(AbstractValue(d, s) for s, d in zip(shapes, dtypes))
-        return AbstractValue(dtypes, shapes)
+            out = tuple(AbstractValue(d, s) for s, d in zip(shapes, dtypes))
+        else:
+            out = AbstractValue(dtypes, shapes)
+        if key is not None:
+            if len(_AVAL_MEMO) >= _AVAL_MEMO_SIZE:
+                _AVAL_MEMO.clear()
+            _AVAL_MEMO[key] = out
+        return out
 
     def rule(self, transform: str):
         """The rule for ``transform`` ("vjp", "jvp", "batch"), or NoRuleError."""
