@@ -110,7 +110,8 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
                                                         "16,64 (default 16,64,... below the chunk); a prompt "
                                                         "runs in the smallest that holds it"),
            name: Optional[str] = typer.Option(None, help="the model name the artifact reports"),
-           overwrite: bool = typer.Option(False, "--overwrite", help="replace OUT_DIR if it exists"),
+           overwrite: bool = typer.Option(False, "--overwrite",
+                                          help="replace an earlier artifact (or an empty directory) at OUT_DIR"),
            score: bool = typer.Option(False, "--score", help="also write score programs (per-token "
                                       "log-probabilities: Engine.score, tlaloc.serving.perplexity)"),
            top_logprobs: int = typer.Option(20, help="most top log-probabilities a request may ask for "

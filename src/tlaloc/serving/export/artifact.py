@@ -317,6 +317,8 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     Args:
       model_path: a Hugging Face folder (config.json + safetensors [+ tokenizer.json]) or a .gguf file.
       out_dir: the artifact directory to create (refused if it exists, unless ``overwrite``).
+        ``overwrite`` replaces only an earlier artifact or an empty directory, never the model
+        itself or a directory holding it; out_dir is checked before any work is done.
       batch: the batch-size ladder (list or "1,2,4,8").
       context: the context-length ladder; each a multiple of ``block_size`` (decoders).
       block_size: token slots per KV page.
@@ -362,8 +364,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     from ...models import EncoderConfig, load
     t_start = time.perf_counter()
     model_path, out_dir = os.fspath(model_path), os.fspath(out_dir)
-    if os.path.exists(out_dir) and not overwrite:
-        raise ArgumentError(f"export: {out_dir} exists; choose a new directory or pass overwrite=True")
+    _check_out_dir(model_path, out_dir, overwrite)
     batch, context = _ladder(batch, "batch"), _ladder(context, "context")
     model = load(model_path)
     cfg = model.config
@@ -470,6 +471,39 @@ def _q4_k_blocks(model_path: str, cfg, flat: dict) -> dict:
 
 
 _OWNER = ".export-pid"                 # in a temp dir while its export runs: the exporting process
+
+
+def _check_out_dir(model_path: str, out_dir: str, overwrite: bool) -> None:
+    """Refuse, before any work, an ``out_dir`` the export could not write or must not replace.
+
+    ``overwrite`` replaces only an earlier artifact (a directory with a manifest) or an empty
+    directory, and never the model itself or a directory holding it. Raises ArgumentError
+    naming ``out_dir``."""
+    if not out_dir.strip():
+        raise ArgumentError("export: out_dir is empty; give the artifact directory to create, e.g. ./smollm2-art")
+    out, model = os.path.realpath(out_dir), os.path.realpath(model_path)
+    if os.path.exists(out_dir):
+        if not overwrite:
+            raise ArgumentError(f"export: {out_dir} exists; choose a new directory or pass overwrite=True")
+        if model == out or model.startswith(out.rstrip(os.sep) + os.sep):
+            raise ArgumentError(f"export: out_dir {out_dir} is (or holds) the model {model_path}; overwrite "
+                                f"would delete the model. Choose another directory for the artifact")
+        if not os.path.isdir(out_dir):
+            raise ArgumentError(f"export: out_dir {out_dir} is a file, not a directory; overwrite replaces "
+                                f"only an earlier artifact. Choose another path, or remove the file yourself")
+        if os.listdir(out_dir) and not os.path.isfile(os.path.join(out_dir, mf.MANIFEST)):
+            raise ArgumentError(f"export: out_dir {out_dir} is not a tlaloc artifact (it has files but no "
+                                f"{mf.MANIFEST}); overwrite replaces only an earlier artifact or an empty "
+                                f"directory. Choose a new directory, or empty this one yourself")
+    parent = os.path.dirname(out) or "."
+    existing = parent
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    try:                                       # a real probe: access() says yes to root on /proc or /sys
+        os.rmdir(tempfile.mkdtemp(prefix=".tlaloc-probe-", dir=existing))
+    except OSError as e:
+        raise ArgumentError(f"export: cannot create out_dir {out_dir}: {existing} is not a writable "
+                            f"directory ({e.strerror}). Choose a path where you can write") from None
 
 
 def _write_atomically(out_dir: str, files: dict, manifest_bytes: bytes, overwrite: bool) -> None:
