@@ -7,9 +7,10 @@ and both ``torch_dtype`` and ``dtype``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Mapping
 
-from .errors import UnsupportedModelError
+from .errors import CheckpointError, UnsupportedModelError
 
 DECODER_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 ENCODER_TYPES = ("bert",)
@@ -96,19 +97,80 @@ class EncoderConfig:
         return "BertModel"
 
 
+def check_number(value, name: str, *, above_zero: bool = True) -> float:
+    """``value`` as a float when it is a finite number > 0 (``above_zero``) or >= 0.
+
+    CheckpointError otherwise, naming ``name`` (the config key), the value and the range:
+    a NaN rope theta or a negative epsilon would load and then compute garbage.
+    """
+    expected = "a finite number " + ("> 0" if above_zero else ">= 0")
+    try:
+        x = None if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        x = None
+    if x is None or not math.isfinite(x) or x < 0 or (above_zero and x == 0):
+        raise CheckpointError(f"{name}={value!r} is out of range: expected {expected}; "
+                              "fix the value in the checkpoint's config (GGUF metadata or config.json)")
+    return x
+
+
+def check_count(value, name: str) -> int:
+    """``value`` as an int when it is a positive integer (a count or size); CheckpointError naming ``name`` otherwise."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CheckpointError(f"{name}={value!r} is not supported: expected a positive integer; "
+                              "fix the value in the checkpoint's config (GGUF metadata or config.json)")
+    return value
+
+
+def _required(cfg: Mapping[str, Any], key: str):
+    if cfg.get(key) is None:
+        raise CheckpointError(f"config.json lacks {key!r}; a {cfg.get('model_type')} config needs it "
+                              "(add it, as transformers writes it)")
+    return cfg[key]
+
+
+def _count(cfg: Mapping[str, Any], key: str, default=None) -> int:
+    value = cfg.get(key)
+    if value is None and default is not None:
+        return default
+    return check_count(_required(cfg, key), f"config.json {key}")
+
+
 def _dtype_name(cfg: Mapping[str, Any]) -> str:
     name = cfg.get("dtype") or cfg.get("torch_dtype") or "float32"
     return str(name).replace("torch.", "")
 
 
+_LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+def _mapping(cfg: Mapping[str, Any], key: str) -> dict:
+    value = cfg.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise CheckpointError(f"config.json {key} must be an object like {{\"rope_type\": \"linear\", "
+                              f"\"factor\": 2.0}} or null; got {type(value).__name__} {value!r}")
+    return dict(value)
+
+
 def rope_from_hf(cfg: Mapping[str, Any]) -> RopeConfig:
-    """The rotary settings of a config.json, in either transformers 4 or 5 spelling."""
-    params = dict(cfg.get("rope_parameters") or {})
-    scaling = cfg.get("rope_scaling") or {}
+    """The rotary settings of a config.json, in either transformers 4 or 5 spelling.
+
+    Raises CheckpointError for a theta or factor that is not a finite positive number,
+    a scaling entry that is not an object, or a ``linear`` / ``llama3`` entry lacking
+    keys transformers requires (it refuses those configs too).
+    """
+    params = _mapping(cfg, "rope_parameters")
+    scaling = _mapping(cfg, "rope_scaling")
+    where = "rope_parameters" if params else "rope_scaling"
     if "full_attention" in params and isinstance(params["full_attention"], Mapping):
         params = dict(params["full_attention"])  # per-layer-type form; our models use one type
     merged = {**scaling, **params}
     theta = merged.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    theta = check_number(theta, f"config.json {where + '.rope_theta' if 'rope_theta' in merged else 'rope_theta'}")
     rope_type = merged.get("rope_type", merged.get("type", "default")) or "default"
     if rope_type not in ROPE_TYPES:
         raise UnsupportedModelError(
@@ -117,13 +179,25 @@ def rope_from_hf(cfg: Mapping[str, Any]) -> RopeConfig:
         raise UnsupportedModelError(
             f"partial_rotary_factor={merged['partial_rotary_factor']!r} is not supported; only 1.0 is")
     if rope_type == "default":
-        return RopeConfig(theta=float(theta))
+        return RopeConfig(theta=theta)
+    needed = ("factor",) if rope_type == "linear" else _LLAMA3_KEYS
+    missing = [k for k in needed if merged.get(k) is None]
+    if missing:
+        raise CheckpointError(f"config.json {where} (rope_type {rope_type!r}) lacks {', '.join(missing)}; "
+                              f"rope_type {rope_type!r} needs {', '.join(needed)} (transformers refuses it too: "
+                              "missing required keys in rope_parameters)")
+    factor = check_number(merged["factor"], f"config.json {where}.factor")
+    if rope_type == "linear":
+        return RopeConfig(theta=theta, rope_type=rope_type, factor=factor)
+    low = check_number(merged["low_freq_factor"], f"config.json {where}.low_freq_factor")
+    high = check_number(merged["high_freq_factor"], f"config.json {where}.high_freq_factor")
+    if high <= low:
+        raise CheckpointError(f"config.json {where}: high_freq_factor={high} must be greater than "
+                              f"low_freq_factor={low} (the llama3 ramp divides by their difference)")
     return RopeConfig(
-        theta=float(theta), rope_type=rope_type, factor=float(merged["factor"]),
-        low_freq_factor=float(merged.get("low_freq_factor", 1.0)),
-        high_freq_factor=float(merged.get("high_freq_factor", 4.0)),
-        original_max_position_embeddings=int(merged.get(
-            "original_max_position_embeddings", cfg.get("max_position_embeddings", 8192))))
+        theta=theta, rope_type=rope_type, factor=factor, low_freq_factor=low, high_freq_factor=high,
+        original_max_position_embeddings=check_count(
+            merged["original_max_position_embeddings"], f"config.json {where}.original_max_position_embeddings"))
 
 
 def _sliding_windows(cfg: Mapping[str, Any], model_type: str, num_layers: int) -> tuple[int | None, ...]:
@@ -153,6 +227,9 @@ def config_from_hf(cfg: Mapping[str, Any]) -> DecoderConfig | EncoderConfig:
     Raises UnsupportedModelError naming ``model_type`` when it is not one of
     llama, qwen2, qwen3, mistral or bert.
     """
+    if not isinstance(cfg, Mapping):
+        raise CheckpointError(f"config.json must hold a JSON object (model_type, hidden_size, ...); "
+                              f"got {type(cfg).__name__}")
     model_type = cfg.get("model_type")
     if model_type in ENCODER_TYPES:
         if cfg.get("position_embedding_type", "absolute") != "absolute":
@@ -161,12 +238,16 @@ def config_from_hf(cfg: Mapping[str, Any]) -> DecoderConfig | EncoderConfig:
         if cfg.get("hidden_act", "gelu") not in _ENCODER_ACTS:
             raise UnsupportedModelError(f"hidden_act={cfg['hidden_act']!r} is not supported for {model_type}; "
                                         f"supported: {', '.join(_ENCODER_ACTS)}")
+        hidden, heads = _count(cfg, "hidden_size"), _count(cfg, "num_attention_heads")
+        _divides(hidden, heads, "config.json hidden_size", "num_attention_heads")
         return EncoderConfig(
-            model_type=model_type, vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
-            intermediate_size=cfg["intermediate_size"], num_layers=cfg["num_hidden_layers"],
-            num_heads=cfg["num_attention_heads"], layer_norm_eps=float(cfg.get("layer_norm_eps", 1e-12)),
-            max_position_embeddings=cfg["max_position_embeddings"],
-            type_vocab_size=cfg.get("type_vocab_size", 2), hidden_act=cfg.get("hidden_act", "gelu"),
+            model_type=model_type, vocab_size=_count(cfg, "vocab_size"), hidden_size=hidden,
+            intermediate_size=_count(cfg, "intermediate_size"), num_layers=_count(cfg, "num_hidden_layers"),
+            num_heads=heads,
+            layer_norm_eps=check_number(cfg.get("layer_norm_eps", 1e-12), "config.json layer_norm_eps",
+                                        above_zero=False),
+            max_position_embeddings=_count(cfg, "max_position_embeddings"),
+            type_vocab_size=_count(cfg, "type_vocab_size", 2), hidden_act=cfg.get("hidden_act", "gelu"),
             dtype=_dtype_name(cfg))
     if model_type not in DECODER_TYPES:
         raise UnsupportedModelError(
@@ -175,16 +256,19 @@ def config_from_hf(cfg: Mapping[str, Any]) -> DecoderConfig | EncoderConfig:
     if cfg.get("hidden_act", "silu") != "silu":
         raise UnsupportedModelError(f"hidden_act={cfg['hidden_act']!r} is not supported for {model_type}; "
                                     "only 'silu' is")
-    heads = cfg["num_attention_heads"]
-    layers = cfg["num_hidden_layers"]
+    hidden, heads = _count(cfg, "hidden_size"), _count(cfg, "num_attention_heads")
+    layers = _count(cfg, "num_hidden_layers")
+    if cfg.get("head_dim") is None:
+        _divides(hidden, heads, "config.json hidden_size", "num_attention_heads")
     attention_bias = bool(cfg.get("attention_bias", False))
     return DecoderConfig(
-        model_type=model_type, vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
-        intermediate_size=cfg["intermediate_size"], num_layers=layers, num_heads=heads,
-        num_kv_heads=cfg.get("num_key_value_heads") or heads,
-        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope=rope_from_hf(cfg),
-        max_position_embeddings=cfg.get("max_position_embeddings", 2048),
+        model_type=model_type, vocab_size=_count(cfg, "vocab_size"), hidden_size=hidden,
+        intermediate_size=_count(cfg, "intermediate_size"), num_layers=layers, num_heads=heads,
+        num_kv_heads=_count(cfg, "num_key_value_heads", heads),
+        head_dim=_count(cfg, "head_dim", hidden // heads),
+        rms_norm_eps=check_number(cfg.get("rms_norm_eps", 1e-6), "config.json rms_norm_eps", above_zero=False),
+        rope=rope_from_hf(cfg),
+        max_position_embeddings=_count(cfg, "max_position_embeddings", 2048),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=True if model_type == "qwen2" else attention_bias,
         o_bias=False if model_type == "qwen2" else attention_bias,
@@ -193,3 +277,10 @@ def config_from_hf(cfg: Mapping[str, Any]) -> DecoderConfig | EncoderConfig:
         sliding_windows=_sliding_windows(cfg, model_type, layers),
         bos_token_id=cfg.get("bos_token_id"), eos_token_ids=_eos_ids(cfg.get("eos_token_id")),
         dtype=_dtype_name(cfg))
+
+
+def _divides(hidden: int, heads: int, hidden_name: str, heads_name: str) -> None:
+    """CheckpointError unless ``heads`` divides ``hidden`` (the head size is their quotient)."""
+    if hidden % heads:
+        raise CheckpointError(f"{hidden_name}={hidden} is not divisible by {heads_name}={heads}: the head size "
+                              "would not be whole; fix the head count (or give the head size explicitly)")

@@ -5,6 +5,8 @@ keeps every ``except`` clause working.
 """
 from __future__ import annotations
 
+import contextlib
+
 from ..errors import TlalocError
 
 
@@ -25,3 +27,19 @@ class UnsupportedModelError(TlalocError, ValueError):
 
     The message names the field, the value found and the values supported.
     """
+
+
+@contextlib.contextmanager
+def naming(source: str):
+    """Prefix the message of a CheckpointError or UnsupportedModelError raised inside with ``source``.
+
+    Config and tokenizer readers see parsed values, not files; the loader wraps them so
+    every message says which file it is about. A message that already names ``source``
+    is left alone.
+    """
+    try:
+        yield
+    except (CheckpointError, UnsupportedModelError) as e:
+        if source in str(e):
+            raise
+        raise type(e)(f"{source}: {e}") from None

@@ -12,8 +12,9 @@ import re
 
 import numpy as np
 
-from .config import DecoderConfig, RopeConfig
-from .errors import CheckpointError, UnsupportedModelError
+from .config import DecoderConfig, RopeConfig, check_count, check_number
+from .errors import CheckpointError, UnsupportedModelError, naming
+from .weights import check_finite
 
 _ARCHES = ("llama", "qwen2", "qwen3")
 _LAYER_NAMES = {
@@ -75,27 +76,48 @@ def config_from_gguf(meta: dict, tensor_names: set[str], rope_freqs=None) -> Dec
             raise CheckpointError(f"GGUF metadata lacks {arch}.{key}")
         return value
 
-    hidden, heads = int(get("embedding_length")), int(get("attention.head_count"))
-    head_dim = int(meta.get(f"{arch}.attention.key_length") or hidden // heads)
+    def count(key, default=None):
+        value = get(key, default)
+        if isinstance(value, list):
+            raise CheckpointError(f"GGUF {arch}.{key} is an array ({len(value)} values, one a layer?); "
+                                  "per-layer values are not supported: expected one positive integer")
+        return check_count(value, f"GGUF {arch}.{key}")
+
+    hidden, heads = count("embedding_length"), count("attention.head_count")
+    if meta.get(f"{arch}.attention.key_length") is not None:
+        head_dim = count("attention.key_length")
+    else:
+        if hidden % heads:
+            raise CheckpointError(f"GGUF {arch}.embedding_length={hidden} is not divisible by "
+                                  f"{arch}.attention.head_count={heads}: the head size would not be whole; "
+                                  "fix the head count in the file's metadata")
+        head_dim = hidden // heads
+    rope_dims = meta.get(f"{arch}.rope.dimension_count")
+    if rope_dims is not None and rope_dims != head_dim:
+        raise UnsupportedModelError(f"GGUF {arch}.rope.dimension_count={rope_dims!r} differs from the head size "
+                                    f"{head_dim}: partial rotary embeddings are not supported; only "
+                                    f"{arch}.rope.dimension_count={head_dim} (or none) is")
     vocab = meta.get(f"{arch}.vocab_size") or len(meta.get("tokenizer.ggml.tokens") or ())
     scaling = meta.get(f"{arch}.rope.scaling.type")
-    rope = RopeConfig(theta=float(get("rope.freq_base", 10000.0)))
+    rope = RopeConfig(theta=check_number(get("rope.freq_base", 10000.0), f"GGUF {arch}.rope.freq_base"))
     if scaling == "linear":
-        rope = RopeConfig(theta=rope.theta, rope_type="linear", factor=float(get("rope.scaling.factor")))
+        rope = RopeConfig(theta=rope.theta, rope_type="linear",
+                          factor=check_number(get("rope.scaling.factor"), f"GGUF {arch}.rope.scaling.factor"))
     elif scaling not in (None, "none"):
         raise UnsupportedModelError(f"GGUF {arch}.rope.scaling.type={scaling!r} is not supported; "
                                     "supported: none, linear (llama3 scaling comes as rope_freqs.weight)")
     if rope_freqs is not None:
         rope = RopeConfig(theta=rope.theta, rope_type=rope.rope_type, factor=rope.factor,
                           freq_factors=tuple(float(x) for x in rope_freqs))
-    layers = int(get("block_count"))
+    layers = count("block_count")
     eos = meta.get("tokenizer.ggml.eos_token_id")
     return DecoderConfig(
-        model_type=arch, vocab_size=int(vocab), hidden_size=hidden,
-        intermediate_size=int(get("feed_forward_length")), num_layers=layers, num_heads=heads,
-        num_kv_heads=int(meta.get(f"{arch}.attention.head_count_kv") or heads), head_dim=head_dim,
-        rms_norm_eps=float(get("attention.layer_norm_rms_epsilon")), rope=rope,
-        max_position_embeddings=int(get("context_length", 2048)),
+        model_type=arch, vocab_size=check_count(vocab, f"GGUF {arch}.vocab_size (or the token count)"),
+        hidden_size=hidden, intermediate_size=count("feed_forward_length"), num_layers=layers, num_heads=heads,
+        num_kv_heads=count("attention.head_count_kv", heads), head_dim=head_dim,
+        rms_norm_eps=check_number(get("attention.layer_norm_rms_epsilon"),
+                                  f"GGUF {arch}.attention.layer_norm_rms_epsilon", above_zero=False),
+        rope=rope, max_position_embeddings=count("context_length", 2048),
         tie_word_embeddings="output.weight" not in tensor_names,
         qkv_bias="blk.0.attn_q.bias" in tensor_names, o_bias="blk.0.attn_output.bias" in tensor_names,
         qk_norm="blk.0.attn_q_norm.weight" in tensor_names, sliding_windows=(None,) * layers,
@@ -113,7 +135,8 @@ def dequantize(tensor) -> np.ndarray:
     """One GGUF tensor as float32 in Hugging Face orientation (rows = output features)."""
     import gguf
     try:
-        out = gguf.dequantize(tensor.data, tensor.tensor_type)
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf scales are refused by name afterwards
+            out = gguf.dequantize(tensor.data, tensor.tensor_type)
     except NotImplementedError as e:
         raise UnsupportedModelError(f"GGUF tensor {tensor.name}: quantization {tensor.tensor_type.name} "
                                     f"is not supported by the installed gguf package: {e}") from None
@@ -127,8 +150,11 @@ def read_gguf(path: str):
     reader = gguf.GGUFReader(path)
     meta = read_fields(reader)
     tensors = {t.name: t for t in reader.tensors}
-    rope_freqs = dequantize(tensors["rope_freqs.weight"]) if "rope_freqs.weight" in tensors else None
-    cfg = config_from_gguf(meta, set(tensors), rope_freqs)
+    rope_freqs = None
+    if "rope_freqs.weight" in tensors:
+        rope_freqs = check_finite(dequantize(tensors["rope_freqs.weight"]), "rope_freqs.weight", path)
+    with naming(path):
+        cfg = config_from_gguf(meta, set(tensors), rope_freqs)
     by_hf, shapes = {}, {}
     for name, t in tensors.items():
         if name == "rope_freqs.weight":
@@ -138,7 +164,8 @@ def read_gguf(path: str):
         shapes[key] = tuple(int(d) for d in reversed(t.shape))
 
     def get(key: str) -> np.ndarray:
-        w = dequantize(by_hf[key])
+        tensor = by_hf[key]
+        w = check_finite(dequantize(tensor), f"{tensor.name} ({key})", path)
         if cfg.model_type == "llama":
             if key.endswith("self_attn.q_proj.weight") or key.endswith("self_attn.q_proj.bias"):
                 w = _unpermute(w, cfg.num_heads)

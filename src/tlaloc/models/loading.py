@@ -14,10 +14,10 @@ import numpy as np
 from .config import DecoderConfig, EncoderConfig, config_from_hf
 from .decoder import decoder_forward
 from .encoder import encode
-from .errors import CheckpointError
+from .errors import CheckpointError, naming
 from .safetensors_io import load_tensor, read_checkpoint_headers
 from .tokenizer import Tokenizer, tokenizer_from_folder, tokenizer_from_gguf_fields
-from .weights import build_weights, check_keys
+from .weights import build_weights, check_finite, check_keys
 
 _DTYPES = {"float32": np.float32, "f32": np.float32}  # eager reference path: float32 only
 
@@ -66,15 +66,21 @@ def _np_dtype(dtype: str):
 
 def load_hf(folder: str, dtype: str = "float32") -> Model:
     """Load a Hugging Face folder: config.json, (sharded) safetensors and tokenizer.json if present."""
-    with open(os.path.join(folder, "config.json")) as f:
-        cfg = config_from_hf(json.load(f))
+    config_path = os.path.join(folder, "config.json")
+    with open(config_path) as f, naming(config_path):
+        try:
+            raw = json.load(f)
+        except ValueError as e:
+            raise CheckpointError(f"not valid JSON ({e}); fix or re-download it") from None
+        cfg = config_from_hf(raw)
     entries = read_checkpoint_headers(folder)
     if isinstance(cfg, EncoderConfig) and any(k.startswith("bert.") for k in entries):
         entries = {(k[5:] if k.startswith("bert.") else k): e for k, e in entries.items()}
     ignored = (r"cls\..*",) if isinstance(cfg, EncoderConfig) else ()
     check_keys(cfg, {k: e.shape for k, e in entries.items()}, folder, ignored=ignored)
     target = _np_dtype(dtype)
-    weights = build_weights(cfg, lambda key: load_tensor(entries[key], target))
+    weights = build_weights(cfg, lambda key: check_finite(load_tensor(entries[key], target), key,
+                                                          entries[key].path))
     return Model(cfg, weights, tokenizer_from_folder(folder), folder)
 
 
@@ -85,7 +91,8 @@ def load_gguf(path: str, dtype: str = "float32") -> Model:
     check_keys(cfg, shapes, path)
     target = _np_dtype(dtype)
     weights = build_weights(cfg, lambda key: get(key).astype(target))
-    tokenizer = tokenizer_from_gguf_fields(meta) if "tokenizer.ggml.tokens" in meta else None
+    with naming(path):
+        tokenizer = tokenizer_from_gguf_fields(meta) if "tokenizer.ggml.tokens" in meta else None
     return Model(cfg, weights, tokenizer, path)
 
 

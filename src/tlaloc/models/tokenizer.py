@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from .errors import UnsupportedModelError
+from .errors import CheckpointError, UnsupportedModelError
 
 # How llama.cpp splits text before BPE, by ``tokenizer.ggml.pre`` (the regexes transformers uses too).
 _GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -127,6 +127,9 @@ def tokenizer_from_gguf_fields(fields: dict) -> Tokenizer:
         raise UnsupportedModelError(f"GGUF tokenizer.ggml.pre={pre!r} is not supported; supported: "
                                     f"{', '.join(sorted(_PRE_SPLITS))}")
     tokens = list(fields["tokenizer.ggml.tokens"])
+    if fields.get("tokenizer.ggml.merges") is None:
+        raise CheckpointError("GGUF metadata lacks tokenizer.ggml.merges: a byte-level BPE ('gpt2') tokenizer "
+                              "needs its merge list; re-convert the model with llama.cpp's converter")
     merges = [tuple(m.split(" ", 1)) for m in fields["tokenizer.ggml.merges"]]
     vocab = {t: i for i, t in enumerate(tokens)}
     backend = Backend(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))

@@ -116,6 +116,24 @@ def check_keys(cfg, found: Mapping[str, tuple[int, ...]], source: str, *, ignore
     raise CheckpointError("\n".join(lines))
 
 
+def check_finite(array: np.ndarray, name: str, source: str) -> np.ndarray:
+    """``array`` unchanged when every value is finite; CheckpointError naming the tensor otherwise.
+
+    One vectorised pass per float tensor (integer tensors pass as they are). A NaN or
+    infinite weight does not fail later: the model loads and every logit becomes NaN, so
+    the argmax is token 0 forever. It is refused here instead, with the count of bad values.
+    """
+    if array.dtype.kind != "f" and array.dtype.name != "bfloat16":
+        return array
+    finite = np.isfinite(array)
+    if finite.all():
+        return array
+    bad = array.size - int(np.count_nonzero(finite))
+    raise CheckpointError(f"{source}: tensor {name} holds {bad} non-finite value(s) (NaN or infinity) of "
+                          f"{array.size}; a checkpoint's weights must be finite: re-convert or re-download "
+                          "the checkpoint")
+
+
 def _t(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a.T)
 

@@ -286,6 +286,24 @@ def _encoder_programs(cfg, stored, batch, context, bar):
     return programs, texts
 
 
+def _check_tokenizer_fits(model, model_path: str) -> None:
+    """CheckpointError when the tokenizer can produce ids the model has no embedding row for.
+
+    A tokenizer smaller than the model is common (padded vocabularies); a larger one
+    would hand the artifact ids past the end of its embedding table.
+    """
+    from ...models import CheckpointError
+    if model.tokenizer is None:
+        return
+    ids = model.tokenizer.backend.get_vocab(with_added_tokens=True).values()
+    size = max(ids, default=-1) + 1
+    if size > model.config.vocab_size:
+        raise CheckpointError(f"export: the tokenizer of {model_path} has {size} token ids but the model's "
+                              f"vocabulary holds {model.config.vocab_size} (vocab_size, the embedding rows); "
+                              "ids past the end would have no embedding: use the tokenizer that came with "
+                              "the model")
+
+
 def _write(path: str, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data)
@@ -368,6 +386,7 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     batch, context = _ladder(batch, "batch"), _ladder(context, "context")
     model = load(model_path)
     cfg = model.config
+    _check_tokenizer_fits(model, model_path)
     _check_options(cfg, batch, context, block_size, dtype, weights, prefill_chunk)
     group = _check_group(weights, group)
     if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, (int, np.integer)) or top_logprobs < 0:
