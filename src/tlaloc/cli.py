@@ -155,6 +155,9 @@ def generate(artifact: str = typer.Argument(..., help="an artifact directory (tl
     engine = _load(artifact, cpu_kernels)
     if engine.kind != "decoder":
         _fail(f"{artifact} is an encoder artifact; use `tlaloc embed`")
+    if engine.tokenizer is None:
+        _fail(f"{artifact} has no tokenizer (its model had none), so it cannot encode --prompt text: re-export "
+              f"from a checkpoint with a tokenizer, or serve it and send token ids (`tlaloc serve`)")
     text = prompt
     if chat:
         try:

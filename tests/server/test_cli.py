@@ -48,6 +48,17 @@ def test_generate_chat_and_refusal(engines):
     assert result.exit_code == 2 and "exceeds" in result.output
 
 
+def test_generate_refuses_an_artifact_without_a_tokenizer(monkeypatch):
+    """Regression: an artifact exported from a GGUF without tokenizer fields crashed `tlaloc
+    generate` with "'NoneType' object has no attribute 'encode'"."""
+    engine = FakeEngine(kind="decoder")
+    engine.tokenizer = None
+    monkeypatch.setattr("tlaloc.serving.Engine", lambda artifact, **options: engine)
+    result = RUNNER.invoke(cli.app, ["generate", "art", "--prompt", "hi", "--max-new-tokens", "2"])
+    assert result.exit_code == 2 and "has no tokenizer" in result.output, result.output
+    assert not engine.submitted
+
+
 def test_generate_passes_no_cpu_kernels(monkeypatch):
     seen = []
 
