@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import ArgumentError
 
 _F32_MAX = float(np.finfo(np.float32).max)
+_F32_TINY = float(np.finfo(np.float32).tiny)     # the smallest normal float32, ~1.18e-38
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +141,11 @@ def check_sampling(temperature, top_k, top_p, vocab_size: int) -> tuple:
     """Validated ``(temperature, top_k, top_p)``, clamped to what the int32/float32 program inputs hold.
 
     top_k >= vocab_size keeps every token, so it is clamped to vocab_size (the same samples);
-    None means 0 for top_k (no truncation) and 1.0 for top_p.
+    None means 0 for top_k (no truncation) and 1.0 for top_p. A top_p below float32's smallest
+    normal number (``np.finfo(np.float32).tiny``, ~1.18e-38) is raised to it: in float32 it
+    would be 0 or subnormal (which XLA's CPU back end flushes to 0), and the programs of older
+    artifacts then keep no token at all. Any top_p that small keeps just the most likely token
+    (the smallest set whose probability reaches it), which is what it asks for.
     """
     try:
         temperature = float(temperature)
@@ -161,6 +166,7 @@ def check_sampling(temperature, top_k, top_p, vocab_size: int) -> tuple:
             raise arg_error("top_p", f"top_p must be a number in (0, 1] or None, got {top_p!r}") from None
         if not 0.0 < top_p <= 1.0:
             raise arg_error("top_p", f"top_p must be in (0, 1] or None, got {top_p!r}")
+        top_p = max(top_p, _F32_TINY)
     return temperature, min(int(top_k), int(vocab_size)), top_p
 
 
