@@ -6,6 +6,8 @@ the same request (stop strings and the EOS ids), and the scheduler's page arithm
 import numpy as np
 import pytest
 
+from tlaloc.serving.errors import CapacityError
+
 from .fixtures import PROMPTS
 
 
@@ -41,3 +43,28 @@ def test_the_sampling_program_keeps_the_best_token_for_a_zero_top_p():
     got = np.asarray(sample_tokens(logits, ones, np.zeros(4, np.int32), np.zeros(4, np.float32),
                                    np.array([0.0, 0.3, 0.7, 0.999], np.float32)))
     assert got.tolist() == np.argmax(logits, -1).tolist()
+
+
+# -- the token budget --------------------------------------------------------------------------------
+def test_max_sequence_tokens_is_what_the_usable_pages_hold(engine):
+    eng = engine("llama", num_pages=4)              # page 0 is scratch: 3 pages of 8 tokens, context 64
+    assert eng.max_sequence_tokens == 3 * 8 + 1
+    prompt = PROMPTS[1]
+    eng.submit(prompt, max_new_tokens=eng.max_sequence_tokens - len(prompt))
+    with pytest.raises(CapacityError, match="KV pages"):
+        eng.submit(prompt, max_new_tokens=eng.max_sequence_tokens - len(prompt) + 1)
+    while eng.has_work():
+        eng.step()
+
+
+def test_the_servers_default_budget_fits_a_small_page_pool(engine):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+    from tlaloc.serving.server import create_app
+    eng = engine("llama", num_pages=4)
+    with TestClient(create_app(eng)) as c:
+        r = c.post("/v1/completions", json={"prompt": PROMPTS[1], "max_tokens": None, "temperature": 0})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] <= 25 - len(PROMPTS[1])
+        r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "temperature": 0})
+        assert r.status_code == 200, r.text

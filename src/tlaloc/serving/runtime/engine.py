@@ -243,10 +243,11 @@ class Engine:
     @property
     def max_sequence_tokens(self) -> int:
         """The most tokens (prompt + new) one request can hold: the largest context, or fewer when
-        the KV pool has fewer pages (a request needs ``ceil((tokens - 1) / block_size)`` pages)."""
+        the KV pool has fewer pages: a request needs ``ceil((tokens - 1) / block_size)`` pages, and
+        ``num_pages - 1`` of them hold tokens (page 0 is the scratch page padding rows point at)."""
         if self.scheduler is None:
             return self.max_context
-        return min(self.max_context, self.num_pages * self.block_size + 1)
+        return min(self.max_context, self.scheduler.pages.total * self.block_size + 1)
 
     def has_work(self) -> bool:
         with self._lock:
