@@ -6,7 +6,7 @@ the same request (stop strings and the EOS ids), and the scheduler's page arithm
 import numpy as np
 import pytest
 
-from tlaloc.serving.errors import CapacityError
+from tlaloc.serving.errors import ArgumentError, CapacityError
 
 from .fixtures import PROMPTS
 
@@ -68,3 +68,51 @@ def test_the_servers_default_budget_fits_a_small_page_pool(engine):
         assert r.json()["usage"]["completion_tokens"] <= 25 - len(PROMPTS[1])
         r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "temperature": 0})
         assert r.status_code == 200, r.text
+
+
+# -- input checks refuse instead of coercing ---------------------------------------------------------
+@pytest.mark.parametrize("prompt", [[1.9, 2.7], ["12"], [True, 3], {7: 1, 9: 2}, {5, 6}, "12", 12,
+                                    np.array([1.0, 2.0])])
+def test_submit_refuses_prompts_that_are_not_integer_token_ids(engine, prompt):
+    eng = engine("llama")
+    with pytest.raises(ArgumentError, match="prompt_ids"):
+        eng.submit(prompt, max_new_tokens=2)
+    assert not eng.has_work()
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"stop_ids": "12"}, "stop_ids"), ({"stop_ids": [1.0]}, "stop_ids"), ({"stop_ids": [True]}, "stop_ids"),
+    ({"stop_ids": [-1]}, "stop_ids"), ({"temperature": "0.5"}, "temperature"), ({"temperature": True}, "temperature"),
+    ({"top_p": "0.5"}, "top_p"), ({"top_p": True}, "top_p"), ({"seed": 1.9}, "seed"), ({"seed": "abc"}, "seed"),
+])
+def test_submit_refuses_values_of_the_wrong_type_naming_them(engine, kwargs, name):
+    eng = engine("llama")
+    with pytest.raises(ArgumentError, match=name) as info:
+        eng.submit(PROMPTS[1], max_new_tokens=2, **kwargs)
+    assert info.value.param == name
+    assert not eng.has_work()
+
+
+def test_numpy_integers_are_accepted_for_ids_and_seeds(engine):
+    eng = engine("llama")
+    kwargs = dict(max_new_tokens=4, temperature=1.0, stop=[])
+    want = eng.generate([PROMPTS[1]], seed=3, **kwargs)[0]
+    assert eng.generate([np.array(PROMPTS[1], np.int64)], seed=np.int32(3), **kwargs)[0] == want
+    rid = eng.submit(np.array(PROMPTS[1], np.int32), max_new_tokens=2, seed=np.uint8(3),
+                     stop_ids=np.array([7], np.int64))
+    while eng.has_work():
+        eng.step()
+    assert rid
+    assert eng.decode(np.array(want.token_ids)) == want.text
+
+
+def test_decode_and_the_queue_bound_refuse_bad_values(engine, artifact):
+    from tlaloc.serving import Engine
+    eng = engine("llama")
+    for ids in ([-1], [256], [1.5], "ab"):
+        with pytest.raises(ArgumentError, match="ids") as info:
+            eng.decode(ids)
+        assert info.value.param == "ids"
+    for bad in (-1, 0, 1.5, True):
+        with pytest.raises(ArgumentError, match="max_waiting"):
+            Engine(artifact("llama"), fast_compile=True, max_waiting=bad)

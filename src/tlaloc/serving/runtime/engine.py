@@ -40,6 +40,7 @@ from ..errors import ArgumentError, ArtifactError, CapacityError, QueueFullError
 from .batch import MODES, Batch, clear_row, empty_inputs, fill_row, take_row
 from .executor import Executor, compiled_count
 from .loop import EngineLoop
+from . import requests as rq
 from .requests import Event
 from .scheduler import Scheduler
 
@@ -82,6 +83,9 @@ class Engine:
     def __init__(self, artifact_dir, *, platform: str = "cpu", prefill_chunk: int | None = None,
                  max_waiting: int = 1024, verify: bool = True, precompile: bool = False,
                  fast_compile: bool = False, cache_dir: str | None = None, cpu_kernels: bool = True):
+        if not rq.is_int(max_waiting) or max_waiting < 1:
+            raise rq.arg_error("max_waiting", f"max_waiting must be a positive integer (queued requests beyond "
+                                              f"which submit refuses), got {max_waiting!r}")
         self.fast_compile = bool(fast_compile)
         self.cache_dir = cache_dir if cache_dir is not None else os.environ.get("TLALOC_SERVING_CACHE") or None
         self.path = os.fspath(artifact_dir)
@@ -270,7 +274,9 @@ class Engine:
         return list(self.tokenizer.encode(text).ids)
 
     def decode(self, ids) -> str:
-        return "" if self.tokenizer is None else self.tokenizer.decode([int(i) for i in ids])
+        """The text of token ids (each an int in ``0..vocab_size-1``; ArgumentError, ``param`` ids, otherwise)."""
+        ids = rq.check_token_ids(ids, self.vocab_size, "ids", param="ids")
+        return "" if self.tokenizer is None else self.tokenizer.decode(ids)
 
     def apply_chat_template(self, messages, add_generation_prompt: bool = True, **kwargs) -> str:
         """Render ``messages`` ([{"role", "content"}, ...]) with the artifact's chat template."""
