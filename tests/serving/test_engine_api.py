@@ -70,6 +70,99 @@ def test_the_servers_default_budget_fits_a_small_page_pool(engine):
         assert r.status_code == 200, r.text
 
 
+# -- generate's arguments ----------------------------------------------------------------------------
+def test_generate_takes_a_single_string_as_one_prompt(engine):
+    eng = engine("llama")
+    one = eng.generate("Hi", max_new_tokens=4, stop=[])
+    assert len(one) == 1 and one == eng.generate(["Hi"], max_new_tokens=4, stop=[])
+    assert len(eng.generate(["H", "i"], max_new_tokens=4, stop=[])) == 2
+
+
+def _server_text(eng, prompt, stop, n=12):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+    from tlaloc.serving.server import create_app
+    with TestClient(create_app(eng)) as c:
+        r = c.post("/v1/completions", json={"prompt": prompt, "max_tokens": n, "temperature": 0, "stop": stop})
+        assert r.status_code == 200, r.text
+        choice = r.json()["choices"][0]
+        return choice["text"], choice["finish_reason"]
+
+
+def test_a_stop_string_is_one_stop_string_as_in_the_server(engine):
+    eng = engine("llama")
+    prompt = PROMPTS[2]
+    full = eng.generate([prompt], max_new_tokens=12, stop=[])[0].text
+    i = next(i for i in range(1, len(full) - 1) if full[i:i + 2].isprintable() and full[i:i + 2].isascii())
+    stop = full[i:i + 2]                                     # two characters the greedy text holds
+    [r] = eng.generate([prompt], max_new_tokens=12, stop=stop)
+    assert r.finish_reason == "stop" and r.text == full[:full.index(stop)]
+    assert (r.text, r.finish_reason) == _server_text(eng, prompt, stop)
+    assert eng.generate([prompt], max_new_tokens=12, stop=[stop])[0] == r
+    absent = full[i] + "\u2603"                             # its first character is said, the string never
+    [r] = eng.generate([prompt], max_new_tokens=12, stop=absent)
+    assert (r.text, r.finish_reason) == (full, "length") == _server_text(eng, prompt, absent)
+
+
+def test_empty_stop_strings_are_ignored_as_in_the_server(engine):
+    eng = engine("llama")
+    prompt = PROMPTS[1]
+    full = eng.generate([prompt], max_new_tokens=12, stop=[])[0]
+    [r] = eng.generate([prompt], max_new_tokens=12, stop=[""])
+    assert r == eng.generate([prompt], max_new_tokens=12)[0]
+    assert r.text == full.text and len(r.token_ids) == 12           # the tiny model says no EOS in 12 tokens
+    assert (r.text, r.finish_reason) == _server_text(eng, prompt, [""])
+
+
+def test_stop_strings_keep_the_eos_stop_as_in_the_server(engine):
+    eng = engine("llama")
+    prompt = PROMPTS[1]
+    full = eng.generate([prompt], max_new_tokens=12, stop=[])[0]
+    eos = full.token_ids[5]
+    eng.eos_token_ids = (eos,)                                      # this model's EOS: a token it says
+    [r] = eng.generate([prompt], max_new_tokens=12, stop=["never said"])
+    assert r.finish_reason == "stop" and r.token_ids == full.token_ids[:full.token_ids.index(eos) + 1]
+    assert r == eng.generate([prompt], max_new_tokens=12)[0]
+    assert (r.text, r.finish_reason) == _server_text(eng, prompt, ["never said"])
+    assert eng.generate([prompt], max_new_tokens=12, stop=[])[0] == full        # [] still never stops early
+
+
+@pytest.mark.parametrize("stop", [[13.0], [True], [None], ["a", 2.5], 13.0, {"a": 1}, [-1]])
+def test_stop_items_that_are_neither_strings_nor_token_ids_are_refused(engine, stop):
+    eng = engine("llama")
+    with pytest.raises(ArgumentError, match="stop") as info:
+        eng.generate([PROMPTS[1]], max_new_tokens=4, stop=stop)
+    assert info.value.param == "stop"
+    assert not eng.has_work()
+
+
+# -- generate and submitted requests -----------------------------------------------------------------
+def test_generate_refuses_while_submitted_requests_are_live_and_takes_none_of_their_events(engine):
+    eng = engine("llama")
+    want = eng.generate([PROMPTS[2]], max_new_tokens=6, stop=[])[0].token_ids
+    rid = eng.submit(PROMPTS[2], max_new_tokens=6)
+    first = eng.step()
+    with pytest.raises(ArgumentError, match=rf"submit\(\).*{rid}.*has_work"):
+        eng.generate([PROMPTS[1]], max_new_tokens=4)
+    got, reason = [], None
+    while eng.has_work() or first:
+        for ev in first or eng.step():
+            assert ev.request_id == rid
+            got.extend(ev.token_ids)
+            reason = ev.finish_reason or reason
+        first = []
+    assert reason == "length" and got == want
+    assert eng.generate([PROMPTS[2]], max_new_tokens=6, stop=[])[0].token_ids == want    # free again
+
+
+def test_generate_leaves_no_events_behind_after_a_stop_string(engine):
+    eng = engine("llama")
+    full = eng.generate([PROMPTS[1]], max_new_tokens=12, stop=[])[0].text
+    eng.generate([PROMPTS[1]], max_new_tokens=12, stop=full[3:5])            # cancels its request
+    assert not eng.has_work()
+    eng.generate([PROMPTS[1]], max_new_tokens=2)                            # not refused
+
+
 # -- input checks refuse instead of coercing ---------------------------------------------------------
 @pytest.mark.parametrize("prompt", [[1.9, 2.7], ["12"], [True, 3], {7: 1, 9: 2}, {5, 6}, "12", 12,
                                     np.array([1.0, 2.0])])
@@ -90,6 +183,17 @@ def test_submit_refuses_values_of_the_wrong_type_naming_them(engine, kwargs, nam
     with pytest.raises(ArgumentError, match=name) as info:
         eng.submit(PROMPTS[1], max_new_tokens=2, **kwargs)
     assert info.value.param == name
+    assert not eng.has_work()
+
+
+@pytest.mark.parametrize("kwargs,name", [({"seed": 1.9}, "seed"), ({"seed": "abc"}, "seed"),
+                                         ({"temperature": "0.5"}, "temperature")])
+def test_generate_refuses_values_of_the_wrong_type(engine, kwargs, name):
+    eng = engine("llama")
+    with pytest.raises(ArgumentError, match=name):
+        eng.generate([PROMPTS[1]], max_new_tokens=2, **kwargs)
+    with pytest.raises(ArgumentError, match="prompt_ids"):
+        eng.generate([[1.9, 2.7]], max_new_tokens=2)
     assert not eng.has_work()
 
 

@@ -126,6 +126,15 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self._pending)
 
+    def live_ids(self) -> list:
+        """The ids of waiting and running requests, then those of events not yet reported (cancellations)."""
+        return [r.id for r in itertools.chain(self.waiting, self.running)] + [e.request_id for e in self._pending]
+
+    def drop_pending(self, request_ids) -> None:
+        """Forget the not-yet-reported events of ``request_ids`` (their caller no longer reads them)."""
+        ids = set(request_ids)
+        self._pending = [e for e in self._pending if e.request_id not in ids]
+
     # -- one step ------------------------------------------------------------------------------
     def begin_step(self) -> list[Event]:
         """Start a step: returns the events reported since the last one (cancellations), and admits."""
