@@ -97,11 +97,13 @@ def test_a_stop_string_is_one_stop_string_as_in_the_server(engine):
     stop = full[i:i + 2]                                     # two characters the greedy text holds
     [r] = eng.generate([prompt], max_new_tokens=12, stop=stop)
     assert r.finish_reason == "stop" and r.text == full[:full.index(stop)]
-    assert (r.text, r.finish_reason) == _server_text(eng, prompt, stop)
     assert eng.generate([prompt], max_new_tokens=12, stop=[stop])[0] == r
     absent = full[i] + "\u2603"                             # its first character is said, the string never
-    [r] = eng.generate([prompt], max_new_tokens=12, stop=absent)
-    assert (r.text, r.finish_reason) == (full, "length") == _server_text(eng, prompt, absent)
+    [a] = eng.generate([prompt], max_new_tokens=12, stop=absent)
+    assert (a.text, a.finish_reason) == (full, "length")
+    # the server last: its engine thread may leave a request it was cancelling when it stopped
+    assert (r.text, r.finish_reason) == _server_text(eng, prompt, stop)
+    assert (a.text, a.finish_reason) == _server_text(eng, prompt, absent)
 
 
 def test_empty_stop_strings_are_ignored_as_in_the_server(engine):
@@ -123,8 +125,8 @@ def test_stop_strings_keep_the_eos_stop_as_in_the_server(engine):
     [r] = eng.generate([prompt], max_new_tokens=12, stop=["never said"])
     assert r.finish_reason == "stop" and r.token_ids == full.token_ids[:full.token_ids.index(eos) + 1]
     assert r == eng.generate([prompt], max_new_tokens=12)[0]
-    assert (r.text, r.finish_reason) == _server_text(eng, prompt, ["never said"])
     assert eng.generate([prompt], max_new_tokens=12, stop=[])[0] == full        # [] still never stops early
+    assert (r.text, r.finish_reason) == _server_text(eng, prompt, ["never said"])
 
 
 @pytest.mark.parametrize("stop", [[13.0], [True], [None], ["a", 2.5], 13.0, {"a": 1}, [-1]])
@@ -153,6 +155,17 @@ def test_generate_refuses_while_submitted_requests_are_live_and_takes_none_of_th
         first = []
     assert reason == "length" and got == want
     assert eng.generate([PROMPTS[2]], max_new_tokens=6, stop=[])[0].token_ids == want    # free again
+
+
+def test_generate_keeps_a_cancelled_requests_final_event_for_the_next_step(engine):
+    eng = engine("llama")
+    want = eng.generate([PROMPTS[1]], max_new_tokens=4, stop=[])[0]
+    rid = eng.submit(PROMPTS[2], max_new_tokens=6)
+    assert eng.cancel(rid)
+    assert eng.generate([PROMPTS[1]], max_new_tokens=4, stop=[])[0] == want     # not refused: nothing runs
+    events = eng.step()
+    assert [(e.request_id, e.finish_reason) for e in events] == [(rid, "cancelled")]
+    assert not eng.has_work()
 
 
 def test_generate_leaves_no_events_behind_after_a_stop_string(engine):

@@ -302,8 +302,9 @@ class Engine:
         of ints: ``(*seed, i)``), as the eager reference (``tlaloc.serving.export.reference``) does.
 
         Drives ``step()`` itself, so it refuses (ArgumentError) while requests made with
-        :meth:`submit` are live: it would take their events. Step those to the end (or
-        cancel them) first; do not call it while another loop steps the same engine.
+        :meth:`submit` are waiting or running: it would take their events. Step those to the end
+        (or cancel them) first; the final events of requests already ended (a cancellation's) are
+        kept for the next ``step()``. Do not call it while another loop steps the same engine.
         """
         self._decoder("generate")
         stop_ids, stop_texts = self._stop_args(stop)
@@ -324,10 +325,9 @@ class Engine:
         live = self.scheduler.live_ids()
         if live:
             raise ArgumentError(
-                f"generate: the engine holds {len(live)} request(s) made with submit() whose events are not yet "
-                f"taken ({', '.join(live[:8])}{', ...' if len(live) > 8 else ''}); generate drives step() itself and "
-                f"would take their events. Call step() until has_work() is False (or cancel() them, then step() "
-                f"once) before calling generate")
+                f"generate: the engine holds {len(live)} live request(s) made with submit() ({', '.join(live[:8])}"
+                f"{', ...' if len(live) > 8 else ''}); generate drives step() itself and would take their events. "
+                f"Call step() until has_work() is False (or cancel() them) before calling generate")
 
     def _stop_args(self, stop) -> tuple:
         """``generate``'s ``stop`` as (stop ids, non-empty stop strings); see :meth:`generate`."""
@@ -356,6 +356,7 @@ class Engine:
         failed: list = []                                       # prompt indices, in the order their errors came
         outs = [_Collected(k, failed) for k in range(len(ids))]
         loop, todo = EngineLoop(self), list(range(len(ids)))
+        others = self.scheduler.set_aside_events()             # other requests' final events: for step()'s caller
         try:
             while todo or loop.live:
                 while todo:                                      # submit what the queue takes
@@ -377,7 +378,7 @@ class Engine:
                     out.fresh = False
         finally:
             loop.cancel_all()                                    # after a refusal or a failure: free the rest
-            self.scheduler.drop_pending(out.request_id for out in outs)   # their cancellations: nobody reads them
+            self.scheduler.put_back_events(others, drop=[out.request_id for out in outs])  # not its own cancels
         results = []
         for out in outs:
             text = self.decode(out.tokens)

@@ -127,13 +127,18 @@ class Scheduler:
         return bool(self.waiting or self.running or self._pending)
 
     def live_ids(self) -> list:
-        """The ids of waiting and running requests, then those of events not yet reported (cancellations)."""
-        return [r.id for r in itertools.chain(self.waiting, self.running)] + [e.request_id for e in self._pending]
+        """The ids of the waiting and running requests."""
+        return [r.id for r in itertools.chain(self.waiting, self.running)]
 
-    def drop_pending(self, request_ids) -> None:
-        """Forget the not-yet-reported events of ``request_ids`` (their caller no longer reads them)."""
-        ids = set(request_ids)
-        self._pending = [e for e in self._pending if e.request_id not in ids]
+    def set_aside_events(self) -> list:
+        """Take the events not yet reported (cancellations) out, to be given back by :meth:`put_back_events`."""
+        events, self._pending = self._pending, []
+        return events
+
+    def put_back_events(self, events: list, drop=()) -> None:
+        """Report ``events`` first at the next step, and forget the unreported events of the ids in ``drop``."""
+        drop = set(drop)
+        self._pending = list(events) + [e for e in self._pending if e.request_id not in drop]
 
     # -- one step ------------------------------------------------------------------------------
     def begin_step(self) -> list[Event]:
