@@ -21,7 +21,8 @@ GOOD = b'{"prompt": "hi", "max_tokens": 2}'
 @pytest.fixture
 def server(live):
     return live(FakeEngine(), limits=LIMITS,
-                uvicorn_config={"http": protocol_with_header_timeout(LIMITS.header_timeout_s)})
+                uvicorn_config={"http": protocol_with_header_timeout(LIMITS.header_timeout_s,
+                                                                     LIMITS.max_header_bytes)})
 
 
 def _connect(server):
@@ -88,3 +89,25 @@ def test_a_dropped_body_logs_one_line_and_no_traceback(server, caplog):
     assert len(dropped) == 1, [r.getMessage() for r in caplog.records]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], \
         [r.getMessage() for r in caplog.records]
+
+
+def _padded(size: int) -> bytes:
+    """A request whose head (request line and headers, blank line included) is ``size`` bytes."""
+    short = _request(GOOD, extra=b"X-Pad: \r\n")
+    head = short.index(b"\r\n\r\n") + 4
+    return _request(GOOD, extra=b"X-Pad: " + b"a" * (size - head) + b"\r\n")
+
+
+@pytest.mark.parametrize("pieces", [1, 7])
+def test_a_request_head_over_max_header_bytes_gets_a_431_however_it_is_sent(server, pieces):
+    limit = LIMITS.max_header_bytes
+    for size, status in [(limit, b"HTTP/1.1 200"), (limit + 1, b"HTTP/1.1 431"), (10 * limit, b"HTTP/1.1 431")]:
+        request = _padded(size)
+        assert request.index(b"\r\n\r\n") + 4 == size
+        with _connect(server) as sock:
+            step = -(-len(request) // pieces)
+            for start in range(0, len(request), step):
+                sock.sendall(request[start:start + step])
+            answer = _read_all(sock)
+        assert answer.startswith(status), (size, answer[:80])
+

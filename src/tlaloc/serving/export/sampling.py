@@ -59,6 +59,8 @@ def _draw(logits, temperature, top_k, top_p, uniforms, greedy):
     probs = e / tnp.sum(e, axis=-1, keepdims=True)                                # (B, V)
     before = prefix_sum(probs) - probs                                            # (B, V) mass ahead
     in_p = tnp.logical_or(tnp.less(before, top_p[:, None]), (top_p >= 1.0)[:, None])
+    in_p = tnp.logical_or(in_p, tnp.less(rank, np.float32(1.0)))                 # the best token, always:
+    # a top_p that is 0 in float32 (or subnormal, flushed to 0 on XLA CPU) would keep no token
     kept = tnp.logical_and(in_k, in_p)                                            # (B, V)
     p = tnp.where(kept, probs, np.float32(0.0))
     p = p / tnp.sum(p, axis=-1, keepdims=True)                                    # (B, V)

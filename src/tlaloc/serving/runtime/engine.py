@@ -40,6 +40,7 @@ from ..errors import ArgumentError, ArtifactError, CapacityError, QueueFullError
 from .batch import MODES, Batch, clear_row, empty_inputs, fill_row, take_row
 from .executor import Executor, compiled_count
 from .loop import EngineLoop
+from . import requests as rq
 from .requests import Event
 from .scheduler import Scheduler
 
@@ -82,6 +83,9 @@ class Engine:
     def __init__(self, artifact_dir, *, platform: str = "cpu", prefill_chunk: int | None = None,
                  max_waiting: int = 1024, verify: bool = True, precompile: bool = False,
                  fast_compile: bool = False, cache_dir: str | None = None, cpu_kernels: bool = True):
+        if not rq.is_int(max_waiting) or max_waiting < 1:
+            raise rq.arg_error("max_waiting", f"max_waiting must be a positive integer (queued requests beyond "
+                                              f"which submit refuses), got {max_waiting!r}")
         self.fast_compile = bool(fast_compile)
         self.cache_dir = cache_dir if cache_dir is not None else os.environ.get("TLALOC_SERVING_CACHE") or None
         self.path = os.fspath(artifact_dir)
@@ -243,10 +247,11 @@ class Engine:
     @property
     def max_sequence_tokens(self) -> int:
         """The most tokens (prompt + new) one request can hold: the largest context, or fewer when
-        the KV pool has fewer pages (a request needs ``ceil((tokens - 1) / block_size)`` pages)."""
+        the KV pool has fewer pages: a request needs ``ceil((tokens - 1) / block_size)`` pages, and
+        ``num_pages - 1`` of them hold tokens (page 0 is the scratch page padding rows point at)."""
         if self.scheduler is None:
             return self.max_context
-        return min(self.max_context, self.num_pages * self.block_size + 1)
+        return min(self.max_context, self.scheduler.pages.total * self.block_size + 1)
 
     def has_work(self) -> bool:
         with self._lock:
@@ -269,7 +274,9 @@ class Engine:
         return list(self.tokenizer.encode(text).ids)
 
     def decode(self, ids) -> str:
-        return "" if self.tokenizer is None else self.tokenizer.decode([int(i) for i in ids])
+        """The text of token ids (each an int in ``0..vocab_size-1``; ArgumentError, ``param`` ids, otherwise)."""
+        ids = rq.check_token_ids(ids, self.vocab_size, "ids", param="ids")
+        return "" if self.tokenizer is None else self.tokenizer.decode(ids)
 
     def apply_chat_template(self, messages, add_generation_prompt: bool = True, **kwargs) -> str:
         """Render ``messages`` ([{"role", "content"}, ...]) with the artifact's chat template."""
@@ -279,31 +286,84 @@ class Engine:
         return render_chat(self.chat_template, messages, add_generation_prompt, **{**self._special, **kwargs})
 
     def generate(self, prompts, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int | None = None, stop=None) -> list[GenerationResult]:
-        """Generate for each prompt (a string or a list of token ids), batched by the scheduler.
+                 top_p: float | None = None, seed=None, stop=None) -> list[GenerationResult]:
+        """Generate for each prompt, batched by the scheduler; one result per prompt, in order.
 
-        ``stop`` holds token ids and strings; None means the model's EOS ids, ``[]`` never
-        stops early. A stop id is kept in ``token_ids``; a stop string ends the text before
-        it. Prompt ``i`` samples with the generator seeded ``(seed, i)`` (``seed`` None: 0),
-        as the eager reference (``tlaloc.serving.export.reference``) does. Drives ``step()`` itself:
-        do not call it while another loop steps the same engine.
+        ``prompts``: a list of prompts, each a string or a list of token ids; a single string is
+        one prompt (as vLLM's ``LLM.generate``), so ``generate("Hi")`` is ``generate(["Hi"])``.
+
+        ``stop``: a string, or a list of strings and token ids. A stop string ends the text before
+        it (OpenAI's ``stop``; a str is one stop string, empty strings are ignored as the server
+        ignores them). A stop id ends generation and is kept in ``token_ids``. Token ids in
+        ``stop`` replace the model's EOS ids; otherwise (None, a str, a list of only strings) the
+        EOS ids stop as well, as they do in the server; ``stop=[]`` never stops early.
+
+        Prompt ``i`` samples with the generator seeded ``(seed, i)`` (``seed`` None: 0; a tuple
+        of ints: ``(*seed, i)``), as the eager reference (``tlaloc.serving.export.reference``) does.
+
+        Drives ``step()`` itself, so it refuses (ArgumentError) while requests made with
+        :meth:`submit` are waiting or running: it would take their events. Step those to the end
+        (or cancel them) first; the final events of requests already ended (a cancellation's) are
+        kept for the next ``step()``. Do not call it while another loop steps the same engine.
         """
         self._decoder("generate")
-        stop = list(self.eos_token_ids) if stop is None else list(stop)
-        stop_ids = [s for s in stop if isinstance(s, (int, np.integer)) and not isinstance(s, bool)]
-        stop_texts = [s for s in stop if isinstance(s, str)]
-        ids = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+        stop_ids, stop_texts = self._stop_args(stop)
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        elif not isinstance(prompts, (list, tuple)):
+            raise rq.arg_error("prompts", f"generate: prompts must be a string or a list of prompts (each a "
+                                          f"string or a list of token ids), got a {type(prompts).__name__}")
+        ids = [self.encode(p) if isinstance(p, str) else rq.check_prompt(p, self.vocab_size) for p in prompts]
+        parts = rq.check_seed(seed)
+        base = [0] if parts is None else (parts if isinstance(seed, (tuple, list)) else parts[:1])
+        with self._lock:
+            self._refuse_if_busy()
+            return self._generate(ids, stop_ids, stop_texts, base, dict(
+                max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p))
+
+    def _refuse_if_busy(self) -> None:
+        live = self.scheduler.live_ids()
+        if live:
+            raise ArgumentError(
+                f"generate: the engine holds {len(live)} live request(s) made with submit() ({', '.join(live[:8])}"
+                f"{', ...' if len(live) > 8 else ''}); generate drives step() itself and would take their events. "
+                f"Call step() until has_work() is False (or cancel() them) before calling generate")
+
+    def _stop_args(self, stop) -> tuple:
+        """``generate``'s ``stop`` as (stop ids, non-empty stop strings); see :meth:`generate`."""
+        if stop is None:
+            return list(self.eos_token_ids), []
+        if isinstance(stop, str):
+            stop = [stop]
+        elif not isinstance(stop, (list, tuple)):
+            raise rq.arg_error("stop", f"stop must be None, a string, or a list of strings and token ids, got a "
+                                       f"{type(stop).__name__}: {stop!r:.80}")
+        ids, texts = [], []
+        for index, s in enumerate(stop):
+            if isinstance(s, str):
+                if s:
+                    texts.append(s)
+            elif rq.is_int(s) and s >= 0:
+                ids.append(int(s))
+            else:
+                raise rq.arg_error("stop", f"stop[{index}] is {s!r} ({type(s).__name__}); stop holds strings and "
+                                           f"non-negative integer token ids only")
+        if not ids and len(stop):                       # only strings: the EOS ids still stop, as in the server
+            ids = list(self.eos_token_ids)
+        return ids, texts
+
+    def _generate(self, ids, stop_ids, stop_texts, seed, params) -> list[GenerationResult]:
         failed: list = []                                       # prompt indices, in the order their errors came
         outs = [_Collected(k, failed) for k in range(len(ids))]
         loop, todo = EngineLoop(self), list(range(len(ids)))
+        others = self.scheduler.set_aside_events()             # other requests' final events: for step()'s caller
         try:
             while todo or loop.live:
                 while todo:                                      # submit what the queue takes
                     k = todo[0]
                     try:
-                        outs[k].request_id = loop.submit(
-                            ids[k], outs[k], max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                            top_p=top_p, seed=(0 if seed is None else int(seed), k), stop_ids=stop_ids)
+                        outs[k].request_id = loop.submit(ids[k], outs[k], seed=(*seed, k), stop_ids=stop_ids,
+                                                         **params)
                     except QueueFullError:
                         break
                     todo.pop(0)
@@ -318,6 +378,7 @@ class Engine:
                     out.fresh = False
         finally:
             loop.cancel_all()                                    # after a refusal or a failure: free the rest
+            self.scheduler.put_back_events(others, drop=[out.request_id for out in outs])  # not its own cancels
         results = []
         for out in outs:
             text = self.decode(out.tokens)

@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import ArgumentError
 
 _F32_MAX = float(np.finfo(np.float32).max)
+_F32_TINY = float(np.finfo(np.float32).tiny)     # the smallest normal float32, ~1.18e-38
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,25 +96,61 @@ def arg_error(param: str, message: str) -> ArgumentError:
     return error
 
 
+def is_int(value) -> bool:
+    """True for a Python or NumPy integer (bools excluded: True is not a token id or a seed)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_number(value) -> bool:
+    """True for a Python or NumPy int or float (bools and strings excluded)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_token_ids(ids, vocab_size: int | None, name: str, param: str | None = None) -> list:
+    """``ids`` (a list, tuple, range or 1-D array of integers) as a list of ints, each in
+    ``0..vocab_size-1`` (``vocab_size`` None: any non-negative id).
+
+    Nothing is coerced: a float (1.9), a string ("12") or a bool is refused, as is a mapping or a
+    set (no order), naming ``name`` (and with ``param`` set on the error); NumPy integers are accepted."""
+    def refuse(message):
+        return arg_error(param, message) if param else ArgumentError(message)
+    if isinstance(ids, (str, bytes)):
+        raise refuse(f"{name} must be a list of integer token ids, not the string {ids!r:.80}; tokenize text "
+                     f"first (engine.encode)")
+    if isinstance(ids, np.ndarray) and ids.ndim != 1:
+        raise refuse(f"{name} must be a 1-D list of token ids, got an array of shape {ids.shape}")
+    if not isinstance(ids, (list, tuple, range, np.ndarray)):
+        raise refuse(f"{name} must be a list of integer token ids, got a {type(ids).__name__}: {ids!r:.80}")
+    bad = [t for t in ids if not is_int(t)]
+    if bad:
+        raise refuse(f"{name} must hold integer token ids only, got {bad[0]!r} ({type(bad[0]).__name__}); "
+                     f"convert the ids to int first")
+    out = [int(t) for t in ids]
+    bad = [t for t in out if t < 0 or (vocab_size is not None and t >= vocab_size)]
+    if bad:
+        span = f"0..{vocab_size - 1}" if vocab_size is not None else "0 and up"
+        raise refuse(f"{name}: token id {bad[0]} is out of range: this model's vocabulary has ids {span}")
+    return out
+
+
 def check_prompt(prompt_ids, vocab_size: int) -> list:
     """``prompt_ids`` as a non-empty list of ints in ``0..vocab_size-1``; ArgumentError otherwise."""
-    if isinstance(prompt_ids, (str, bytes)):
-        raise ArgumentError("prompt_ids must be a list of token ids; tokenize text first (engine.tokenizer)")
-    try:
-        prompt = [int(t) for t in prompt_ids]
-    except (TypeError, ValueError):
-        raise ArgumentError(f"prompt_ids must be a list of integers, got {prompt_ids!r:.80}") from None
+    prompt = check_token_ids(prompt_ids, vocab_size, "prompt_ids")
     if not prompt:
         raise ArgumentError("the prompt is empty; give at least one token id")
-    bad = [t for t in prompt if not 0 <= t < vocab_size]
-    if bad:
-        raise ArgumentError(f"token id {bad[0]} is out of range: this model's vocabulary has ids 0.."
-                            f"{vocab_size - 1}")
     return prompt
 
 
+def check_stop_ids(stop_ids) -> frozenset:
+    """``stop_ids`` (token ids that end a request: non-negative ints; one outside the vocabulary
+    never matches) as a frozenset; ArgumentError (``param`` stop_ids) otherwise."""
+    if isinstance(stop_ids, (set, frozenset)):
+        stop_ids = list(stop_ids)
+    return frozenset(check_token_ids(stop_ids, None, "stop_ids", param="stop_ids"))
+
+
 def check_max_new_tokens(max_new_tokens) -> int:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+    if not is_int(max_new_tokens) or max_new_tokens < 1:
         raise arg_error("max_new_tokens", f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     return int(max_new_tokens)
 
@@ -122,7 +159,7 @@ def check_logprobs(logprobs, max_logprobs: int):
     """None, or the number of top entries per token (0..``max_logprobs``); ArgumentError otherwise."""
     if logprobs is None:
         return None
-    if isinstance(logprobs, bool) or not isinstance(logprobs, (int, np.integer)) or logprobs < 0:
+    if not is_int(logprobs) or logprobs < 0:
         raise arg_error("logprobs", f"logprobs must be None or a non-negative integer (top entries per "
                                     f"token), got {logprobs!r}")
     if not max_logprobs:
@@ -140,27 +177,32 @@ def check_sampling(temperature, top_k, top_p, vocab_size: int) -> tuple:
     """Validated ``(temperature, top_k, top_p)``, clamped to what the int32/float32 program inputs hold.
 
     top_k >= vocab_size keeps every token, so it is clamped to vocab_size (the same samples);
-    None means 0 for top_k (no truncation) and 1.0 for top_p.
+    None means 0 for top_k (no truncation) and 1.0 for top_p. A top_p below float32's smallest
+    normal number (``np.finfo(np.float32).tiny``, ~1.18e-38) is raised to it: in float32 it
+    would be 0 or subnormal (which XLA's CPU back end flushes to 0), and the programs of older
+    artifacts then keep no token at all. Any top_p that small keeps just the most likely token
+    (the smallest set whose probability reaches it), which is what it asks for.
     """
-    try:
-        temperature = float(temperature)
-    except (TypeError, ValueError):
-        raise arg_error("temperature", f"temperature must be a number >= 0, got {temperature!r}") from None
+    if not is_number(temperature):
+        raise arg_error("temperature", f"temperature must be a number >= 0 (0: greedy), got {temperature!r} "
+                                       f"({type(temperature).__name__})")
+    temperature = float(temperature)
     if not 0 <= temperature <= _F32_MAX:
         raise arg_error("temperature", f"temperature must be a finite number >= 0 (a float32), got {temperature!r}")
     if top_k is None:
         top_k = 0
-    elif isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0:
+    elif not is_int(top_k) or top_k < 0:
         raise arg_error("top_k", f"top_k must be a positive integer or None, got {top_k!r}")
     if top_p is None:
         top_p = 1.0
     else:
-        try:
-            top_p = float(top_p)
-        except (TypeError, ValueError):
-            raise arg_error("top_p", f"top_p must be a number in (0, 1] or None, got {top_p!r}") from None
+        if not is_number(top_p):
+            raise arg_error("top_p", f"top_p must be a number in (0, 1] or None, got {top_p!r} "
+                                     f"({type(top_p).__name__})")
+        top_p = float(top_p)
         if not 0.0 < top_p <= 1.0:
             raise arg_error("top_p", f"top_p must be in (0, 1] or None, got {top_p!r}")
+        top_p = max(top_p, _F32_TINY)
     return temperature, min(int(top_k), int(vocab_size)), top_p
 
 
@@ -169,10 +211,11 @@ def check_seed(seed):
     if seed is None:
         return None
     parts = list(seed) if isinstance(seed, (tuple, list)) else [seed, 0]
-    if not parts or any(isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 0 for p in parts):
+    if not parts or any(not is_int(p) or p < 0 for p in parts):
         raise arg_error("seed", f"seed must be a non-negative integer (or a tuple of them), got {seed!r}")
     return [int(p) for p in parts]
 
 
 __all__ = ["Event", "Request", "TokenLogprobs", "arg_error", "check_logprobs", "check_max_new_tokens",
-           "check_prompt", "check_sampling", "check_seed", "pages_for"]
+           "check_prompt", "check_sampling", "check_seed", "check_stop_ids", "check_token_ids", "is_int", "is_number",
+           "pages_for"]

@@ -85,6 +85,7 @@ class Scheduler:
         max_new_tokens = rq.check_max_new_tokens(max_new_tokens)
         temperature, top_k, top_p = rq.check_sampling(temperature, top_k, top_p, self.vocab_size)
         seed = rq.check_seed(seed)
+        stops = rq.check_stop_ids(stop_ids)
         total = len(prompt) + max_new_tokens
         if total > self.max_context:
             raise CapacityError(f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) = {total} is over "
@@ -101,7 +102,6 @@ class Scheduler:
         if any(r.id == rid for r in itertools.chain(self.waiting, self.running)):
             raise ArgumentError(f"request_id {rid!r} is already in use by a live request; choose another")
         rng = np.random.default_rng(seed)
-        stops = frozenset(int(s) for s in stop_ids)
         self.waiting.append(Request(rid, prompt, max_new_tokens, temperature, top_k, top_p, rng, stops,
                                     page_hashes(prompt, self.block_size), logprobs=logprobs))
         return rid
@@ -125,6 +125,20 @@ class Scheduler:
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self._pending)
+
+    def live_ids(self) -> list:
+        """The ids of the waiting and running requests."""
+        return [r.id for r in itertools.chain(self.waiting, self.running)]
+
+    def set_aside_events(self) -> list:
+        """Take the events not yet reported (cancellations) out, to be given back by :meth:`put_back_events`."""
+        events, self._pending = self._pending, []
+        return events
+
+    def put_back_events(self, events: list, drop=()) -> None:
+        """Report ``events`` first at the next step, and forget the unreported events of the ids in ``drop``."""
+        drop = set(drop)
+        self._pending = list(events) + [e for e in self._pending if e.request_id not in drop]
 
     # -- one step ------------------------------------------------------------------------------
     def begin_step(self) -> list[Event]:

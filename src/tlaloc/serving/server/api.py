@@ -89,7 +89,8 @@ class Api:
         def logprobs(choice, entries):
             if body.logprobs is None:
                 return None
-            out, choice.text_offset = completion_logprobs(entries, self.token_text, choice.text_offset)
+            out, choice.text_offset, choice.text_pending = completion_logprobs(
+                entries, self.token_text, choice.text_offset, choice.text_pending)
             return out
 
         def chunk(choice, text, reason, entries=()):

@@ -165,5 +165,5 @@ def run_server(engine, *, host: str = "127.0.0.1", port: int = 8000, api_key: st
         print(f"tlaloc serve: warning: listening on {host} without --api-key; anyone who can reach "
               f"this address can use the model", file=sys.stderr)
     uvicorn.run(create_app(engine, api_key=api_key, limits=limits), host=host, port=port, log_level=log_level,
-                timeout_graceful_shutdown=5, http=protocol_with_header_timeout(limits.header_timeout_s),
+                timeout_graceful_shutdown=5, http=protocol_with_header_timeout(limits.header_timeout_s, limits.max_header_bytes),
                 timeout_keep_alive=limits.keep_alive_s, h11_max_incomplete_event_size=limits.max_header_bytes)

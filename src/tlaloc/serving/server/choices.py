@@ -45,6 +45,7 @@ class Choice:
     logprobs: list = dataclasses.field(default_factory=list)   # TokenLogprobs of every token, when asked
     logprobs_taken: int = 0                                     # how many a stream has sent
     text_offset: int = 0                                        # where the next token's text starts
+    text_pending: bytes = b""                                   # the bytes of a character not yet finished
 
     @property
     def done(self) -> bool:

@@ -18,7 +18,7 @@ field (flag)               default      refused with
 ``header_timeout_s``       10 s         the connection is closed (headers incomplete)
 ``body_timeout_s``         30 s         408 ``request_timeout`` (a body stalled this long)
 ``keep_alive_s``           5 s          an idle keep-alive connection is closed
-``max_header_bytes``       16 KiB       431/400 from h11 (a header block this large)
+``max_header_bytes``       16 KiB       431 and the connection closed (a request head over this)
 =========================  ===========  ===================================================
 """
 from __future__ import annotations

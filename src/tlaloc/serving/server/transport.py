@@ -6,13 +6,17 @@
   else while reading), and a 408 for a body that stalls ``body_timeout_s``.
 - :func:`protocol_with_header_timeout`: uvicorn's h11 protocol, closing a connection whose
   request headers are not complete ``header_timeout_s`` after its first byte (uvicorn
-  itself only times out idle keep-alive connections, so half-open requests piled up).
+  itself only times out idle keep-alive connections, so half-open requests piled up), and
+  answering 431 to a request head (request line and headers) over ``max_header_bytes``
+  however it arrives (h11's ``max_incomplete_event_size`` only bounds a head that is still
+  incomplete, so one sent in a single write passed at any size).
 """
 from __future__ import annotations
 
 import asyncio
 import hmac
 import logging
+import re
 
 from fastapi.responses import JSONResponse
 
@@ -22,6 +26,7 @@ from .openai_schema import OpenAIError
 
 log = logging.getLogger("tlaloc.serving")
 _DRAIN_FACTOR = 16                 # a refused body is read and dropped up to 16 x max_request_bytes
+_HEAD_END = re.compile(rb"\n\r?\n")   # the blank line that ends a request head (h11 accepts a bare \n)
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/models", "/health",
              "/metrics")
 
@@ -122,24 +127,62 @@ class Gate:
         return False
 
 
-def protocol_with_header_timeout(header_timeout_s: float):
-    """uvicorn's ``H11Protocol`` that closes a connection whose request headers stall."""
+def protocol_with_header_timeout(header_timeout_s: float, max_header_bytes: int | None = None):
+    """uvicorn's ``H11Protocol`` that closes a connection whose request headers stall and, with
+    ``max_header_bytes``, answers 431 (and closes) to a request head larger than that."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class HeaderTimeoutH11Protocol(H11Protocol):
         _header_timer = None
+        _head = b""                      # the bytes of the request head received so far
+        _refused = None                  # after a 431: how many more bytes are read and dropped
 
         def connection_made(self, transport):
             super().connection_made(transport)
             self._arm()
 
         def data_received(self, data: bytes) -> None:
+            if self._refused is not None:                # after a 431: drop what is still coming, then close
+                self._refused -= len(data)
+                if self._refused < 0:
+                    self.transport.close()
+                return
+            if max_header_bytes is not None and self._reading_headers() and self._head_too_large(data):
+                return
             super().data_received(data)
             if self._reading_headers():
                 if self._header_timer is None:
                     self._arm()
             else:
                 self._disarm()
+
+        def _head_too_large(self, data: bytes) -> bool:
+            """Count ``data`` into the head being read; True (answered 431, closing) when it is over the limit.
+
+            After the 431 the write side is shut (the client reads the answer, then EOF) and what the
+            client still sends is dropped, up to 16 x the limit, for ``header_timeout_s`` at most:
+            closing at once, with unread bytes, would reset the connection and lose the answer."""
+            if self.transport.is_closing():
+                return True
+            head = self._head + data
+            end = _HEAD_END.search(head)
+            size = end.end() if end else len(head)
+            if size <= max_header_bytes:
+                self._head = b"" if end else head
+                return False
+            self._head = b""
+            log.info("refused a request from %s: its head is over %d bytes", self.client, max_header_bytes)
+            message = (f"the request line and headers are over {max_header_bytes} bytes; send smaller "
+                       f"headers").encode()
+            self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; "
+                                 b"charset=utf-8\r\nconnection: close\r\ncontent-length: %d\r\n\r\n"
+                                 % len(message) + message)
+            self._disarm()
+            self._refused = _DRAIN_FACTOR * max_header_bytes
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self._header_timer = self.loop.call_later(header_timeout_s, self.transport.close)
+            return True
 
         def connection_lost(self, exc):
             self._disarm()
