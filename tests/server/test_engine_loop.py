@@ -106,24 +106,33 @@ def test_a_sink_that_says_cancelled_is_cancelled_in_the_engine():
     assert engine.cancelled == [rid] and stayer.tokens == engine.expected_ids([106], 6, stop_ids=())
 
 
-def test_the_engine_thread_answers_a_dropped_request_instead_of_hanging():
-    engine = FakeEngine(step_latency_s=0.001)
+def _with_running_request(engine, max_new_tokens, then):
+    """Start an EngineRunner on ``engine``, submit request "r" and wait for its first event, then
+    ``await then(rid, first, events)``; the runner is stopped afterwards. Returns what ``then`` returns."""
     runner = EngineRunner(engine)
 
     async def run():
         runner.start()
         try:
             events = asyncio.Queue()
-            rid = await runner.submit([104], events, request_id="r", max_new_tokens=50)
+            rid = await runner.submit([104], events, request_id="r", max_new_tokens=max_new_tokens)
             first = await asyncio.wait_for(events.get(), 30)
-            engine._running.pop(rid, None)                  # the engine loses it between two steps
-            while True:
-                event = await asyncio.wait_for(events.get(), 30)
-                if event.finished:
-                    return first, event
+            return await then(rid, first, events)
         finally:
             runner.stop()
-    first, last = asyncio.run(run())
+    return asyncio.run(run())
+
+
+def test_the_engine_thread_answers_a_dropped_request_instead_of_hanging():
+    engine = FakeEngine(step_latency_s=0.001)
+
+    async def drop(rid, first, events):
+        engine._running.pop(rid, None)                      # the engine loses it between two steps
+        while True:
+            event = await asyncio.wait_for(events.get(), 30)
+            if event.finished:
+                return first, event
+    first, last = _with_running_request(engine, 50, drop)
     assert first.token_ids and last.error == "the engine dropped the request"
 
 
@@ -143,3 +152,21 @@ def test_decoupled_triton_model_frees_the_requests_of_a_failed_step(tmp_path, mo
         assert len(failing.cancelled) == 2 and not failing.has_work()         # nothing left running
     finally:
         model.finalize()
+
+
+def test_stopping_the_engine_thread_ends_its_live_requests_in_the_engine_too(monkeypatch):
+    """Regression: on stop the runner ended its live requests for their clients only; the engine
+    kept running them, holding their KV pages, and a later ``Engine.generate`` on it refused.
+    The negative control runs the old stop (clients only) and sees the request left running."""
+    async def nothing(rid, first, events):
+        return None
+
+    def stopped_while_running():
+        engine = FakeEngine(step_latency_s=0.01)
+        _with_running_request(engine, 200, nothing)         # stopped with ~2 s of steps left
+        return engine
+    engine = stopped_while_running()
+    assert not engine.has_work() and engine.stats()["kv_pages_used"] == 0
+    old = EngineRunner._shutdown
+    monkeypatch.setattr(EngineRunner, "_shutdown", lambda self, message, in_engine=False: old(self, message))
+    assert stopped_while_running().has_work()

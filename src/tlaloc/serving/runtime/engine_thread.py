@@ -155,7 +155,7 @@ class EngineRunner:
                 embeds = [c for c in commands if c is not _STOP and c[0] == "embed"]
                 for command in commands:
                     if command is _STOP:
-                        self._shutdown(self._stop_message)
+                        self._shutdown(self._stop_message, in_engine=True)
                         return
                     if command[0] == "submit":
                         self._submit(*command[1:])
@@ -240,9 +240,11 @@ class EngineRunner:
             future.set_result(vectors[start:start + len(batch)])
             start += len(batch)
 
-    def _shutdown(self, message: str) -> None:
-        """Fail every live request and answer every queued command with ``message``."""
-        self.loop.fail_all(message, in_engine=False)
+    def _shutdown(self, message: str, in_engine: bool = False) -> None:
+        """Fail every live request and answer every queued command with ``message``. On a stop
+        (``in_engine``) the requests end in the engine too, so their KV pages are free for the
+        engine's next user; after the engine thread died the engine is not called again."""
+        self.loop.fail_all(message, in_engine=in_engine)
         while True:
             try:
                 command = self._commands.get_nowait()
