@@ -135,6 +135,8 @@ def export(model: str = typer.Argument(..., help="a Hugging Face folder or a .gg
     typer.echo(f"wrote {summary.path}: {summary.kind}, {summary.num_programs} programs, "
                f"{summary.weight_bytes / 2**20:.1f} MiB of weights, {summary.total_bytes / 2**20:.1f} MiB "
                f"in all, {summary.seconds:.1f} s")
+    for note in summary.notes:
+        typer.echo(f"note: {note}", err=True)
 
 
 @app.command()

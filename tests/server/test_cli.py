@@ -129,12 +129,14 @@ def test_export_passes_the_issue_flags(monkeypatch, tmp_path):
 
     class Summary:
         path, kind, num_programs, weight_bytes, total_bytes, seconds = "out", "decoder", 4, 2**20, 2**21, 1.0
+        notes = ("out has no tokenizer",)
 
     monkeypatch.setattr(export, "export", lambda model, out, **kw: calls.append((model, out, kw)) or Summary())
     result = RUNNER.invoke(cli.app, ["export", "model.gguf", "out", "--batch", "1,2", "--context", "64",
                                      "--block-size", "32", "--dtype", "bf16", "--weights", "int8", "--score",
                                      "--top-logprobs", "5", "--no-cpu-kernels"])
     assert result.exit_code == 0, result.output
+    assert "note: out has no tokenizer" in result.output
     assert calls == [("model.gguf", "out", {"batch": "1,2", "context": "64", "block_size": 32, "dtype": "bf16",
                                             "weights": "int8", "group": None, "prefill_chunk": None,
                                             "prefill_tokens": None, "name": None, "overwrite": False,

@@ -39,3 +39,18 @@ def test_tokenizer_no_larger_than_the_vocabulary_passes(tmp_path):
     _check_tokenizer_fits(tm.load(folder), folder)
     path = write_gguf(tmp_path / "m.gguf")
     _check_tokenizer_fits(tm.load(path), path)
+
+
+def test_an_export_without_a_tokenizer_says_so(tmp_path):
+    """Regression: a GGUF without tokenizer fields exported without a word, and the artifact then
+    refused every text prompt. The export's summary (and ``tlaloc export``) now notes it; the
+    control, the same model with its tokenizer, has no note."""
+    meta = {k: None for k in ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
+                              "tokenizer.ggml.token_type", "tokenizer.ggml.merges")}
+    meta["llama.vocab_size"] = len(tiny_vocab()[0])
+    bare = write_gguf(tmp_path / "bare.gguf", meta=meta)
+    summary = export(bare, str(tmp_path / "bare-art"), batch=(1,), context=(16,), block_size=8)
+    assert len(summary.notes) == 1 and "has no tokenizer" in summary.notes[0], summary.notes
+    full = export(write_gguf(tmp_path / "full.gguf"), str(tmp_path / "full-art"), batch=(1,), context=(16,),
+                  block_size=8)
+    assert full.notes == ()

@@ -41,13 +41,15 @@ _STORED = ("int8", "q8_0", "q4_1", "int4", "q4_k")
 
 @dataclasses.dataclass(frozen=True)
 class ExportSummary:
-    """What ``export`` wrote: the directory, how many programs, bytes of weights and in all, seconds taken."""
+    """What ``export`` wrote: the directory, how many programs, bytes of weights and in all, seconds
+    taken, and ``notes``: what the user should know about the artifact (e.g. it has no tokenizer)."""
     path: str
     kind: str
     num_programs: int
     weight_bytes: int
     total_bytes: int
     seconds: float
+    notes: tuple = ()
 
 
 def _ladder(values, name: str) -> list[int]:
@@ -464,8 +466,13 @@ def export(model_path, out_dir, *, batch=(1, 2, 4, 8), context=(64, 256, 1024), 
     }
     _write_atomically(out_dir, files, mf.dumps(manifest), overwrite)
     total = sum(len(d) for d in files.values())
+    notes = () if model.tokenizer is not None else (
+        f"{model_path} has no tokenizer (a GGUF without tokenizer.ggml.tokens, or a folder without "
+        "tokenizer.json), so the artifact takes token ids only: text prompts and chat are refused",)
+    for note in notes:
+        log.warning("export: %s", note)
     summary = ExportSummary(out_dir, manifest["kind"], len(programs), len(files[WEIGHTS_FILE]), total,
-                            time.perf_counter() - t_start)
+                            time.perf_counter() - t_start, notes)
     log.info("export: %s -> %s: %d programs, %.1f MB in %.1f s", model_path, out_dir, summary.num_programs,
              total / 1e6, summary.seconds)
     return summary
