@@ -207,3 +207,22 @@ def test_api_key_guards_everything_but_health(fake, headers, status):
             if status == 401:
                 assert r.json()["error"]["code"] == "invalid_api_key"
         assert c.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize("route,body", [
+    ("/v1/completions", {"prompt": "hello there"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hello there"}]}),
+])
+def test_a_bad_stop_is_refused_before_the_prompt_is_tokenised(client, fake, monkeypatch, route, body):
+    """Regression: ``stop`` was checked after the prompt (possibly megabytes) was tokenised; the
+    limits are checked before any work. The control: a valid stop tokenises and answers 200."""
+    calls = []
+    for name in ("encode", "encode_batch"):
+        original = getattr(fake.tokenizer, name)
+        monkeypatch.setattr(fake.tokenizer, name, lambda *a, _o=original, **k: calls.append(1) or _o(*a, **k))
+    r = client.post(route, json={"model": "fake-tiny", "max_tokens": 2, "stop": ["a", "b", "c", "d", "e"], **body})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stop", r.text
+    assert calls == []
+    r = client.post(route, json={"model": "fake-tiny", "max_tokens": 2, "stop": ["zz"], **body})
+    assert r.status_code == 200, r.text
+    assert calls

@@ -81,6 +81,7 @@ class Api:
         self.check_kind("decoder", "/v1/completions")
         self.check_logprobs(body.logprobs, "logprobs")
         self.limits.check_choices(_prompts.prompt_count(body.prompt), body.n)
+        self.limits.check_stop(_stop_list(body))                          # before any tokenising
         prompts = await _off_loop(_prompts.prompt_token_lists, self.tokenizer, body.prompt)
         max_tokens = _prompts.completion_budget(prompts, body.max_tokens, _prompts.max_sequence_tokens(self.engine),
                                                 default=_DEFAULT_MAX_TOKENS)
@@ -118,6 +119,7 @@ class Api:
         top = (body.top_logprobs or 0) if body.logprobs else None
         self.check_logprobs(top, "top_logprobs" if body.top_logprobs else "logprobs")
         self.limits.check_choices(1, body.n)
+        self.limits.check_stop(_stop_list(body))                          # before any tokenising
         messages = [{"role": m.role, "content": m.text(), **({"name": m.name} if m.name else {})}
                     for m in body.messages]
         ids = await _off_loop(_prompts.chat_token_ids, self.engine, messages)
@@ -152,8 +154,7 @@ class Api:
 
     async def _start(self, body, prompts, max_tokens: int, prefix: str, request: Request,
                      logprobs: int | None = None) -> Generation:
-        stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-        self.limits.check_stop(stop)
+        stop = _stop_list(body)                                           # checked by the endpoint
         vocab = _prompts.vocab_size(self.tokenizer)
         top_k = None if body.top_k is None else min(body.top_k, vocab)      # >= vocabulary: all tokens
         sampling = dict(max_new_tokens=max_tokens, temperature=body.temperature, top_k=top_k,
@@ -239,6 +240,11 @@ class Api:
 
 def _article(word: str) -> str:
     return f"an {word}" if word[:1] in "aeiou" else f"a {word}"
+
+
+def _stop_list(body) -> list:
+    """The request's stop strings as a list (OpenAI's ``stop`` is a string or a list of them)."""
+    return [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
 
 
 def _encode_vector(vector: np.ndarray, encoding: str):
