@@ -34,6 +34,7 @@ _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_d
            "I64": np.int64, "U64": np.uint64, "I32": np.int32, "U32": np.uint32, "I16": np.int16,
            "U16": np.uint16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 _ROOTS = ("model", "opt_state")
+_SAVABLE = {np.dtype(d) for d in _DTYPES.values()}
 
 
 def _describe(value) -> str:
@@ -101,8 +102,13 @@ def save_checkpoint(path, model, opt_state=None, *, step: int = 0, metadata: dic
                 raise ArgumentError(f"save_checkpoint: two leaves have the path `{p}` (e.g. a dict key "
                                     f"containing '.' next to a nested dict, or keys 1 and '1'); rename one")
             a = np.asarray(leaf)
-            if a.dtype == object:
-                raise ArgumentError(f"save_checkpoint: leaf `{p}` is a {type(leaf).__name__}, not an array")
+            dt = a.dtype if a.dtype.byteorder in "=|" else a.dtype.newbyteorder("=")
+            if dt not in _SAVABLE:
+                # refused before anything is written: load_checkpoint could not read it back
+                raise ArgumentError(f"save_checkpoint: leaf `{p}` ({type(leaf).__name__}) has dtype {a.dtype}, which "
+                                    f"tlaloc checkpoints do not store; supported: "
+                                    f"{', '.join(sorted(str(np.dtype(d)) for d in _DTYPES.values()))}. Convert "
+                                    f"it (e.g. .astype(np.float32)) or keep it out of the saved pytree")
             tensors[p] = a if a.flags.c_contiguous else np.array(a, order="C")   # (keeps 0-d arrays 0-d)
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
         raise ArgumentError(f"save_checkpoint: step must be an int, got {step!r}")
@@ -117,10 +123,24 @@ def save_checkpoint(path, model, opt_state=None, *, step: int = 0, metadata: dic
 
 
 def _atomic_write(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
+    given = path
+    path = os.path.realpath(path)            # through a symlink: rewrite its target, keep the link
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        raise ArgumentError(f"save_checkpoint: the directory of {given!r} does not exist ({directory!r}); "
+                            f"create it first, e.g. os.makedirs({directory!r}, exist_ok=True)")
+    if os.path.isdir(path):
+        raise ArgumentError(f"save_checkpoint: {given!r} is a directory; pass a file path inside it, e.g. "
+                            f"{os.path.join(given, 'ckpt.safetensors')!r}")
+    try:
+        mode = os.stat(path).st_mode & 0o7777         # an overwrite keeps the old file's permissions
+    except FileNotFoundError:
+        mode = None
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)   # the umask applies, as for open()
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -168,7 +188,14 @@ def load_checkpoint(path, like):
         raw = fh.read()
     meta = _metadata(raw, path)
     tensors = _load_tensors(raw, path)
-    stored = json.loads(meta["tlaloc.structure"])
+    try:
+        stored = json.loads(meta["tlaloc.structure"])
+        step = int(meta["tlaloc.step"])
+        if not isinstance(stored, dict):
+            raise ValueError
+    except (KeyError, ValueError, TypeError):
+        raise ArgumentError(f"load_checkpoint: {os.fspath(path)!r} is damaged: its metadata lacks a valid "
+                            f"tlaloc.structure or tlaloc.step") from None
     out, problems = [], []
     for name, tree in zip(_ROOTS, (like_model, like_opt)):
         if name == "opt_state" and not want_opt:
@@ -192,14 +219,19 @@ def load_checkpoint(path, like):
             out.append(_pytree.unflatten(td, new))
     if problems:
         raise ArgumentError(f"load_checkpoint({os.fspath(path)!r}): does not match `like`:\n  " + "\n  ".join(problems))
-    return out[0], out[1], int(meta["tlaloc.step"])
+    return out[0], out[1], step
 
 
 def _load_tensors(raw: bytes, path) -> dict:
     """The file's arrays by name. ``safetensors.numpy.load`` has no BF16 (NumPy lacks it): the
     dtype names are mapped here, BF16 through ``ml_dtypes``."""
     out = {}
-    for name, view in _st_deserialize(raw):
+    try:
+        views = _st_deserialize(raw)
+    except Exception as e:                  # safetensors' SafetensorError: truncated or inconsistent file
+        raise ArgumentError(f"load_checkpoint: {os.fspath(path)!r} is truncated or damaged ({e}); it cannot be "
+                            f"read: restore it from another copy") from None
+    for name, view in views:
         dt = _DTYPES.get(view["dtype"])
         if dt is None:
             raise ArgumentError(f"load_checkpoint: {os.fspath(path)!r} holds `{name}` as {view['dtype']}, which "
@@ -222,7 +254,9 @@ def _metadata(raw: bytes, path) -> dict:
         header = json.loads(raw[8:8 + n])
     except (ValueError, UnicodeDecodeError):
         raise ArgumentError(f"load_checkpoint: {os.fspath(path)!r} is not a safetensors file") from None
-    meta = header.get("__metadata__") or {}
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    if not isinstance(meta, dict):
+        meta = {}
     if meta.get("tlaloc.format") != FORMAT:
         raise ArgumentError(f"load_checkpoint: {os.fspath(path)!r} is not a tlaloc checkpoint "
                             f"(format {meta.get('tlaloc.format')!r}, expected {FORMAT!r})")

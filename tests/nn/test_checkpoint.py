@@ -204,3 +204,47 @@ def test_bfloat16_file_against_float32_like_is_refused(tmp_path):
     tl.save_checkpoint(path, nn.astype(model, ml_dtypes.bfloat16))
     with pytest.raises(ArgumentError, match="file has bfloat16.*like has float32"):
         tl.load_checkpoint(path, model)
+
+
+def test_unloadable_dtypes_are_refused_before_writing(tmp_path):
+    import ml_dtypes
+    path = tmp_path / "ck.safetensors"
+    good = {"w": np.ones(3, np.float32)}
+    tl.save_checkpoint(path, good, step=1)
+    for bad in (np.ones(2, np.complex64), np.ones(2, ml_dtypes.float8_e4m3fn), np.array(["a"]), "text"):
+        with pytest.raises(ArgumentError, match="tlaloc checkpoints do not store"):
+            tl.save_checkpoint(path, {"w": np.ones(3, np.float32), "x": bad})
+    assert tl.load_checkpoint(path, like=good)[2] == 1                   # the good file is untouched
+    be = {"w": np.arange(3, dtype=">f4")}                                # non-native byte order still saves
+    tl.save_checkpoint(path, be)
+    np.testing.assert_array_equal(load_file(path)["model.w"], np.arange(3, dtype=np.float32))
+
+
+def test_overwrite_keeps_permissions_and_symlinks(tmp_path):
+    path = tmp_path / "ck.safetensors"
+    tl.save_checkpoint(path, {"w": np.ones(2)})
+    os.chmod(path, 0o600)
+    tl.save_checkpoint(path, {"w": np.zeros(2)})
+    assert os.stat(path).st_mode & 0o777 == 0o600                       # before: widened to the umask's 0o644
+    link = tmp_path / "latest.safetensors"
+    os.symlink(path, link)
+    tl.save_checkpoint(link, {"w": np.full(2, 7.0)})
+    assert os.path.islink(link)
+    np.testing.assert_array_equal(load_file(path)["model.w"], np.full(2, 7.0))
+
+
+def test_bad_paths_and_damaged_files_are_named(tmp_path):
+    like = {"w": np.ones(4, np.float32)}
+    with pytest.raises(ArgumentError, match="does not exist"):
+        tl.save_checkpoint(tmp_path / "nope" / "ck.safetensors", like)
+    with pytest.raises(ArgumentError, match="is a directory"):
+        tl.save_checkpoint(tmp_path, like)
+    path = tmp_path / "ck.safetensors"
+    tl.save_checkpoint(path, like)
+    raw = path.read_bytes()
+    (tmp_path / "cut").write_bytes(raw[:-1])
+    with pytest.raises(ArgumentError, match="truncated or damaged"):
+        tl.load_checkpoint(tmp_path / "cut", like=like)
+    (tmp_path / "list").write_bytes((4).to_bytes(8, "little") + b"[1] ")
+    with pytest.raises(ArgumentError, match="not a tlaloc checkpoint"):
+        tl.load_checkpoint(tmp_path / "list", like=like)

@@ -21,7 +21,7 @@ from .._prims.broadcasting import cast_like
 from ..errors import ArgumentError
 from . import functional as F
 from ._linear import MLP, Dropout, Linear, SwiGLU
-from ._module import Module, as_key, split_key, static_field
+from ._module import Module, as_key, check_input, split_key, static_field
 from ._norm import LayerNorm, RMSNorm
 
 _frozen = dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -130,6 +130,8 @@ class MultiHeadAttention(Module):
         return y
 
     def __call__(self, x):
+        check_input(x, "MultiHeadAttention", f"(batch, time, d_model={self.d_model})", trailing=(self.d_model,),
+                    rank=3)
         G, D = self.num_kv_heads, self.head_dim
         R = self.num_heads // G
         q = self._project(x, self.q_proj, (G, R), "btc,grdc->bgrtd")      # (B, G, R, T, D)

@@ -18,7 +18,8 @@ import numpy as np
 from .. import numpy as tnp
 from ..errors import ArgumentError
 from . import init
-from ._module import Module, as_key, split_key, static_field
+from ._module import Module, as_key, known_shape, split_key, static_field
+from ..errors import ShapeError
 
 _frozen = dataclasses.dataclass(frozen=True, eq=False, repr=False)
 
@@ -90,6 +91,17 @@ class Conv2d(Module):
 
     def __call__(self, x):
         kh, kw = self.kernel_size
+        shape = known_shape(x)
+        if shape is not None:
+            want = f"(N, C_in={self.in_channels}, H, W) (channels first, as PyTorch)"
+            if len(shape) != 4 or shape[1] != self.in_channels:
+                raise ShapeError(f"Conv2d: the input must be {want}, got shape {shape}; add a batch axis "
+                                 f"with x[None], or move channels first with x.transpose(0, 3, 1, 2)")
+            for axis, size, k, s, p, d in zip("HW", shape[2:], self.kernel_size, self.stride, self.padding,
+                                             self.dilation):
+                if size + 2 * p < d * (k - 1) + 1:
+                    raise ShapeError(f"Conv2d: input {axis}={size} (padded {size + 2 * p}) is smaller than the "
+                                     f"dilated kernel ({d * (k - 1) + 1}); the output would be empty")
         views = _windows(_pad(x, self.padding, 0.0), self.kernel_size, self.stride, self.dilation)
         patches = tnp.stack(views, axis=2)                                   # (N, C_in, kh·kw, H_out, W_out)
         w = tnp.reshape(self.weight, (self.out_channels, self.in_channels, kh * kw))   # (C_out, C_in, kh·kw)

@@ -11,7 +11,7 @@ from .. import random as _random
 from ..errors import ArgumentError
 from . import functional as F
 from . import init
-from ._module import Module, as_key, split_key, static_field
+from ._module import Module, as_key, check_input, split_key, static_field
 
 _frozen = dataclasses.dataclass(frozen=True, eq=False, repr=False)
 
@@ -43,6 +43,7 @@ class Linear(Module):
         self._set(weight=w, bias=b, in_features=int(in_features), out_features=int(out_features))
 
     def __call__(self, x):
+        check_input(x, "Linear", f"(..., in_features={self.in_features})", trailing=(self.in_features,))
         y = tnp.matmul(x, tnp.transpose(self.weight))          # (..., out)
         if self.bias is not None:
             y = y + self.bias
@@ -65,7 +66,22 @@ class Embedding(Module):
         self._set(weight=w, num_embeddings=int(num_embeddings), embedding_dim=int(embedding_dim))
 
     def __call__(self, ids):
-        return tnp.take(self.weight, ids, axis=0)              # (..., embedding_dim)
+        n = self.num_embeddings
+        if isinstance(ids, (np.ndarray, np.generic, list, tuple, int)):          # eager: refuse bad ids
+            a = np.asarray(ids)
+            if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
+                raise ArgumentError(f"Embedding: ids must be integers, got dtype {a.dtype}; convert them with "
+                                    f".astype(np.int64)")
+            bad = np.flatnonzero((a < 0) | (a >= n))
+            if bad.size:
+                raise ArgumentError(f"Embedding: ids must be in [0, {n}) (num_embeddings={n}), but "
+                                    f"{a.reshape(-1)[bad[0]]} is not ({bad.size} bad in all); negative ids do "
+                                    f"not wrap around")
+            return tnp.take(self.weight, ids, axis=0)
+        # compiled code cannot raise: an id outside [0, n) gives a row of NaN, never another row
+        ok = tnp.logical_and(tnp.greater_equal(ids, 0), tnp.less(ids, n))           # (...)
+        rows = tnp.take(self.weight, tnp.where(ok, ids, 0), axis=0)                   # (..., embedding_dim)
+        return tnp.where(tnp.expand_dims(ok, -1), rows, tnp.nan)
 
 
 @_frozen

@@ -28,8 +28,9 @@ import dataclasses
 import numpy as np
 
 from .. import _pytree
+from .. import dtypes as _dt
 from .. import random as _random
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ShapeError
 
 
 def static_field(**kwargs):
@@ -97,6 +98,30 @@ def split_key(key, n: int):
     return [ks[i] for i in range(n)]
 
 
+def known_shape(x):
+    """The shape of ``x`` as a tuple of ints, or None where it is not known yet (shape-generic code)."""
+    try:
+        shape = tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
+    except Exception:                          # a rank unknown while the graph is built
+        return None
+    return shape if all(type(d) is int for d in shape) else None
+
+
+def check_input(x, who: str, what: str, *, trailing: tuple = (), rank=None) -> None:
+    """Refuse an input whose known shape does not end in ``trailing`` (or lacks the ``rank``):
+    broadcasting would otherwise give a result of another shape, or a raw NumPy error."""
+    shape = known_shape(x)
+    if shape is None:
+        return
+    n = len(trailing)
+    if rank is not None and len(shape) != rank:
+        raise ShapeError(f"{who}: the input must be {what}, got shape {shape} (rank {len(shape)}, expected "
+                         f"{rank}); reshape it, e.g. x[None] for a single example")
+    if len(shape) < n or tuple(shape[len(shape) - n:]) != tuple(trailing):
+        raise ShapeError(f"{who}: the input must be {what}, got shape {shape}; its trailing axes must be "
+                         f"{tuple(trailing)} (the layer's sizes); check the layer sizes or transpose the input")
+
+
 def num_params(tree) -> int:
     """Total number of array elements among the leaves of ``tree``."""
     return int(sum(np.size(x) for x in _pytree.leaves(tree)))
@@ -108,7 +133,8 @@ def astype(tree, dtype):
 
     def conv(x):
         a = np.asarray(x)
-        return a.astype(dtype) if a.dtype.kind == "f" else x
+        return a.astype(dtype) if _dt.is_float(a.dtype) else x     # bfloat16's kind is 'V', not 'f'
+
     return _pytree.tree_map(conv, tree)
 
 

@@ -152,11 +152,21 @@ def cross_entropy(logits, labels, reduction: str = "mean", *, ignore_index: int 
     return _reduce(nll, reduction, "cross_entropy")
 
 
+def _known_shape(x):
+    from ._module import known_shape
+    return known_shape(x)
+
+
 def _is_concrete(x) -> bool:
     return isinstance(x, (np.ndarray, np.integer, int)) and not isinstance(x, bool)
 
 
 def mse_loss(pred, target, reduction: str = "mean"):
-    """Mean squared error, PyTorch's ``F.mse_loss``. ``pred``, ``target``: same shape."""
+    """Mean squared error, PyTorch's ``F.mse_loss``. ``pred``, ``target``: same shape (never broadcast)."""
+    ps, ts = _known_shape(pred), _known_shape(target)
+    if ps is not None and ts is not None and ps != ts:
+        raise ArgumentError(f"mse_loss: pred and target must have the same shape, got {ps} and {ts} (broadcasting "
+                            f"them would compare every pred with every target); reshape one, e.g. "
+                            f"target.reshape(pred.shape)")
     d = pred - target
     return _reduce(d * d, reduction, "mse_loss")

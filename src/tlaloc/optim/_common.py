@@ -119,11 +119,16 @@ def leaf_paths(treedef) -> list:
     return out
 
 
-def leaves_of(tree, p_tree, who: str, what: str):
+def leaves_of(tree, p_tree, who: str, what: str, params=None):
     leaves, t = _pytree.flatten(tree)
     if t != p_tree:
         raise ArgumentError(f"{who}.update: state.{what} does not have the structure of params (was the state "
                             f"made by {who}.init for these params?)")
+    for k, (leaf, param) in enumerate(zip(leaves, params or ())):
+        ls, ps = _static_shape(leaf), _static_shape(param)
+        if ls is not None and ps is not None and ls != ps:
+            raise ArgumentError(f"{who}.update: state.{what} at {leaf_paths(p_tree)[k]} has shape {ls} but the "
+                                f"parameter has shape {ps} (was the state made by {who}.init for these params?)")
     return leaves
 
 

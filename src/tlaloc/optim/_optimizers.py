@@ -32,9 +32,27 @@ def _new_count():
     return np.zeros((), np.int32)
 
 
-def _check(name, value, low=0.0, high=None, high_open=False):
-    if value < low or (high is not None and (value >= high if high_open else value > high)):
-        raise ArgumentError(f"invalid {name}: {value}")
+def _check(name, value, low=0.0, high=None, high_open=False, who="optimizer"):
+    """Refuse a hyperparameter outside ``[low, high]`` (``[low, high)``), NaN, or not a real number."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if ok:
+        v = float(value)
+        ok = low <= v and (high is None or (v < high if high_open else v <= high)) and math.isfinite(v)
+    if not ok:
+        upper = "inf)" if high is None else (f"{high})" if high_open else f"{high}]")
+        raise ArgumentError(f"{who}: {name} must be a finite real number in [{low}, {upper}, got {value!r}")
+
+
+def _check_lr(lr, who):
+    """``lr``: a schedule (a callable) or a finite number >= 0 (a negative lr would ascend the loss)."""
+    if not callable(lr):
+        _check("lr", lr, who=who)
+
+
+def _check_state(state, cls, who):
+    if not isinstance(state, cls):
+        raise ArgumentError(f"{who}.update: state must be the {cls.__name__} made by {who}.init(params), got "
+                            f"{type(state).__name__}")
 
 
 @_frozen
@@ -63,15 +81,18 @@ class SGD:
     def __post_init__(self):
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise ArgumentError("SGD: Nesterov momentum requires a momentum and zero dampening")
-        _check("momentum", self.momentum)
-        _check("weight_decay", self.weight_decay)
+        _check_lr(self.lr, "SGD")
+        _check("momentum", self.momentum, who="SGD")
+        _check("dampening", self.dampening, 0.0, 1.0, who="SGD")
+        _check("weight_decay", self.weight_decay, who="SGD")
 
     def init(self, params) -> SGDState:
         return SGDState(_new_count(), zeros_tree(params) if self.momentum != 0 else None)
 
     def update(self, params, grads, state: SGDState):
+        _check_state(state, SGDState, "SGD")
         ps, gs, tree = flatten_like(params, grads, "SGD")
-        bufs = leaves_of(state.momentum, tree, "SGD", "momentum") if self.momentum != 0 else [None] * len(ps)
+        bufs = leaves_of(state.momentum, tree, "SGD", "momentum", ps) if self.momentum != 0 else [None] * len(ps)
         lr = lr_at(self.lr, state.count)
         first = tnp.equal(state.count, 0)
         new_p, new_b = [], []
@@ -117,10 +138,12 @@ class Adam:
     mask: Optional[Callable] = None
 
     def __post_init__(self):
-        _check("beta1", self.b1, 0.0, 1.0, high_open=True)
-        _check("beta2", self.b2, 0.0, 1.0, high_open=True)
-        _check("eps", self.eps)
-        _check("weight_decay", self.weight_decay)
+        who = type(self).__name__
+        _check_lr(self.lr, who)
+        _check("b1", self.b1, 0.0, 1.0, high_open=True, who=who)
+        _check("b2", self.b2, 0.0, 1.0, high_open=True, who=who)
+        _check("eps", self.eps, who=who)
+        _check("weight_decay", self.weight_decay, who=who)
 
     @property
     def name(self) -> str:
@@ -130,9 +153,10 @@ class Adam:
         return AdamState(_new_count(), zeros_tree(params), zeros_tree(params))
 
     def update(self, params, grads, state: AdamState):
+        _check_state(state, AdamState, self.name)
         ps, gs, tree = flatten_like(params, grads, self.name)
-        ms = leaves_of(state.mu, tree, self.name, "mu")
-        vs = leaves_of(state.nu, tree, self.name, "nu")
+        ms = leaves_of(state.mu, tree, self.name, "mu", ps)
+        vs = leaves_of(state.nu, tree, self.name, "nu", ps)
         decay = [True] * len(ps) if self.mask is None else \
             [bool(x) for x in leaves_of(self.mask(params), tree, self.name, "mask")]
         lr = lr_at(self.lr, state.count)
@@ -197,21 +221,23 @@ class RMSprop:
     centered: bool = False
 
     def __post_init__(self):
-        _check("alpha", self.alpha)
-        _check("eps", self.eps)
-        _check("momentum", self.momentum)
-        _check("weight_decay", self.weight_decay)
+        _check_lr(self.lr, "RMSprop")
+        _check("alpha", self.alpha, 0.0, 1.0, who="RMSprop")       # alpha > 1 makes square_avg negative: NaN
+        _check("eps", self.eps, who="RMSprop")
+        _check("momentum", self.momentum, who="RMSprop")
+        _check("weight_decay", self.weight_decay, who="RMSprop")
 
     def init(self, params) -> RMSpropState:
         return RMSpropState(_new_count(), zeros_tree(params), zeros_tree(params) if self.centered else None,
                             zeros_tree(params) if self.momentum > 0 else None)
 
     def update(self, params, grads, state: RMSpropState):
+        _check_state(state, RMSpropState, "RMSprop")
         ps, gs, tree = flatten_like(params, grads, "RMSprop")
         n = len(ps)
-        sq = leaves_of(state.square_avg, tree, "RMSprop", "square_avg")
-        ga = leaves_of(state.grad_avg, tree, "RMSprop", "grad_avg") if self.centered else [None] * n
-        bf = leaves_of(state.momentum, tree, "RMSprop", "momentum") if self.momentum > 0 else [None] * n
+        sq = leaves_of(state.square_avg, tree, "RMSprop", "square_avg", ps)
+        ga = leaves_of(state.grad_avg, tree, "RMSprop", "grad_avg", ps) if self.centered else [None] * n
+        bf = leaves_of(state.momentum, tree, "RMSprop", "momentum", ps) if self.momentum > 0 else [None] * n
         lr = lr_at(self.lr, state.count)
         new_p, new_s, new_g, new_b = [], [], [], []
         for p, g, s, a, b in zip(ps, gs, sq, ga, bf):

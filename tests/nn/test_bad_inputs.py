@@ -1,0 +1,78 @@
+"""Inputs that broadcasting or NumPy's wrap-around would turn into a silently wrong answer are
+refused by the layer, by name, with the expected shape; PyTorch (the oracle) refuses them too."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import tlaloc as tl
+from tlaloc import nn
+from tlaloc.errors import ArgumentError, ShapeError
+
+
+@pytest.mark.parametrize("layer, torch_layer", [
+    (nn.LayerNorm(4, dtype=np.float64), torch.nn.LayerNorm(4, dtype=torch.float64)),
+    (nn.RMSNorm(4, dtype=np.float64), torch.nn.RMSNorm(4, dtype=torch.float64)),
+])
+def test_norm_refuses_a_trailing_axis_that_only_broadcasts(layer, torch_layer):
+    x = np.ones((3, 1))
+    with pytest.raises(RuntimeError):
+        torch_layer(torch.tensor(x))                          # the oracle refuses it too
+    with pytest.raises(ShapeError, match=r"got shape \(3, 1\).*\(4,\)"):
+        layer(x)                                               # before: a (3, 4) result of zeros / ones
+    assert layer(np.ones((3, 4))).shape == (3, 4)              # control: the right shape runs
+
+
+def test_embedding_refuses_ids_outside_the_table():
+    emb = nn.Embedding(5, 2, key=0)
+    t = torch.nn.Embedding(5, 2)
+    for ids in (np.array([-1]), np.array([5])):
+        with pytest.raises(IndexError):
+            t(torch.tensor(ids))
+        with pytest.raises(ArgumentError, match=r"ids must be in \[0, 5\)"):
+            emb(ids)                                           # before: -1 wrapped to the last row
+    for ids in (np.array([1.0]), np.array([True])):
+        with pytest.raises(ArgumentError, match="integers"):
+            emb(ids)
+    np.testing.assert_array_equal(emb(np.array([4, 0])), np.asarray(emb.weight)[[4, 0]])   # control
+
+
+def test_embedding_compiled_out_of_range_id_is_nan_not_another_row():
+    emb = nn.Embedding(4, 2, key=0)
+
+    def look(e, ids):
+        return e(ids)
+    out = np.asarray(tl.jit(look)(emb, np.array([5, -1, 3])))
+    assert np.isnan(out[:2]).all()
+    np.testing.assert_array_equal(out[2], np.asarray(emb.weight)[3])
+
+
+@pytest.mark.parametrize("make, x, pattern", [
+    (lambda: nn.Linear(4, 3, key=0), np.ones((2, 5), np.float32), r"Linear.*in_features=4.*\(2, 5\)"),
+    (lambda: nn.Conv2d(3, 2, 3, key=0), np.ones((1, 8, 8, 3), np.float32), r"Conv2d.*C_in=3.*\(1, 8, 8, 3\)"),
+    (lambda: nn.Conv2d(3, 2, 3, key=0), np.ones((3, 8, 8), np.float32), r"Conv2d.*\(3, 8, 8\)"),
+    (lambda: nn.Conv2d(3, 2, 3, key=0), np.ones((1, 3, 2, 2), np.float32), r"Conv2d.*empty"),
+    (lambda: nn.MultiHeadAttention(8, 2, key=0), np.ones((1, 4, 6), np.float32), r"MultiHeadAttention.*d_model=8"),
+    (lambda: nn.MultiHeadAttention(8, 2, key=0), np.ones((4, 8), np.float32), r"MultiHeadAttention.*rank 2"),
+])
+def test_layers_name_the_expected_input_shape(make, x, pattern):
+    with pytest.raises(ShapeError, match=pattern):
+        make()(x)
+
+
+def test_mse_loss_refuses_shapes_that_only_broadcast():
+    pred, target = np.arange(4.0).reshape(4, 1), np.arange(4.0)
+    with pytest.raises(ArgumentError, match=r"same shape, got \(4, 1\) and \(4,\)"):
+        nn.mse_loss(pred, target)                              # before: 2.5 over a (4, 4) grid, not 0
+    want = torch.nn.functional.mse_loss(torch.tensor(pred[:, 0]), torch.tensor(target)).item()
+    assert float(nn.mse_loss(pred[:, 0], target)) == want == 0.0
+
+
+def test_astype_converts_bfloat16_leaves():
+    m = nn.Linear(2, 2, key=0, dtype=ml_dtypes.bfloat16)
+    m32 = nn.astype(m, np.float32)
+    assert m32.weight.dtype == np.float32 and m32.bias.dtype == np.float32       # before: left bfloat16
+    np.testing.assert_array_equal(m32.weight, np.asarray(m.weight).astype(np.float32))
+    assert nn.astype(nn.Linear(2, 2, key=0), ml_dtypes.bfloat16).weight.dtype == ml_dtypes.bfloat16
