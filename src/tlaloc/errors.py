@@ -80,6 +80,14 @@ class NoRuleError(TlalocError, NotImplementedError):
     """
 
 
+def at_location(err: TlalocError, loc) -> TlalocError:
+    """``err``, raised by a primitive's rule that refuses its parameters, with ``loc`` (the
+    user's ``file:line:col`` of the node) in front, unless it is there already."""
+    if loc is None or str(err).startswith(str(loc)):
+        return err
+    return type(err)(f"{loc}: {err}").with_traceback(err.__traceback__)
+
+
 class GradientError(TlalocError, TypeError):
     """A gradient was requested where none is defined.
 

@@ -1,0 +1,41 @@
+"""A primitive's rule that refuses its parameters names the user's ``file:line:col``.
+
+Regression: ``np.einsum('ii->', A)`` under ``tl.grad`` and a boolean-mask index
+``x[x > 0]`` under ``tl.vmap(tl.grad(f))`` were refused with the rule's message
+alone (``no VJP rule for `einsum` with a repeated index ...``), with no location;
+the refusal now starts with the line of the call in the user's code.
+"""
+import numpy as np
+import pytest
+
+import tlaloc as tl
+from tlaloc.errors import NoRuleError
+
+
+def einsum_trace(a):
+    return np.einsum("ii->", a) * 2.0
+
+
+def masked_sum(x):
+    pos = x[x > 0]
+    return np.sum(pos ** 2)
+
+
+def _line(f, text):
+    import inspect
+    lines, first = inspect.getsourcelines(f)
+    return first + next(k for k, l in enumerate(lines) if text in l)
+
+
+def test_a_vjp_rule_refusal_names_the_users_line():
+    line = _line(einsum_trace, "einsum(")
+    with pytest.raises(NoRuleError, match=rf"^\S*test_rule_refusal_location\.py:{line}:\d+: no VJP rule for "
+                                          r"`einsum` with a repeated index"):
+        tl.grad(einsum_trace)(np.eye(3))
+
+
+def test_a_batching_rule_refusal_names_the_users_line():
+    line = _line(masked_sum, "x[x > 0]")
+    with pytest.raises(NoRuleError, match=rf"^\S*test_rule_refusal_location\.py:{line}:\d+: no batching rule for "
+                                          r"`getitem` with a boolean mask"):
+        tl.vmap(tl.grad(masked_sum))(np.arange(6.0).reshape(2, 3) - 2.0)
