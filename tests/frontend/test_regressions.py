@@ -158,3 +158,20 @@ def test_a_list_or_string_operand_is_refused_at_the_users_line():
                            match=r"test_regressions\.py:\d+:\d+: `x \* y` combines " + kind + " and an array"):
             tl.grad(scaled_dot)(bad, np.ones(3))
     np.testing.assert_array_equal(tl.grad(scaled_dot)(np.ones(3), np.arange(3.0)), [0.0, 1.0, 2.0])
+
+
+def numpy_scalar_types_of_computed_values(x):
+    return np.float64(x[0]) * np.float64(np.sum(np.float32(x) ** 2)) + np.float64(np.sum(x ** 2))
+
+
+def j_numpy_scalar_types_of_computed_values(x):
+    return x[0] * jnp.sum(x.astype(jnp.float32).astype(jnp.float64) ** 2) + jnp.sum(x ** 2)
+
+
+def test_numpy_scalar_types_convert_a_computed_value():
+    # np.float64(x) of a value computed in the function was refused as
+    # "bad call: 'numpy.dtypes.Float64DType' object is not callable"
+    x = np.array([1.5, -2.0, 0.25])
+    value, grad = tl.value_and_grad(numpy_scalar_types_of_computed_values)(x)
+    assert value == pytest.approx(numpy_scalar_types_of_computed_values(x), rel=1e-7)
+    np.testing.assert_allclose(grad, jax.grad(j_numpy_scalar_types_of_computed_values)(x), rtol=1e-7)
