@@ -1,8 +1,8 @@
 """A primitive's rule that refuses its parameters names the user's ``file:line:col``.
 
-Regression: ``np.einsum('ii->', A)`` under ``tl.grad`` and a boolean-mask index
-``x[x > 0]`` under ``tl.vmap(tl.grad(f))`` were refused with the rule's message
-alone (``no VJP rule for `einsum` with a repeated index ...``), with no location;
+Regression: ``np.einsum('ii->', A)`` under ``tl.grad``, and a boolean-mask index
+``x[x > 0]`` under ``tl.vmap(tl.grad(f))`` or ``tl.jit(tl.grad(f))``, were refused with the
+rule's message alone (``no VJP rule for `einsum` with a repeated index ...``), with no location;
 the refusal now starts with the line of the call in the user's code.
 """
 import numpy as np
@@ -39,3 +39,9 @@ def test_a_batching_rule_refusal_names_the_users_line():
     with pytest.raises(NoRuleError, match=rf"^\S*test_rule_refusal_location\.py:{line}:\d+: no batching rule for "
                                           r"`getitem` with a boolean mask"):
         tl.vmap(tl.grad(masked_sum))(np.arange(6.0).reshape(2, 3) - 2.0)
+
+
+def test_a_lowering_rule_refusal_names_the_users_line():
+    line = _line(masked_sum, "x[x > 0]")
+    with pytest.raises(NoRuleError, match=rf"^\S*test_rule_refusal_location\.py:{line}:\d+: boolean-mask indexing"):
+        tl.jit(tl.grad(masked_sum))(np.arange(3.0) - 1.0)
