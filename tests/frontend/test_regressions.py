@@ -175,3 +175,37 @@ def test_numpy_scalar_types_convert_a_computed_value():
     value, grad = tl.value_and_grad(numpy_scalar_types_of_computed_values)(x)
     assert value == pytest.approx(numpy_scalar_types_of_computed_values(x), rel=1e-7)
     np.testing.assert_allclose(grad, jax.grad(j_numpy_scalar_types_of_computed_values)(x), rtol=1e-7)
+
+
+def table_of_the_data_length(x):
+    n = len(x)
+    d = np.zeros((n + 1, n + 1))
+    for i in range(1, n + 1):
+        d[i, 0] = d[i - 1, 0] + x[i - 1] ** 2
+        d[0, i] = d[0, i - 1] + 1.0
+    for i in range(1, n + 1):
+        for j in range(1, n + 1):
+            d[i, j] = min(d[i - 1, j] + 1.0, d[i, j - 1] + 1.0, d[i - 1, j - 1] + (x[i - 1] - j) ** 2)
+    return d[n, n] + np.sum(np.full((n, 2), x[0]) * np.ones((n, n))[:, :2])
+
+
+def j_table_of_the_data_length(x):
+    n = len(x)
+    d = jnp.zeros((n + 1, n + 1))
+    for i in range(1, n + 1):
+        d = d.at[i, 0].set(d[i - 1, 0] + x[i - 1] ** 2)
+        d = d.at[0, i].set(d[0, i - 1] + 1.0)
+    for i in range(1, n + 1):
+        for j in range(1, n + 1):
+            d = d.at[i, j].set(jnp.minimum(jnp.minimum(d[i - 1, j] + 1.0, d[i, j - 1] + 1.0),
+                                           d[i - 1, j - 1] + (x[i - 1] - j) ** 2))
+    return d[n, n] + jnp.sum(jnp.full((n, 2), x[0]))
+
+
+def test_a_shape_tuple_of_the_data_length_stays_a_shape():
+    # np.zeros((n + 1, n + 1)) with n = len(x) had its shape stacked into a 1-d array, and the
+    # derivative failed when run: "TypeError: only 0-dimensional arrays can be converted to Python scalars"
+    x = np.array([0.3, 2.2, 2.9, 4.4])
+    value, grad = tl.value_and_grad(table_of_the_data_length)(x)
+    assert value == pytest.approx(table_of_the_data_length(x), rel=1e-12)
+    np.testing.assert_allclose(grad, jax.grad(j_table_of_the_data_length)(x), rtol=1e-12)

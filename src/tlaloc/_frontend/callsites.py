@@ -185,7 +185,8 @@ _STRUCTURAL_BUILTINS = (builtins.isinstance, builtins.issubclass, builtins.type,
 _ITERATING_BUILTINS = (builtins.zip, builtins.enumerate, builtins.list, builtins.tuple, builtins.reversed)
 _SEQUENCE_FUNCTIONS = ("concatenate", "stack", "vstack", "hstack", "dstack", "column_stack", "row_stack",
                        "block", "broadcast_arrays", "meshgrid", "einsum", "select", "piecewise",
-                       "multi_dot", "append")
+                       "multi_dot", "append",
+                       "zeros", "ones", "empty", "full")     # a shape: (n + 1, n + 1) stays a tuple
 
 
 def _full(shape, fill_value, dtype=None):
