@@ -275,7 +275,7 @@ def batch_inline(graph: Graph, args, dims):
                 rule = node.prim.rule("batch")
                 try:
                     out, od = rule(ins, ds, **dict(node.params))
-                except NoRuleError as e:     # a rule that refuses these operands (a boolean mask)
+                except (NoRuleError, ShapeError) as e:     # a rule refuses these operands (a boolean mask)
                     raise at_location(e, node.loc) from None
         outs, ods = (tuple(out), tuple(od)) if multi else ((out,), (od,))
         for old, new, d in zip(node.outputs, outs, ods):
