@@ -6,6 +6,8 @@ carry the user's ``file:line:col``.
 """
 from __future__ import annotations
 
+import re
+
 
 class TlalocError(Exception):
     """Base class of every error tlaloc raises on purpose."""
@@ -78,6 +80,14 @@ class NoRuleError(TlalocError, NotImplementedError):
     Example: ``no VJP rule for `argmax```. The message names the primitive and the
     transform.
     """
+
+
+def at_location(err: TlalocError, loc) -> TlalocError:
+    """``err``, raised by a primitive's rule that refuses its parameters, with ``loc`` (the
+    user's ``file:line:col`` of the node) in front, unless it is there already."""
+    if loc is None or re.match(r"\S+:\d+:\d+: ", str(err)):       # located already (a nested node)
+        return err
+    return type(err)(f"{loc}: {err}").with_traceback(err.__traceback__)
 
 
 class GradientError(TlalocError, TypeError):

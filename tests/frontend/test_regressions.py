@@ -158,3 +158,54 @@ def test_a_list_or_string_operand_is_refused_at_the_users_line():
                            match=r"test_regressions\.py:\d+:\d+: `x \* y` combines " + kind + " and an array"):
             tl.grad(scaled_dot)(bad, np.ones(3))
     np.testing.assert_array_equal(tl.grad(scaled_dot)(np.ones(3), np.arange(3.0)), [0.0, 1.0, 2.0])
+
+
+def numpy_scalar_types_of_computed_values(x):
+    return np.float64(x[0]) * np.float64(np.sum(np.float32(x) ** 2)) + np.float64(np.sum(x ** 2))
+
+
+def j_numpy_scalar_types_of_computed_values(x):
+    return x[0] * jnp.sum(x.astype(jnp.float32).astype(jnp.float64) ** 2) + jnp.sum(x ** 2)
+
+
+def test_numpy_scalar_types_convert_a_computed_value():
+    # np.float64(x) of a value computed in the function was refused as
+    # "bad call: 'numpy.dtypes.Float64DType' object is not callable"
+    x = np.array([1.5, -2.0, 0.25])
+    value, grad = tl.value_and_grad(numpy_scalar_types_of_computed_values)(x)
+    assert value == pytest.approx(numpy_scalar_types_of_computed_values(x), rel=1e-7)
+    np.testing.assert_allclose(grad, jax.grad(j_numpy_scalar_types_of_computed_values)(x), rtol=1e-7)
+
+
+def table_of_the_data_length(x):
+    n = len(x)
+    d = np.zeros((n + 1, n + 1))
+    for i in range(1, n + 1):
+        d[i, 0] = d[i - 1, 0] + x[i - 1] ** 2
+        d[0, i] = d[0, i - 1] + 1.0
+    for i in range(1, n + 1):
+        for j in range(1, n + 1):
+            d[i, j] = min(d[i - 1, j] + 1.0, d[i, j - 1] + 1.0, d[i - 1, j - 1] + (x[i - 1] - j) ** 2)
+    return d[n, n] + np.sum(np.full((n, 2), x[0]) * np.ones((n, n))[:, :2])
+
+
+def j_table_of_the_data_length(x):
+    n = len(x)
+    d = jnp.zeros((n + 1, n + 1))
+    for i in range(1, n + 1):
+        d = d.at[i, 0].set(d[i - 1, 0] + x[i - 1] ** 2)
+        d = d.at[0, i].set(d[0, i - 1] + 1.0)
+    for i in range(1, n + 1):
+        for j in range(1, n + 1):
+            d = d.at[i, j].set(jnp.minimum(jnp.minimum(d[i - 1, j] + 1.0, d[i, j - 1] + 1.0),
+                                           d[i - 1, j - 1] + (x[i - 1] - j) ** 2))
+    return d[n, n] + jnp.sum(jnp.full((n, 2), x[0]))
+
+
+def test_a_shape_tuple_of_the_data_length_stays_a_shape():
+    # np.zeros((n + 1, n + 1)) with n = len(x) had its shape stacked into a 1-d array, and the
+    # derivative failed when run: "TypeError: only 0-dimensional arrays can be converted to Python scalars"
+    x = np.array([0.3, 2.2, 2.9, 4.4])
+    value, grad = tl.value_and_grad(table_of_the_data_length)(x)
+    assert value == pytest.approx(table_of_the_data_length(x), rel=1e-12)
+    np.testing.assert_allclose(grad, jax.grad(j_table_of_the_data_length)(x), rtol=1e-12)

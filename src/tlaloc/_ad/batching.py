@@ -39,7 +39,7 @@ from .._core.passes import dce
 from .._prims import elementwise as _ew
 from .._prims import shape_ops as _sh
 from .._prims._rules import _strong_float, _weak_sample
-from ..errors import NoRuleError, ShapeError
+from ..errors import NoRuleError, ShapeError, at_location
 
 _state = threading.local()
 
@@ -273,7 +273,10 @@ def batch_inline(graph: Graph, args, dims):
                 od = (None,) * len(node.outputs) if multi else None
             else:
                 rule = node.prim.rule("batch")
-                out, od = rule(ins, ds, **dict(node.params))
+                try:
+                    out, od = rule(ins, ds, **dict(node.params))
+                except (NoRuleError, ShapeError) as e:     # a rule refuses these operands (a boolean mask)
+                    raise at_location(e, node.loc) from None
         outs, ods = (tuple(out), tuple(od)) if multi else ((out,), (od,))
         for old, new, d in zip(node.outputs, outs, ods):
             new = as_constant(new)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DTypeError, GraphError, TlalocError
+from ..errors import DTypeError, GraphError, NoRuleError, TlalocError, at_location
 from .aval import AbstractValue
 from .aval import of as _aval_of
 from .builder import Builder, Value, current_builder, rebinding
@@ -162,7 +162,10 @@ def run(graph: Graph, args) -> list:
     for node in graph.nodes:
         ins = [read(a) for a in node.inputs]
         with b.at(node.loc):
-            outs = apply(node.prim, ins, dict(node.params))
+            try:
+                outs = apply(node.prim, ins, dict(node.params))
+            except NoRuleError as e:          # a construct compiled code cannot express: where
+                raise at_location(e, node.loc) from None
         for old, new in zip(node.outputs, outs):
             if type(new) is Value and new.var.hint is None:
                 new.var.hint = old.hint

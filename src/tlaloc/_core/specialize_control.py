@@ -293,6 +293,10 @@ def _for_range(start, stop, step, *ops, body, n_carry, n_consts, n_xs, reverse):
     for k, y in enumerate(ys_avals):
         if y is None or y.dtype is None:
             raise TlalocError(f"a value stacked by the loop (output {n_carry + k}) has no type")
+        if y.shape is None:
+            raise NoRuleError("a value that the loop keeps from each trip changes shape from one trip to the "
+                              "next (e.g. x[:i + 1]), so a stack of them has no shape; write it with a fixed "
+                              "shape (np.where(np.arange(n) <= i, x, 0))")
         targets.append(_stack_row(y))
     graph = region.finish(targets, lambda k: what(k) if k < n_carry else f"stacked value {k - n_carry}")
     starts = [coerce(x, a, what(k)) for k, (x, a) in enumerate(zip(carry0, avals))]

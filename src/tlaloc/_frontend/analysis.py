@@ -4,8 +4,48 @@ from __future__ import annotations
 import ast
 
 
-def assigned_names(stmts) -> list[str]:
-    """Names bound by ``stmts`` (not descending into nested defs), in first-seen order."""
+def inplace_names(stmts) -> list[str]:
+    """Names whose array ``stmts`` may write in place (not descending into nested defs):
+    ``a += v``, ``a[i] = v``, ``a[i][j] -= v`` and ``np.add.at(a, ...)``, in first-seen order."""
+    out: list[str] = []
+
+    def add(t):
+        while isinstance(t, ast.Subscript):
+            t = t.value
+        if isinstance(t, ast.Name) and t.id not in out:
+            out.append(t.id)
+
+    class V(ast.NodeVisitor):
+        def visit_Assign(self, n):
+            for t in n.targets:
+                if isinstance(t, ast.Subscript):
+                    add(t)
+            self.generic_visit(n)
+
+        def visit_AugAssign(self, n):
+            add(n.target)
+            self.generic_visit(n)
+
+        def visit_Call(self, n):
+            if isinstance(n.func, ast.Attribute) and n.func.attr == "at" and n.args:
+                add(n.args[0])
+            self.generic_visit(n)
+
+        def visit_FunctionDef(self, n):
+            pass
+
+        def visit_Lambda(self, n):
+            pass
+
+    v = V()
+    for s in stmts:
+        v.visit(s)
+    return out
+
+
+def assigned_names(stmts, rebound_only=False) -> list[str]:
+    """Names bound by ``stmts`` (not descending into nested defs), in first-seen order. With
+    ``rebound_only``, only the names bound to a new value (not ``a[i] = v`` or ``a += v``)."""
     out: list[str] = []
 
     def add(name):
@@ -20,7 +60,7 @@ def assigned_names(stmts) -> list[str]:
                 target(e)
         elif isinstance(t, ast.Starred):
             target(t.value)
-        elif isinstance(t, ast.Subscript):
+        elif isinstance(t, ast.Subscript) and not rebound_only:
             base = t.value
             while isinstance(base, ast.Subscript):
                 base = base.value
@@ -33,7 +73,8 @@ def assigned_names(stmts) -> list[str]:
                 target(t)
 
         def visit_AugAssign(self, n):
-            target(n.target)
+            if not rebound_only:
+                target(n.target)
 
         def visit_AnnAssign(self, n):
             if n.value is not None:

@@ -68,6 +68,8 @@ class AssignLowerer:
             new = binop(type(node.op), cur, self.expr(node.value))
             if is_symbolic(cur):
                 self._augassign_aliases(t, cur, new)
+            elif isinstance(cur, np.ndarray):
+                self._concrete_write(t, cur, new)
             self.env[t.id] = new
         elif isinstance(t, ast.Subscript):
             base = self.expr(t.value)
@@ -182,9 +184,12 @@ class AssignLowerer:
             old = self.env.get(base_node.id)
             if is_symbolic(old):
                 self._refuse_view_write(base_node, old)
+                self._refuse_outside_alias(base_node, old)
                 for name, val in list(self.env.items()):
                     if val is old and name != base_node.id:
                         self.env[name] = new
+            elif isinstance(old, np.ndarray):
+                self._concrete_write(base_node, old, new)
             self.env[base_node.id] = new
             if is_symbolic(new) and new.var.hint is None:
                 new.var.hint = base_node.id
@@ -202,6 +207,7 @@ class AssignLowerer:
         or a view's base), we refuse rather than guess."""
         aliases = [n for n, v in self.env.items() if v is cur and n != target.id]
         self._refuse_view_write(target, cur)
+        self._refuse_outside_alias(target, cur)
         if not aliases:
             return
         rank = cur.aval.rank
@@ -213,10 +219,55 @@ class AssignLowerer:
         for n in aliases:
             self.env[n] = new
 
+    def _concrete_write(self, node, cur, new):
+        """An in-place write (``b += v``, ``b[i] = v``) into an array built from constants
+        (``a = np.zeros(3); b = a``): NumPy changes that one buffer, so every other name bound
+        to it sees the write; a name that only shares part of it (a view, or the array a view
+        was taken from) is refused, as for computed arrays. (Regression: such aliases kept the
+        old constant, a silently wrong value and gradient.)"""
+        aliases = []
+        for name, val in self.env.items():
+            if name == node.id or not isinstance(val, np.ndarray):
+                continue
+            if val is cur:
+                aliases.append(name)
+            elif np.shares_memory(val, cur):
+                raise self.src.error(node, f"`{node.id}` and `{name}` share memory (one is a view of the other), "
+                                           f"so NumPy would write through to `{name}`; write into the array "
+                                           f"itself, or copy first with `{node.id} = {node.id}.copy()`")
+        for name in aliases:
+            self.env[name] = new
+
+    def _refuse_outside_alias(self, node, value, name=None):
+        """A write through a local name into a global's or closure's array (``w = W; w += v``)
+        would change that array in NumPy, and later reads of ``W`` would see it: refused."""
+        name = name or node.id
+        for key, val in self.ctx.closure_keys.items():
+            if val is value and key[-1] != name:
+                raise self.src.error(node, f"`{name}` is the array `{key[-1]}` from outside the function; "
+                                           f"NumPy would change `{key[-1]}` in place. Copy it first "
+                                           f"(`{name} = {key[-1]}.copy()`) or build a new array "
+                                           f"(`{name} = {name} + ...`)")
+
     _VIEW_PRIMS = ("getitem", "reshape", "transpose", "swapaxes", "expand_dims", "squeeze", "broadcast_to")
 
-    def _refuse_view_write(self, node, value):
-        producer = self.b.producer(value)
+    def refuse_inplace_view(self, node, name, value):
+        """Before a loop that writes ``name`` in place: refused when it is a view of another
+        live array (or, built from constants, shares memory with one), as a write would be."""
+        if isinstance(value, np.ndarray):
+            for other, val in self.env.items():
+                if other != name and isinstance(val, np.ndarray) and val is not value and np.shares_memory(val, value):
+                    raise self.src.error(node, f"`{name}` and `{other}` share memory (one is a view of the other), "
+                                               f"so NumPy would write through to `{other}`; write into the array "
+                                               f"itself, or copy first with `{name} = {name}.copy()`")
+        else:
+            self._refuse_view_write(node, value, name)
+            self._refuse_outside_alias(node, value, name)
+
+    def _refuse_view_write(self, node, value, name=None):
+        name = name or node.id
+        # the builder that made the value: a view taken before an `if` is written in its branch
+        producer = value.builder.producer(value) if is_symbolic(value) else None
         if producer is None or producer.prim.name not in self._VIEW_PRIMS:
             return
         if producer.prim.name == "getitem" and any(
@@ -224,12 +275,12 @@ class AssignLowerer:
                                      and producer.inputs[1 + e[1]].aval.shape == ())
                 for e in producer.params["spec"]):
             return                       # advanced indexing copies in NumPy
-        src = producer.inputs[0]
+        src, target = producer.inputs[0], name
         for name, val in self.env.items():
             if is_symbolic(val) and val.var is src:
-                raise self.src.error(node, f"`{node.id}` is a view of `{name}` (NumPy would write through to "
+                raise self.src.error(node, f"`{target}` is a view of `{name}` (NumPy would write through to "
                                            f"`{name}`); write into `{name}` directly, or copy first with "
-                                           f"`{node.id} = {node.id}.copy()`")
+                                           f"`{target} = {target}.copy()`")
 
     def _unpack(self, value, n, node):
         if is_symbolic(value):

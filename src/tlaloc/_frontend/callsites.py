@@ -108,6 +108,8 @@ class CallLowerer:
             eq = _OVERRIDES.get(name) or calls.numpy_equivalent(fn)
             if eq is None:
                 raise self.src.error(node, calls.no_equivalent_message(fn))
+            if isinstance(eq, np.dtype):        # np.float64(x) on an array computed here: x.astype
+                eq = functools.partial(_convert, dtype=eq)
             return self._checked(eq, args, kwargs, node)
         owner = getattr(fn, "__self__", None)
         if isinstance(owner, (list, dict)) and getattr(fn, "__name__", "") in _CONTAINER_METHODS:
@@ -183,7 +185,8 @@ _STRUCTURAL_BUILTINS = (builtins.isinstance, builtins.issubclass, builtins.type,
 _ITERATING_BUILTINS = (builtins.zip, builtins.enumerate, builtins.list, builtins.tuple, builtins.reversed)
 _SEQUENCE_FUNCTIONS = ("concatenate", "stack", "vstack", "hstack", "dstack", "column_stack", "row_stack",
                        "block", "broadcast_arrays", "meshgrid", "einsum", "select", "piecewise",
-                       "multi_dot", "append")
+                       "multi_dot", "append",
+                       "zeros", "ones", "empty", "full")     # a shape: (n + 1, n + 1) stays a tuple
 
 
 def _full(shape, fill_value, dtype=None):
@@ -213,3 +216,11 @@ def _flat(seq):
 
 
 _CONTAINER_METHODS = ("append", "extend", "insert", "pop", "update", "setdefault", "__setitem__")
+
+
+def _convert(x, /, dtype):
+    """``np.float64(x)`` / ``np.float32(x)`` with ``x`` computed in the function: NumPy's
+    conversion, ``x`` as an array of that dtype (a derivative passes through, as for astype).
+    (Regression: refused as "bad call: 'numpy.dtypes.Float64DType' object is not callable".)"""
+    from .. import numpy as tnp
+    return tnp.astype(tnp.asarray(x), dtype)

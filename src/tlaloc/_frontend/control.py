@@ -27,6 +27,10 @@ def _is_data(v) -> bool:
     return is_symbolic(v) or isinstance(v, (bool, int, float, np.ndarray, np.generic)) or v is None
 
 
+def _is_array(v) -> bool:
+    return is_symbolic(v) or isinstance(v, np.ndarray)
+
+
 class ControlLowerer:
     """Mixin for ``Lowerer``."""
 
@@ -67,6 +71,10 @@ class ControlLowerer:
                 self.b = parent
             branches.append((child, self.env))
         self.env = env0
+        # a name that no statement of the branch assigns can still change there: an in-place
+        # write through an alias (`b = a` before the `if`, `b[0] = v` in it) rebinds it too
+        names = list(names) + [n for n, v in env0.items() if n not in names and _is_array(v)
+                               and any(env.get(n, v) is not v for _, env in branches)]
         self._merge_branches(test, names, branches, env0, node)
 
     def _merge_branches(self, test, names, branches, env0, node):

@@ -19,8 +19,8 @@ from .._core.aval import AbstractValue
 from .._core.builder import Builder
 from .._core.control import for_range_p, join_aval, undef_literal, while_loop_p
 from .._core.graph import Graph, Literal, Var
-from .analysis import assigned_names, has_jump
-from .control import _UNDEF, _is_data
+from .analysis import assigned_names, has_jump, inplace_names
+from .control import _UNDEF, _is_array, _is_data
 from .values import BROKE, CONT, RET, RETURNED, SymbolicRange, Undefined, is_symbolic
 
 _MAX_STATIC_TRIPS = 10_000
@@ -128,6 +128,7 @@ class LoopLowerer:
         assigns and reads after, plus the jump flags it needs."""
         breaks = has_jump(node.body, (ast.Break, ast.Return))
         carried = self._carried_names(node.body, node, exclude=exclude)
+        carried += [n for n in self._inplace_aliases(node) if n not in carried]
         if breaks:
             carried.append(BROKE)
         if has_jump(node.body, (ast.Return,)):
@@ -135,6 +136,30 @@ class LoopLowerer:
         init_env = dict(self.env)
         init_env[BROKE] = False
         return breaks, carried, [init_env.get(n, _UNDEF) for n in carried]
+
+    def _inplace_aliases(self, node) -> list[str]:
+        """The names bound, before the loop, to an array that the body writes in place through
+        another name (``b = a`` then ``b[i] = v`` in the loop): NumPy changes it for all of them,
+        so they are all carried, as one value (``_emit_loop``). Refused where the loop cannot keep
+        them one value: one is rebound in the body, or one is a view of another array."""
+        rebound = set(assigned_names(node.body, rebound_only=True))
+        out = []
+        for n in inplace_names(node.body):
+            v = self.env.get(n)
+            if not _is_array(v):
+                continue
+            self.refuse_inplace_view(node, n, v)
+            group = [m for m, w in self.env.items() if w is v and not m.startswith(".")]
+            if len(group) < 2:
+                continue
+            if rebound & set(group):
+                m = sorted(rebound & set(group))[0]
+                raise self.src.error(node, f"`{n}` is written in place in this loop while it names the same "
+                                           f"array as {', '.join(f'`{g}`' for g in group if g != n)}, and "
+                                           f"`{m}` is rebound in the loop; copy first (`{n} = {n}.copy()`) "
+                                           f"or build new arrays (`{n} = {n} + ...`)")
+            out.extend(m for m in group if m not in out)
+        return out
 
     def _carried_names(self, body, node, exclude=()):
         assigned = [n for n in assigned_names(body) if n not in exclude]
@@ -170,6 +195,13 @@ class LoopLowerer:
             flat_init.extend(leaves)
             trees.append(tree)
         avals = [_aval_of(x) for x in flat_init]
+        written = set(inplace_names(node.body))
+        aliases = {}            # carried name -> the first carried name bound to the same array
+        for j, nj in enumerate(carried):
+            for i in range(j):
+                if _is_array(init[j]) and init[i] is init[j] and {carried[i], nj} & written:
+                    aliases[nj] = aliases.get(carried[i], carried[i])
+                    break
         parent = self.b
         env0 = dict(self.env)
         outer_in_loop = self.in_loop
@@ -194,6 +226,8 @@ class LoopLowerer:
                         self.env[name] = val
                         carry_vals[name] = val
                         k += tree.num_leaves
+                for name, first in aliases.items():      # one array under several names stays one
+                    self.env[name] = carry_vals[name] = carry_vals[first]
                 if kind == "for" and BROKE in carry_vals:
                     self.env[BROKE] = carry_vals[BROKE]
                 if guard_body and is_symbolic(self.env.get(BROKE)):
@@ -245,6 +279,8 @@ class LoopLowerer:
                     v.var.hint = name
             result[name] = vals[0] if tree is None else _pytree.unflatten(tree, vals)
             k += n
+        for name, first in aliases.items():
+            result[name] = result[first]
         return result
 
     def _after_loop(self, carried, outs):

@@ -21,7 +21,7 @@ import dataclasses
 import numpy as np
 
 from .. import dtypes as _dt
-from ..errors import GraphError, NoRuleError
+from ..errors import GraphError, NoRuleError, at_location
 from .._core.graph import Graph, Literal
 from .._core.rules import ensure_rules
 from .stablehlo_text import BOOL, dense_text, mlir_context, parse  # noqa: F401  (re-exported)
@@ -273,6 +273,8 @@ class Emitter:
             old, self.loc = self.loc, node.loc or self.loc
             try:
                 outs = rule(self, node, *[read(a) for a in node.inputs])
+            except NoRuleError as e:          # a construct compiled code cannot express (a mask)
+                raise at_location(e, node.loc) from None
             finally:
                 self.loc = old
             outs = outs if isinstance(outs, (list, tuple)) else [outs]

@@ -1,0 +1,181 @@
+"""In-place writes into an array that another name also holds.
+
+Regression: with ``a = np.zeros(3); b = a``, a write ``b += x`` or ``b[1] = v`` left ``a``
+holding the old constant, so ``np.sum(a * x)`` came back with a silently wrong value and
+gradient (both 0 here). Aliases of computed arrays were already rebound; those of arrays
+built from constants were not. Now every name bound to that array sees the write, as in
+NumPy; a write through a name that shares only part of such an array (a view) is refused at
+the line, as for computed arrays, and so is a write through a local name into a global's
+array (``w = W; w += x``), which NumPy would make to ``W`` itself. The same holds across an
+``if`` on an array (the alias, assigned by no statement of the branch, was not merged) and a
+loop (aliases are carried as one value; a view written in the body, or an alias rebound there,
+is refused at the loop). JAX ``.at[]`` twins are the oracle.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tlaloc as tl
+from tlaloc.errors import FenceError
+
+jax.config.update("jax_enable_x64", True)
+
+X = np.array([0.5, -1.0, 2.0])
+
+
+def alias_augassign(x):
+    a = np.zeros(3)
+    b = a
+    b += x
+    return np.sum(a * x)
+
+
+def j_alias_augassign(x):
+    a = jnp.zeros(3) + x
+    return jnp.sum(a * x)
+
+
+def alias_setitem(x):
+    a = np.ones(3)
+    b = a
+    b[1] = x[0] * 5.0
+    return np.sum(a * x)
+
+
+def j_alias_setitem(x):
+    a = jnp.ones(3).at[1].set(x[0] * 5.0)
+    return jnp.sum(a * x)
+
+
+def alias_constant_write(x):
+    a = np.zeros(3)
+    b = a
+    b += 1.0
+    b[0] = 4.0
+    return np.sum(a * x)
+
+
+def j_alias_constant_write(x):
+    return jnp.sum(jnp.array([4.0, 1.0, 1.0]) * x)
+
+
+def alias_zero_d(x):
+    a = np.array(0.0)
+    b = a
+    b += x[0]
+    return a * x[1]
+
+
+def j_alias_zero_d(x):
+    return x[0] * x[1]
+
+
+def alias_in_branch(x):
+    a = np.zeros(3)
+    b = a
+    if x[2] > 0:
+        b += x * x
+    return np.sum(a * x)
+
+
+def j_alias_in_branch(x):
+    return jnp.sum(x * x * x)
+
+
+def computed_alias_in_branch(x):
+    a = x * 1.0
+    b = a
+    if x[2] > 0:
+        b[0] = 3.0
+    return np.sum(a * x)
+
+
+def j_computed_alias_in_branch(x):
+    return jnp.sum((x * 1.0).at[0].set(3.0) * x)
+
+
+def alias_in_loop(x):
+    a = np.zeros(3)
+    b = a
+    for i in range(3):
+        b[i] = x[i] * 2.0
+    return np.sum(a * x)
+
+
+def j_alias_in_loop(x):
+    return jnp.sum(2.0 * x * x)
+
+
+@pytest.mark.parametrize("f, j", [(alias_augassign, j_alias_augassign), (alias_setitem, j_alias_setitem),
+                                  (alias_constant_write, j_alias_constant_write), (alias_zero_d, j_alias_zero_d),
+                                  (alias_in_branch, j_alias_in_branch),
+                                  (computed_alias_in_branch, j_computed_alias_in_branch),
+                                  (alias_in_loop, j_alias_in_loop)],
+                         ids=lambda f: getattr(f, "__name__", ""))
+def test_every_name_of_a_constant_array_sees_an_in_place_write(f, j):
+    value, grad = tl.value_and_grad(f)(X.copy())
+    assert value == pytest.approx(float(f(X.copy())), rel=1e-14)
+    np.testing.assert_allclose(grad, jax.grad(j)(X), rtol=1e-14, atol=0)
+
+
+def write_into_a_row_view(x):
+    a = np.zeros((2, 3))
+    r = a[0]
+    r[1] = x[0]
+    return np.sum(a * a)
+
+
+def augassign_into_a_row_view(x):
+    a = np.zeros((2, 3))
+    r = a[1]
+    r += x
+    return np.sum(a ** 2)
+
+
+def write_in_a_loop_into_a_row_view(x):
+    a = np.zeros((2, 3))
+    r = a[0]
+    for i in range(3):
+        r[i] = x[i]
+    return np.sum(a * x)
+
+
+def write_in_a_branch_into_a_computed_view(x):
+    A = np.stack([x, x]) * 1.0
+    r = A[0]
+    if x[2] > 0:
+        r[1] = 2.0
+    return np.sum(A * x)
+
+
+def alias_rebound_in_the_loop(x):
+    a = x * 1.0
+    b = a
+    for i in range(3):
+        b[i] = 2.0 * b[i]
+        a = a + 1.0
+    return np.sum(a * x) + np.sum(b)
+
+
+W = np.zeros(3)
+
+
+def augassign_through_a_global(x):
+    w = W
+    w += x
+    return np.sum(W * x)
+
+
+@pytest.mark.parametrize("f, message", [
+    (write_into_a_row_view, r"`r` and `a` share memory"),
+    (augassign_into_a_row_view, r"`r` and `a` share memory"),
+    (augassign_through_a_global, r"`w` is the array `W` from outside the function"),
+    (write_in_a_loop_into_a_row_view, r"`r` and `a` share memory"),
+    (write_in_a_branch_into_a_computed_view, r"`r` is a view of `A`"),
+    (alias_rebound_in_the_loop, r"`b` is written in place in this loop while it names the same array as `a`"),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_a_write_numpy_would_make_elsewhere_is_refused_at_the_line(f, message):
+    with pytest.raises(FenceError, match=rf"test_inplace_aliases\.py:\d+:\d+: {message}"):
+        tl.grad(f)(X.copy())
+    assert not W.any()
