@@ -53,7 +53,7 @@ def test_a_program_fault_in_one_row_fails_only_that_request(engine, monkeypatch,
         bad_prompt = [5, POISON, 6]
     else:                       # the poison is generated: make it the stop-free decode input by forcing it
         bad_prompt = [5, 6, 7]
-    monkeypatch.setattr(eng.executor, "run", _poisoned(eng.executor.run))
+    monkeypatch.setattr(eng.executor, "dispatch", _poisoned(eng.executor.dispatch))
     ids = [eng.submit(p, max_new_tokens=8) for p in good]
     bad = eng.submit(bad_prompt, max_new_tokens=8)
     first = []
@@ -72,7 +72,7 @@ def test_a_program_fault_in_one_row_fails_only_that_request(engine, monkeypatch,
 
 def test_a_device_error_that_loses_the_kv_pools_fails_the_running_requests_and_serving_resumes(engine, monkeypatch):
     eng = engine("llama")
-    real = eng.executor.run
+    real = eng.executor.dispatch
 
     def lose_pools(mode, B, C, arrays, T=None):
         if (np.asarray(arrays["token_ids"]) == POISON).any():
@@ -80,7 +80,7 @@ def test_a_device_error_that_loses_the_kv_pools_fails_the_running_requests_and_s
                 pool.delete()
             raise RuntimeError("execution failed after donation")
         return real(mode, B, C, arrays, T)
-    monkeypatch.setattr(eng.executor, "run", lose_pools)
+    monkeypatch.setattr(eng.executor, "dispatch", lose_pools)
     eng.submit(PROMPTS[1], max_new_tokens=4)
     eng.submit([POISON, 3], max_new_tokens=4)
     _, finished, _ = _drain(eng)
@@ -184,12 +184,12 @@ def test_a_row_whose_inputs_fail_half_written_fails_alone(engine, monkeypatch, o
     ids = [eng.submit(p, max_new_tokens=8) for p in good]
     [req] = [r for r in eng.scheduler.waiting if r.id == bad]
     req.top_k = 2 ** 40              # over int32: fails after its temperature and slots are written
-    calls, real = [], eng.executor.run
+    calls, real = [], eng.executor.dispatch
 
     def recording(mode, B, C, arrays, T=None):
         calls.append((mode, B, {k: np.array(v) for k, v in arrays.items()}))
         return real(mode, B, C, arrays, T)
-    monkeypatch.setattr(eng.executor, "run", recording)
+    monkeypatch.setattr(eng.executor, "dispatch", recording)
     out, finished, errors = _drain(eng)
     assert finished[bad] == "error" and "OverflowError" in errors[bad]
     for rid, w in zip(ids, want):

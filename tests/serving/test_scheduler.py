@@ -182,8 +182,8 @@ def test_stop_ids_end_a_request(engine, oracle):
 
 
 def test_a_failed_program_ends_its_requests_and_the_engine_keeps_serving(engine, oracle, monkeypatch):
-    eng = engine("llama")
-    real = eng.executor.run
+    eng = engine("llama", engine_options={"async_scheduling": False})   # every call waited for: the 3rd fails
+    real = eng.executor.dispatch
     calls = {"n": 0}
 
     def flaky(mode, B, C, arrays, T=None):
@@ -191,7 +191,7 @@ def test_a_failed_program_ends_its_requests_and_the_engine_keeps_serving(engine,
         if calls["n"] == 3:
             raise RuntimeError("device fell over")
         return real(mode, B, C, arrays, T)
-    monkeypatch.setattr(eng.executor, "run", flaky)
+    monkeypatch.setattr(eng.executor, "dispatch", flaky)
     rid = eng.submit(PROMPTS[1], max_new_tokens=8)
     out, finished = _drain(eng)
     assert finished[rid] == "error" and eng.stats()["kv_pages_used"] == 0
@@ -201,11 +201,11 @@ def test_a_failed_program_ends_its_requests_and_the_engine_keeps_serving(engine,
         for pool in eng.executor.pools.values():
             pool.delete()
         raise RuntimeError("execution failed after donation")
-    monkeypatch.setattr(eng.executor, "run", lose_the_pools)
+    monkeypatch.setattr(eng.executor, "dispatch", lose_the_pools)
     a = eng.submit(PROMPTS[0], max_new_tokens=4)
     events = eng.step()
     assert [(e.request_id, e.finish_reason) for e in events] == [(a, "error")]
     assert "device fell over" not in events[0].error
-    monkeypatch.setattr(eng.executor, "run", real)
+    monkeypatch.setattr(eng.executor, "dispatch", real)
     assert _greedy(eng, [PROMPTS[1]])[0] == oracle("llama")[1]              # fresh pools: serving again
     assert eng.stats()["kv_pages_used"] == 0

@@ -84,17 +84,20 @@ def _template(B: int, T: int, pages: int) -> dict:
     return arrays
 
 
-def fill_row(inputs: dict, k: int, row: Row, block_size: int) -> None:
+def fill_row(inputs: dict, k: int, row: Row, block_size: int, tokens: bool = True) -> None:
     """Write ``row``'s inputs into row ``k`` of the batch arrays ``inputs`` (from :func:`empty_inputs`,
     row ``k`` still FILL); the row's pages must already be taken. On an exception row ``k`` may be
-    half written: :func:`clear_row` puts its FILL values back."""
+    half written: :func:`clear_row` puts its FILL values back. ``tokens=False`` leaves ``token_ids``
+    alone (a decode row whose token is an earlier call's output, not yet on the host)."""
     req, start, n = row.request, row.start, row.n
     end, pages = start + n, req.pages
-    inputs["token_ids"][k, :n] = req.token_span(start, end)
+    if tokens:
+        inputs["token_ids"][k, :n] = req.token_span(start, end)
     inputs["positions"][k, :n] = range(start, end)
     # the KV slot of position p: page pages[p // block_size], offset p % block_size
     inputs["slot_mapping"][k, :n] = [pages[p // block_size] * block_size + p % block_size for p in range(start, end)]
-    inputs["block_tables"][k, :len(pages)] = pages
+    used = pages[:-(-end // block_size)]       # a page taken ahead for a call that failed in flight is not read
+    inputs["block_tables"][k, :len(used)] = used
     inputs["seq_lens"][k] = end
     if row.samples and req.temperature > 0:                  # this row samples the next token
         inputs["temperature"][k], inputs["top_k"][k], inputs["top_p"][k] = req.temperature, req.top_k, req.top_p

@@ -24,6 +24,12 @@ request's fault fails only that request: a row whose inputs cannot be built fail
 and when a program call fails with the KV pools intact its rows are re-run one at a time
 so that only the row at fault fails. Only a failure that consumed the donated pools ends
 every running request (with new pools, serving goes on).
+
+With async scheduling (the default) a steady decode call (the same requests as the call
+before, nothing waiting) is started while the one before it still runs, on that call's
+tokens as they are on the device, and the step then applies the earlier call: the host's
+part of a step overlaps the program. A call that fails in flight is applied not at all and
+its rows are re-run, waited for, under the rules above.
 """
 from __future__ import annotations
 
@@ -82,7 +88,8 @@ class Engine:
 
     def __init__(self, artifact_dir, *, platform: str = "cpu", prefill_chunk: int | None = None,
                  max_waiting: int = 1024, verify: bool = True, precompile: bool = False,
-                 fast_compile: bool = False, cache_dir: str | None = None, cpu_kernels: bool = True):
+                 fast_compile: bool = False, cache_dir: str | None = None, cpu_kernels: bool = True,
+                 async_scheduling: bool = True):
         if not rq.is_int(max_waiting) or max_waiting < 1:
             raise rq.arg_error("max_waiting", f"max_waiting must be a positive integer (queued requests beyond "
                                               f"which submit refuses), got {max_waiting!r}")
@@ -105,6 +112,9 @@ class Engine:
         #: the most top log-probabilities a request may ask for (0: the programs do not output them)
         self.max_logprobs: int = int((m.get("logprobs") or {}).get("top", 0))
         self.platform = platform
+        self.async_scheduling = bool(async_scheduling)
+        self._inflight = None             # (decode Batch, its device outputs): started, not yet applied
+        self._wait_next = False           # after an in-flight call failed: the step's calls are waited for
         self._lock = threading.RLock()
         self._special = {"bos_token": "", "eos_token": ""}
         self.tokenizer, self.chat_template = self._load_tokenizer()
@@ -155,8 +165,9 @@ class Engine:
         return self.executor.programs_used
 
     # -- one step: schedule, build the inputs, run, update -----------------------------------------
-    def _run_batch(self, batch: Batch) -> list[Event]:
-        """Run one scheduled call. A row whose inputs cannot be built fails alone; see :meth:`_call`."""
+    def _run_batch(self, batch: Batch, defer: bool = False) -> list[Event]:
+        """Run one scheduled call. A row whose inputs cannot be built fails alone; see :meth:`_call`.
+        ``defer``: start the call and keep it in flight (applied at the next step) instead of waiting."""
         events, rows = [], []
         inputs = empty_inputs(batch.size, batch.tokens, batch.context // self.block_size)
         for row in batch.rows:
@@ -171,8 +182,95 @@ class Engine:
             size = self.scheduler.bucket(self.scheduler.batch, len(rows), "batch")
             if size < batch.size:                            # rows failed: a smaller bucket holds the rest
                 inputs = {name: a[:size] for name, a in inputs.items()}
-            events.extend(self._call(batch.with_rows(rows, size), inputs))
+            batch = batch.with_rows(rows, size)
+            if defer and len(rows) == len(batch.rows) and self._start(batch, inputs):
+                return events
+            events.extend(self._call(batch, inputs))
         return events
+
+    # -- async scheduling: a decode call in flight across steps -------------------------------------
+    def _start(self, batch: Batch, inputs: dict) -> bool:
+        """Start ``batch`` without waiting and keep it in flight; False (nothing started, no page or
+        draw undone) if it could not start, so the caller runs it as usual."""
+        try:
+            results = self.executor.dispatch(batch.mode, batch.size, batch.context, inputs, batch.tokens)
+        except Exception as e:  # noqa: BLE001 - run it the usual way, which handles the failure
+            log.info("serving: async scheduling: could not start the %s call: %s: %s", batch.mode,
+                     type(e).__name__, e)
+            return False
+        self.scheduler.count_call(batch)
+        self._inflight = (batch, results)
+        return True
+
+    def _continue(self, prev: Batch, results: dict) -> bool:
+        """Start the decode call after ``prev`` (in flight, outputs ``results``) on ``prev``'s tokens as
+        they are on the device, if the scheduler knows it already (:meth:`Scheduler.next_decode`)."""
+        batch = self.scheduler.next_decode(prev)
+        if batch is None:
+            return False
+        inputs = empty_inputs(batch.size, batch.tokens, batch.context // self.block_size)
+        for k, row in enumerate(batch.rows):
+            fill_row(inputs, k, row, self.block_size, tokens=False)
+        try:
+            inputs["token_ids"] = self.executor.tokens_from_ids(results["next_token_ids"])
+        except Exception as e:  # noqa: BLE001 - the step goes on without it
+            log.info("serving: async scheduling: %s: %s", type(e).__name__, e)
+            return False
+        return self._start(batch, inputs)
+
+    def _apply(self, batch: Batch, results: dict) -> list[Event] | None:
+        """Wait for an in-flight call and apply its tokens; None if it failed (nothing applied: the
+        scheduler still stands before it, so the step re-runs its rows the usual way)."""
+        try:
+            sampled = self.executor.collect(results)
+        except Exception as e:  # noqa: BLE001 - handled by the caller
+            log.warning("serving: %s program (batch %d, context %d, %d rows) failed: %s: %s", batch.mode,
+                        batch.size, batch.context, len(batch.rows), type(e).__name__, e)
+            return None
+        return self.scheduler.update(batch, sampled)
+
+    def _step_in_flight(self) -> tuple:
+        """The in-flight call's part of a step: start the next decode call if it is known, then apply
+        the one in flight. Returns (its events, whether a call is in flight again)."""
+        (prev, results), self._inflight = self._inflight, None
+        self._continue(prev, results)
+        events = self._apply(prev, results)
+        if events is not None:
+            return events, self._inflight is not None
+        if self._inflight is not None:                       # it ran on the failed call's tokens: drop it
+            _, later = self._inflight
+            self._inflight = None
+            try:
+                self.executor.collect(later)
+            except Exception:  # noqa: BLE001 - expected: its input was the failed call's output
+                pass
+        if not self._pools_intact():
+            self.executor.new_pools()
+            return self.scheduler.fail_all("the KV cache was lost when a program failed; resubmit the request"), False
+        self._wait_next = True                               # the step re-runs the rows and waits: a
+        return [], False                                     # fault fails its row alone (see _call)
+
+    def _pools_intact(self) -> bool:
+        """Whether every KV pool holds a value (not consumed, not the output of a failed call)."""
+        try:
+            for pool in self.executor.pools.values():
+                if pool.is_deleted():
+                    return False
+                pool.block_until_ready()
+        except Exception:  # noqa: BLE001 - a failed call's output raises its error
+            return False
+        return True
+
+    def _settle(self) -> None:
+        """Wait for a call still in flight and drop it (every request it ran has ended)."""
+        if self._inflight is not None:
+            (batch, results), self._inflight = self._inflight, None
+            try:
+                self.executor.collect(results)
+            except Exception:  # noqa: BLE001 - nothing depends on it
+                if not self._pools_intact():
+                    self.executor.new_pools()
+                    self.scheduler.fail_all("the KV cache was lost when a program failed; resubmit the request")
 
     def _call(self, batch: Batch, inputs: dict) -> list[Event]:
         """One program call on ``inputs`` (the batch arrays, row k for ``batch.rows[k]``). If it fails and
@@ -228,10 +326,17 @@ class Engine:
         the events of this step (see ``Event``)."""
         with self._lock:
             events = self._decoder("step").begin_step()
+            if self._inflight is not None:
+                applied, going = self._step_in_flight()
+                events.extend(applied)
+                if going:
+                    return events                            # steady: nothing waits or prefills
             for mode in MODES:                               # decode first: a failure there may end prefills
                 batch = self.scheduler.schedule(mode)
                 if batch is not None:
-                    events.extend(self._run_batch(batch))
+                    defer = self.async_scheduling and not self._wait_next and self.scheduler.steady(batch)
+                    events.extend(self._run_batch(batch, defer=defer))
+            self._wait_next = False
             return events
 
     def cancel(self, request_id: str) -> bool:
@@ -255,7 +360,7 @@ class Engine:
 
     def has_work(self) -> bool:
         with self._lock:
-            return self.scheduler is not None and self.scheduler.has_work()
+            return self.scheduler is not None and (self.scheduler.has_work() or self._inflight is not None)
 
     def stats(self) -> dict:
         """running, waiting, kv_pages_used, kv_pages_total, kv_pages_cached, tokens_in, tokens_out, ...;
@@ -378,6 +483,7 @@ class Engine:
                     out.fresh = False
         finally:
             loop.cancel_all()                                    # after a refusal or a failure: free the rest
+            self._settle()                                       # a call its ended requests left in flight
             self.scheduler.put_back_events(others, drop=[out.request_id for out in outs])  # not its own cancels
         results = []
         for out in outs:

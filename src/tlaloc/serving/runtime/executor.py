@@ -74,6 +74,7 @@ class Executor:
             self._widest[mode, B, C] = max(T, self._widest.get((mode, B, C), 0))
         self.programs_used: set = set()     # (mode, batch, context, tokens) of every decode/prefill program run
         self._plans: dict = {}
+        self._reshapes: dict = {}           # B -> the program of tokens_from_ids
         self.weights = self._upload_weights()
         self.pools: dict = {}
 
@@ -231,6 +232,13 @@ class Executor:
         """Run a decode or prefill program; the pools it returns replace the donated ones. Returns its
         other outputs by role (``next_token_ids``, and ``token_logprob``, ``top_logprobs``, ``top_ids``
         where the artifact has them) as host arrays."""
+        return self.collect(self.dispatch(mode, B, C, inputs, T))
+
+    def dispatch(self, mode: str, B: int, C: int, inputs: dict, T: int | None = None) -> dict:
+        """Start a decode or prefill program without waiting for it (PJRT runs it on its own thread): the
+        pools it returns replace the donated ones at once, so a later call runs after it. Returns its
+        other outputs by role as device arrays, for :meth:`collect`. ``inputs`` may hold device arrays
+        (an earlier call's ``next_token_ids`` as ``token_ids``: see :meth:`tokens_from_ids`)."""
         program, exe = self.executable(mode, B, C, T)
         self.programs_used.add((mode, B, C, program["tokens"]))
         results = {}
@@ -238,8 +246,27 @@ class Executor:
             if slot["role"] == "kv_pool":
                 self.pools[slot["name"]] = out
             else:
-                results[slot["role"]] = np.asarray(out)
+                results[slot["role"]] = out
         return results
+
+    @staticmethod
+    def collect(results: dict) -> dict:
+        """The outputs of :meth:`dispatch` as host arrays: waits for the program (and raises its error)."""
+        return {role: np.asarray(out) for role, out in results.items()}
+
+    def tokens_from_ids(self, ids):
+        """A decode call's ``next_token_ids`` (B,) int32, still on the device, as the next decode call's
+        ``token_ids`` (B, 1) int32, by a one-op program (StableHLO ``reshape``, compiled once per B):
+        the next call can start before this one's tokens reach the host."""
+        B = int(ids.shape[0])
+        prog = self._reshapes.get(B)
+        if prog is None:
+            text = (f"module @next_tokens {{\n  func.func public @main(%arg0: tensor<{B}xi32>) -> tensor<{B}x1xi32> {{\n"
+                    f"    %0 = stablehlo.reshape %arg0 : (tensor<{B}xi32>) -> tensor<{B}x1xi32>\n"
+                    f"    return %0 : tensor<{B}x1xi32>\n  }}\n}}\n")
+            prog = self._reshapes[B] = self._device.Program(text, self.platform, ["next_token_ids"],
+                                                            [("int32", (B,))])
+        return prog.execute([ids])[0]
 
 
 __all__ = ["Executor", "compiled_count", "np_dtype"]

@@ -194,6 +194,39 @@ class Scheduler:
         T = self.bucket(self.program_tokens(mode, C), max(row.n for row in rows), "tokens")
         return Batch(mode, self.bucket(self.batch, len(rows), "batch"), C, T, tuple(rows))
 
+    def steady(self, batch: Batch) -> bool:
+        """Whether the decode call after ``batch`` (a decode call) is known before ``batch``'s tokens are:
+        it runs the same requests, every one of them running, decoding one token a row and with a token
+        still to come after ``batch``'s; no request waits, reads its prompt, or has an event to report.
+        Then :meth:`next_decode` can schedule it while ``batch`` runs (vLLM's async scheduling)."""
+        if batch.mode != "decode" or batch.tokens != 1 or self.waiting or self._pending:
+            return False
+        if len(self.running) != len(batch.rows) or batch.size != self.bucket(self.batch, len(batch.rows), "batch"):
+            return False
+        return all(row.request is req and row.n == 1 and not req.prefilling
+                   and len(req.generated) + 1 < req.max_new_tokens for req, row in zip(self.running, batch.rows))
+
+    def next_decode(self, prev: Batch) -> Batch | None:
+        """The decode call that follows ``prev``, scheduled before ``prev``'s tokens are back (see
+        :meth:`steady`; None when it does not hold): each row feeds the position after ``prev``'s,
+        whose token is ``prev``'s output (the engine passes it on the device). Takes the row's page
+        (within the request's reservation: it has a token to come) and draws its uniform, as
+        :meth:`schedule` would at the next step. A request that ``prev`` ends (a stop id) or that is
+        cancelled meanwhile has its row's output dropped by :meth:`update`; the key and value it
+        writes land in the request's own page, after its last token, where nothing reads them."""
+        if not self.steady(prev):
+            return None
+        rows = []
+        for row in prev.rows:
+            req = row.request
+            try:
+                self._take_pages(req, row.end + 1)
+            except Exception:  # noqa: BLE001 - cannot happen within the reservation; run the step as usual
+                return None
+            rows.append(Row(req, row.end, 1, req.rng.random() if req.temperature > 0 else 0.0))
+        C = self.bucket(self.context, max(row.end for row in rows), "context")
+        return Batch("decode", prev.size, C, self.bucket(self.program_tokens("decode", C), 1, "tokens"), tuple(rows))
+
     def _take_pages(self, req: Request, tokens: int) -> None:
         while len(req.pages) < rq.pages_for(tokens, self.block_size):
             req.pages.append(self.pages.allocate())
@@ -212,9 +245,11 @@ class Scheduler:
         row, registers filled prompt pages, appends each sampling row's token and ends the requests
         that hit a stop id or max_new_tokens. Returns one event per sampled token."""
         ids = np.asarray(sampled["next_token_ids"])
-        events = []
+        events, running = [], set(map(id, self.running))
         for r, row in enumerate(batch.rows):
             req = row.request
+            if id(req) not in running:
+                continue                      # ended while the call ran (async scheduling: see next_decode)
             req.computed = row.end
             self._register(req)
             if not row.samples:
