@@ -76,3 +76,55 @@ def test_astype_converts_bfloat16_leaves():
     assert m32.weight.dtype == np.float32 and m32.bias.dtype == np.float32       # before: left bfloat16
     np.testing.assert_array_equal(m32.weight, np.asarray(m.weight).astype(np.float32))
     assert nn.astype(nn.Linear(2, 2, key=0), ml_dtypes.bfloat16).weight.dtype == ml_dtypes.bfloat16
+
+
+# -- the same refusals where the shape is known only when tl.jit specialises --------------------------
+
+def _apply(m, x):
+    return m(x)
+
+
+def _mse(pred, target):
+    return nn.mse_loss(pred, target)
+
+
+@pytest.mark.parametrize("make", [lambda: nn.LayerNorm(4, dtype=np.float64), lambda: nn.RMSNorm(4, dtype=np.float64)],
+                         ids=["LayerNorm", "RMSNorm"])
+def test_norm_refuses_a_trailing_axis_that_only_broadcasts_under_jit_and_grad(make):
+    layer = make()
+    who = type(layer).__name__
+    want = (rf"test_bad_inputs.py:\d+:\d+: {who}: the input must be \(\.\.\., \*normalized_shape=\(4,\)\), got shape "
+            rf"\(3, 1\); its trailing axes must be \(4,\) \(the layer's sizes\); check the layer sizes or transpose")
+    bad = np.ones((3, 1))
+    with pytest.raises(ShapeError, match=want.split(": ", 1)[1]):
+        layer(bad)                                            # eager (the earlier fix)
+    with pytest.raises(ShapeError, match=want):
+        tl.jit(_apply)(layer, bad)                            # before: a (3, 4) result, no error
+    with pytest.raises(ShapeError, match=want.split(": ", 1)[1]):
+        tl.grad(lambda m, x: tl.numpy.sum(m(x)))(layer, bad)  # before: a gradient, no error
+    # control: a fitting shape gives eager's value, compiled and differentiated
+    x = np.random.default_rng(0).normal(size=(3, 4))
+    np.testing.assert_allclose(np.asarray(tl.jit(_apply)(layer, x)), layer(x), rtol=1e-13, atol=1e-13)
+
+    def loss(m, x):
+        return tl.numpy.sum(m(x) * np.arange(4.0))
+    g, gj = tl.grad(loss)(layer, x), tl.jit(tl.grad(loss))(layer, x)
+    np.testing.assert_allclose(np.asarray(gj.weight), g.weight, rtol=1e-13, atol=1e-13)
+
+
+def test_mse_loss_refuses_shapes_that_only_broadcast_under_jit():
+    pred, target = np.arange(4.0).reshape(4, 1), np.arange(4.0)
+    want = (r"test_bad_inputs.py:\d+:\d+: mse_loss: pred and target must have the same shape, got \(4, 1\) and "
+            r"\(4,\) \(broadcasting them would compare every pred with every target\); reshape one, e\.g\. "
+            r"target\.reshape\(pred\.shape\)")
+    with pytest.raises(ArgumentError, match=want):
+        tl.jit(_mse)(pred, target)                            # before: 2.5 over a (4, 4) grid
+    with pytest.raises(ArgumentError, match=want.split(": ", 1)[1]):
+        tl.grad(_mse)(pred, target)
+    with pytest.raises(ArgumentError, match=want):            # per example under vmap too
+        tl.jit(tl.vmap(lambda p: nn.mse_loss(p, target)))(np.stack([pred, pred]))
+    # control: same shapes give eager's (and PyTorch's) value
+    p = pred[:, 0] + 0.5
+    want_value = torch.nn.functional.mse_loss(torch.tensor(p), torch.tensor(target)).item()
+    assert float(tl.jit(_mse)(p, target)) == float(nn.mse_loss(p, target)) == want_value == 0.25
+    np.testing.assert_allclose(np.asarray(tl.jit(tl.grad(_mse))(p, target)), np.full(4, 0.25), rtol=1e-15)

@@ -130,7 +130,7 @@ class MultiHeadAttention(Module):
         return y
 
     def __call__(self, x):
-        check_input(x, "MultiHeadAttention", f"(batch, time, d_model={self.d_model})", trailing=(self.d_model,),
+        x = check_input(x, "MultiHeadAttention", f"(batch, time, d_model={self.d_model})", trailing=(self.d_model,),
                     rank=3)
         G, D = self.num_kv_heads, self.head_dim
         R = self.num_heads // G

@@ -43,7 +43,7 @@ class Linear(Module):
         self._set(weight=w, bias=b, in_features=int(in_features), out_features=int(out_features))
 
     def __call__(self, x):
-        check_input(x, "Linear", f"(..., in_features={self.in_features})", trailing=(self.in_features,))
+        x = check_input(x, "Linear", f"(..., in_features={self.in_features})", trailing=(self.in_features,))
         y = tnp.matmul(x, tnp.transpose(self.weight))          # (..., out)
         if self.bias is not None:
             y = y + self.bias

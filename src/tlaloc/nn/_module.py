@@ -30,6 +30,7 @@ import numpy as np
 from .. import _pytree
 from .. import dtypes as _dt
 from .. import random as _random
+from .._prims import checks as _checks
 from ..errors import ArgumentError, ShapeError
 
 
@@ -107,19 +108,21 @@ def known_shape(x):
     return shape if all(type(d) is int for d in shape) else None
 
 
-def check_input(x, who: str, what: str, *, trailing: tuple = (), rank=None) -> None:
-    """Refuse an input whose known shape does not end in ``trailing`` (or lacks the ``rank``):
-    broadcasting would otherwise give a result of another shape, or a raw NumPy error."""
+def check_input(x, who: str, what: str, *, trailing: tuple = (), rank=None):
+    """``x``, refused (ShapeError) if its shape does not end in ``trailing`` (or lacks the ``rank``):
+    broadcasting would otherwise give a result of another shape, or a raw NumPy error.
+
+    A known shape is checked here. Where it is not known yet (``tl.grad``/``tl.jit`` lower the
+    code before the shapes are known) the result is ``x`` through a check node, which refuses
+    the shape when the graph runs on arrays or ``tl.jit`` specialises it: use the returned value.
+    """
     shape = known_shape(x)
     if shape is None:
-        return
-    n = len(trailing)
-    if rank is not None and len(shape) != rank:
-        raise ShapeError(f"{who}: the input must be {what}, got shape {shape} (rank {len(shape)}, expected "
-                         f"{rank}); reshape it, e.g. x[None] for a single example")
-    if len(shape) < n or tuple(shape[len(shape) - n:]) != tuple(trailing):
-        raise ShapeError(f"{who}: the input must be {what}, got shape {shape}; its trailing axes must be "
-                         f"{tuple(trailing)} (the layer's sizes); check the layer sizes or transpose the input")
+        return _checks.check_input_shape(x, who, what, trailing, rank)
+    msg = _checks.input_shape_message(shape, who=who, what=what, trailing=tuple(trailing), rank=rank)
+    if msg is not None:
+        raise ShapeError(msg)
+    return x
 
 
 def num_params(tree) -> int:

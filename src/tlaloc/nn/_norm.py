@@ -40,7 +40,8 @@ class LayerNorm(Module):
         self._set(weight=w, bias=b, normalized_shape=shape, eps=float(eps))
 
     def __call__(self, x):
-        check_input(x, "LayerNorm", f"(..., *normalized_shape={self.normalized_shape})", trailing=self.normalized_shape)
+        x = check_input(x, "LayerNorm", f"(..., *normalized_shape={self.normalized_shape})",
+                        trailing=self.normalized_shape)
         axes = tuple(range(-len(self.normalized_shape), 0))
         mean = tnp.mean(x, axis=axes, keepdims=True)                 # (..., 1, ...)
         d = x - mean
@@ -73,7 +74,8 @@ class RMSNorm(Module):
         self._set(weight=np.ones(shape, dtype) if elementwise_affine else None, normalized_shape=shape, eps=eps)
 
     def __call__(self, x):
-        check_input(x, "RMSNorm", f"(..., *normalized_shape={self.normalized_shape})", trailing=self.normalized_shape)
+        x = check_input(x, "RMSNorm", f"(..., *normalized_shape={self.normalized_shape})",
+                        trailing=self.normalized_shape)
         axes = tuple(range(-len(self.normalized_shape), 0))
         ms = tnp.mean(x * x, axis=axes, keepdims=True)               # (..., 1, ...)
         y = x * tnp.rsqrt(ms + self.eps)

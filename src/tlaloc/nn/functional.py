@@ -164,9 +164,11 @@ def _is_concrete(x) -> bool:
 def mse_loss(pred, target, reduction: str = "mean"):
     """Mean squared error, PyTorch's ``F.mse_loss``. ``pred``, ``target``: same shape (never broadcast)."""
     ps, ts = _known_shape(pred), _known_shape(target)
-    if ps is not None and ts is not None and ps != ts:
-        raise ArgumentError(f"mse_loss: pred and target must have the same shape, got {ps} and {ts} (broadcasting "
-                            f"them would compare every pred with every target); reshape one, e.g. "
-                            f"target.reshape(pred.shape)")
+    if ps is not None and ts is not None:
+        msg = _checks.same_shape_message(ps, ts, who="mse_loss", names=("pred", "target"))
+        if msg is not None:
+            raise ArgumentError(msg)
+    else:           # a shape not known yet (tl.grad, tl.jit): refused when it is (at tl.jit's specialisation)
+        pred = _checks.check_same_shape(pred, target, "mse_loss", ("pred", "target"))
     d = pred - target
     return _reduce(d * d, reduction, "mse_loss")
