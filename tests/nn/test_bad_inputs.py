@@ -128,3 +128,60 @@ def test_mse_loss_refuses_shapes_that_only_broadcast_under_jit():
     want_value = torch.nn.functional.mse_loss(torch.tensor(p), torch.tensor(target)).item()
     assert float(tl.jit(_mse)(p, target)) == float(nn.mse_loss(p, target)) == want_value == 0.25
     np.testing.assert_allclose(np.asarray(tl.jit(tl.grad(_mse))(p, target)), np.full(4, 0.25), rtol=1e-15)
+
+
+# -- layer sizes: refused by name at construction, never a raw math/NumPy error or a silent rounding -------
+
+_POSITIVE = r"must be a positive int"
+
+
+@pytest.mark.parametrize("make, pattern", [
+    (lambda: nn.Linear(-1, 2, key=0), rf"Linear: in_features {_POSITIVE} \(.*\), got -1; pass .*Linear\(64, 10\)"),
+    (lambda: nn.Linear(0, 2, key=0), rf"Linear: in_features {_POSITIVE} .*got 0;"),       # was ZeroDivisionError
+    (lambda: nn.Linear(2, -3, key=0), rf"Linear: out_features {_POSITIVE} .*got -3;"),
+    (lambda: nn.Linear(2.5, 3, key=0), rf"Linear: in_features {_POSITIVE} .*got 2\.5 of type float; pass an int"),
+    (lambda: nn.Linear(True, 3, key=0), rf"Linear: in_features {_POSITIVE} .*got True of type bool"),
+    (lambda: nn.Embedding(-1, 2, key=0), rf"Embedding: num_embeddings {_POSITIVE} .*got -1;"),
+    (lambda: nn.Embedding(3, 0, key=0), rf"Embedding: embedding_dim {_POSITIVE} .*got 0;"),   # was accepted
+    (lambda: nn.LayerNorm(-1), rf"LayerNorm: normalized_shape {_POSITIVE} .*got -1; .*LayerNorm\(64\)"),
+    (lambda: nn.LayerNorm(0), rf"LayerNorm: normalized_shape {_POSITIVE} .*got 0;"),          # was accepted
+    (lambda: nn.LayerNorm(4.7), rf"LayerNorm: normalized_shape {_POSITIVE} .*got 4\.7 of type float"),  # was (4,)
+    (lambda: nn.LayerNorm(()), r"LayerNorm: normalized_shape must name at least one axis .*got \(\)"),
+    (lambda: nn.RMSNorm((2, -1)), rf"RMSNorm: normalized_shape\[1\] {_POSITIVE} .*got -1;"),
+    (lambda: nn.Conv2d(-1, 2, 3, key=0), rf"Conv2d: in_channels {_POSITIVE} .*got -1;"),
+    (lambda: nn.Conv2d(1, 0, 3, key=0), rf"Conv2d: out_channels {_POSITIVE} .*got 0;"),
+    (lambda: nn.Conv2d(1, 2, 0, key=0), rf"Conv2d: kernel_size {_POSITIVE} .*got 0;"),
+    (lambda: nn.Conv2d(1, 2, (3, 3, 3), key=0), r"Conv2d: kernel_size must be an int or an \(h, w\) pair"),
+    (lambda: nn.Conv2d(1, 2, 3, stride=0, key=0), rf"Conv2d: stride {_POSITIVE} .*got 0; .*stride=1"),
+    (lambda: nn.Conv2d(1, 2, 3, padding=-1, key=0), r"Conv2d: padding must be an int >= 0 .*got -1;"),
+    (lambda: nn.Conv2d(1, 2, 3, dilation=(1, 0), key=0), rf"Conv2d: dilation\[1\] {_POSITIVE} .*got 0;"),
+    (lambda: nn.MaxPool2d(0), rf"MaxPool2d: kernel_size {_POSITIVE} .*got 0;"),
+    (lambda: nn.AvgPool2d(2, stride=0), rf"AvgPool2d: stride {_POSITIVE} .*got 0;"),
+    (lambda: nn.MaxPool2d(3, padding=2), r"MaxPool2d: padding must be at most half .*padding=\(2, 2\) for "
+                                         r"kernel_size=\(3, 3\).*lower the padding \(here <= 1\)"),
+    (lambda: nn.AvgPool2d(2, padding=2), r"AvgPool2d: padding must be at most half"),
+    (lambda: nn.MultiHeadAttention(-8, 2, key=0), rf"MultiHeadAttention: d_model {_POSITIVE} .*got -8;"),
+    (lambda: nn.MultiHeadAttention(8, 0, key=0), rf"MultiHeadAttention: num_heads {_POSITIVE} .*got 0;"),
+    (lambda: nn.MultiHeadAttention(8, 2, 0, key=0), rf"MultiHeadAttention: num_kv_heads {_POSITIVE} .*got 0;"),
+    (lambda: nn.MultiHeadAttention(8, 2, head_dim=-4, key=0), rf"MultiHeadAttention: head_dim {_POSITIVE} .*got -4"),
+    (lambda: nn.MultiHeadAttention(8, 8, key=0), r"MultiHeadAttention: head_dim must be even .*got head_dim=1; "
+                                                 r"pass an even head_dim, or rope_theta=None"),
+    (lambda: nn.MLP((3, -1, 2), key=0), rf"MLP: sizes\[1\] {_POSITIVE} .*got -1; .*MLP\(\(64, 128, 10\)\)"),
+    (lambda: nn.MLP((3, 2.5, 2), key=0), rf"MLP: sizes\[1\] {_POSITIVE} .*got 2\.5 of type float"),  # was 2
+    (lambda: nn.SwiGLU(4, 0, key=0), rf"SwiGLU: hidden {_POSITIVE} .*got 0;"),
+    (lambda: nn.TransformerBlock(8, 2, mlp_hidden=-1, key=0), rf"TransformerBlock: mlp_hidden {_POSITIVE} .*got -1"),
+    (lambda: nn.TransformerBlock(8, 2, dropout=1.5, key=0), r"TransformerBlock: dropout must be a probability in "
+                                                            r"\[0, 1\] .*got 1\.5; pass e\.g\. dropout=0\.1"),
+    (lambda: nn.Dropout("a"), r"Dropout: p must be a probability in \[0, 1\] .*got 'a'; pass e\.g\. Dropout\(0\.1\)"),
+])
+def test_layer_sizes_are_refused_by_name(make, pattern):
+    with pytest.raises(ArgumentError, match=pattern):
+        make()
+
+
+def test_layer_sizes_that_fit_still_build():
+    assert nn.Linear(np.int64(3), 2, key=0).weight.shape == (2, 3)          # NumPy ints are ints
+    assert nn.LayerNorm([2, 3]).normalized_shape == (2, 3)
+    assert nn.Conv2d(1, 2, (3, 1), padding=(1, 0), key=0).weight.shape == (2, 1, 3, 1)
+    assert nn.MaxPool2d(2, padding=1).padding == (1, 1)                     # PyTorch allows half the kernel
+    assert nn.MultiHeadAttention(8, 8, rope_theta=None, key=0).head_dim == 1

@@ -11,7 +11,7 @@ from .. import random as _random
 from ..errors import ArgumentError
 from . import functional as F
 from . import init
-from ._module import Module, as_key, check_input, split_key, static_field
+from ._module import Module, as_key, check_input, size_arg, split_key, static_field
 
 _frozen = dataclasses.dataclass(frozen=True, eq=False, repr=False)
 
@@ -37,6 +37,10 @@ class Linear(Module):
     out_features: int = static_field()
 
     def __init__(self, in_features: int, out_features: int, *, bias: bool = True, dtype=np.float32, key=None):
+        in_features = size_arg(in_features, "in_features", "Linear", "the size of the input's last axis",
+                               "Linear(64, 10)")
+        out_features = size_arg(out_features, "out_features", "Linear", "the size of the output's last axis",
+                                "Linear(64, 10)")
         kw, kb = split_key(as_key(key, "Linear"), 2)
         w = init.kaiming_uniform(kw, (out_features, in_features), dtype=dtype)
         b = init.fan_in_uniform(kb, (out_features,), in_features, dtype=dtype) if bias else None
@@ -62,6 +66,10 @@ class Embedding(Module):
     embedding_dim: int = static_field()
 
     def __init__(self, num_embeddings: int, embedding_dim: int, *, dtype=np.float32, key=None):
+        num_embeddings = size_arg(num_embeddings, "num_embeddings", "Embedding", "the number of rows, one per id",
+                                  "Embedding(1000, 64)")
+        embedding_dim = size_arg(embedding_dim, "embedding_dim", "Embedding", "the size of each row",
+                                 "Embedding(1000, 64)")
         w = init.normal(as_key(key, "Embedding"), (num_embeddings, embedding_dim), dtype=dtype)
         self._set(weight=w, num_embeddings=int(num_embeddings), embedding_dim=int(embedding_dim))
 
@@ -84,6 +92,10 @@ class Embedding(Module):
         return tnp.where(tnp.expand_dims(ok, -1), rows, tnp.nan)
 
 
+def _is_real(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
 @_frozen
 class Dropout(Module):
     """Inverted dropout, PyTorch's ``nn.Dropout`` in training mode: each element
@@ -103,8 +115,9 @@ class Dropout(Module):
     p: float = static_field()
 
     def __init__(self, p: float = 0.5):
-        if not 0.0 <= p <= 1.0:
-            raise ArgumentError(f"Dropout: p must be in [0, 1], got {p}")
+        if not _is_real(p) or not 0.0 <= p <= 1.0:
+            raise ArgumentError(f"Dropout: p must be a probability in [0, 1] (of zeroing each element), got {p!r}; "
+                                f"pass e.g. Dropout(0.1), or Dropout(0.0) for none")
         self._set(p=float(p))
 
     def __call__(self, x, *, key=None, inference: bool = False):
@@ -184,7 +197,11 @@ class MLP(Module):
     activation: Callable = static_field()
 
     def __init__(self, sizes, *, activation: Callable = F.relu, bias: bool = True, dtype=np.float32, key=None):
-        sizes = tuple(int(s) for s in sizes)
+        if isinstance(sizes, (int, np.integer, str)) or not hasattr(sizes, "__len__"):
+            raise ArgumentError(f"MLP: sizes must be a tuple of layer widths (input, hidden..., output), got "
+                                f"{sizes!r}; pass e.g. MLP((64, 128, 10))")
+        sizes = tuple(size_arg(s, f"sizes[{i}]", "MLP", "a layer width", "MLP((64, 128, 10))")
+                      for i, s in enumerate(sizes))
         if len(sizes) < 2:
             raise ArgumentError(f"MLP: sizes needs at least an input and an output size, got {sizes}")
         keys = split_key(as_key(key, "MLP"), len(sizes) - 1)
@@ -209,6 +226,8 @@ class SwiGLU(Module):
     down_proj: Linear
 
     def __init__(self, d_model: int, hidden: int, *, bias: bool = False, dtype=np.float32, key=None):
+        d_model = size_arg(d_model, "d_model", "SwiGLU", "the size of the input's last axis", "SwiGLU(64, 172)")
+        hidden = size_arg(hidden, "hidden", "SwiGLU", "the gate and up projections' width", "SwiGLU(64, 172)")
         kg, ku, kd = split_key(as_key(key, "SwiGLU"), 3)
         self._set(gate_proj=Linear(d_model, hidden, bias=bias, dtype=dtype, key=kg),
                   up_proj=Linear(d_model, hidden, bias=bias, dtype=dtype, key=ku),

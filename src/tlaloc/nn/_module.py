@@ -93,6 +93,19 @@ def as_key(key, who: str):
     return k
 
 
+def size_arg(value, name: str, who: str, meaning: str, example: str, *, minimum: int = 1) -> int:
+    """``value`` as an int; ArgumentError naming ``name`` unless it is an int >= ``minimum``
+    (a bool, a float such as 2.5 or 2.0, a string: refused, never rounded)."""
+    kind = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+        raise ArgumentError(f"{who}: {name} must be {kind} ({meaning}), got {value!r} of type "
+                            f"{type(value).__name__}; pass an int, e.g. {example}")
+    if value < minimum:
+        raise ArgumentError(f"{who}: {name} must be {kind} ({meaning}), got {value}; pass a value >= {minimum}, "
+                            f"e.g. {example}")
+    return int(value)
+
+
 def split_key(key, n: int):
     """``n`` independent keys (a list) from ``key``."""
     ks = _random.split(key, n)                 # (n, 2); indexed, so symbolic keys work too
