@@ -185,3 +185,57 @@ def test_layer_sizes_that_fit_still_build():
     assert nn.Conv2d(1, 2, (3, 1), padding=(1, 0), key=0).weight.shape == (2, 1, 3, 1)
     assert nn.MaxPool2d(2, padding=1).padding == (1, 1)                     # PyTorch allows half the kernel
     assert nn.MultiHeadAttention(8, 8, rope_theta=None, key=0).head_dim == 1
+
+
+# -- integer ids and labels: never rounded, never a silent row of zeros ---------------------------------
+
+def test_one_hot_refuses_labels_outside_the_classes_like_torch():
+    for labels in (np.array([0, 3]), np.array([0, -1])):
+        with pytest.raises(RuntimeError):
+            torch.nn.functional.one_hot(torch.tensor(labels), 3)            # the oracle refuses them
+        with pytest.raises(ArgumentError, match=r"one_hot: labels must be in \[0, 3\) for num_classes=3, but "
+                                                r"labels\[1\] = -?\d .*check the label encoding"):
+            nn.one_hot(labels, 3)                                            # before: a row of zeros
+        with pytest.raises(ArgumentError, match=r"one_hot: labels must be in \[0, 3\)"):
+            tl.grad(lambda x, y: tl.numpy.sum(x * nn.one_hot(y, 3)))(np.ones((2, 3)), labels)
+    with pytest.raises(ArgumentError, match=r"one_hot: labels must be integer class indices, got dtype float64; "
+                                            r"convert them with \.astype\(np\.int64\)"):
+        nn.one_hot(np.array([0.5, 1.0]), 3)                                  # before: [0,0,0], [0,1,0]
+    with pytest.raises(ArgumentError, match=r"test_bad_inputs.py:\d+:\d+: one_hot: labels must be integer"):
+        tl.jit(lambda y: nn.one_hot(y, 3))(np.array([0.0, 1.0]))
+    with pytest.raises(ArgumentError, match=r"one_hot: num_classes must be a positive int .*got 0; pass e\.g\."):
+        nn.one_hot(np.array([0]), 0)
+    # compiled code cannot raise: an out-of-range label is a row of NaN, not a row of zeros
+    out = np.asarray(tl.jit(lambda y: nn.one_hot(y, 3))(np.array([2, 3, -1, 0])))
+    assert np.isnan(out[1:3]).all()
+    want = torch.nn.functional.one_hot(torch.tensor([2, 0]), 3).numpy()
+    np.testing.assert_array_equal(out[[0, 3]], want)                         # control
+    np.testing.assert_array_equal(nn.one_hot(np.array([2, 0]), 3), want)
+
+    def f(x, y):                                                              # a symbolic class count still works
+        return tl.numpy.sum(x * nn.one_hot(y, x.shape[-1], dtype=x.dtype))
+    np.testing.assert_array_equal(tl.grad(f)(np.ones((2, 3)), np.array([2, 0])), want)
+
+
+def test_float_ids_and_labels_are_refused_where_the_graph_is_compiled_or_run():
+    emb = nn.Embedding(4, 2, key=0)
+    ids = np.array([1.5, 2.0])
+    with pytest.raises(ArgumentError, match=r"test_bad_inputs.py:\d+:\d+: Embedding: ids must be integers, got dtype "
+                                            r"float64; convert them with \.astype\(np\.int64\)"):
+        tl.jit(_apply)(emb, ids)                                              # before: row 1 for 1.5
+    with pytest.raises(ArgumentError, match=r"Embedding: ids must be integers"):
+        tl.grad(lambda e, i: tl.numpy.sum(e(i)))(emb, ids)                    # before: a raw TypeError
+    with pytest.raises(ArgumentError, match=r"Embedding: ids must be in \[0, 4\) for num_embeddings=4, but ids\[1\] "
+                                            r"= 4 .*negative ids do not wrap around"):
+        tl.grad(lambda e, i: tl.numpy.sum(e(i)))(emb, np.array([1, 4]))      # before: a gradient
+    logits = np.random.default_rng(0).normal(size=(2, 3))
+    with pytest.raises(ArgumentError, match=r"test_bad_inputs.py:\d+:\d+: cross_entropy: labels must be integer "
+                                            r"class indices, got dtype float64"):
+        tl.jit(lambda lg, y: nn.cross_entropy(lg, y))(logits, np.array([0.0, 2.7]))   # before: a number
+    # controls: integer ids and labels run, and agree with eager
+    np.testing.assert_array_equal(np.asarray(tl.jit(_apply)(emb, np.array([1, 3]))), emb(np.array([1, 3])))
+    g = tl.grad(lambda e, i: tl.numpy.sum(e(i)))(emb, np.array([1, 1]))
+    np.testing.assert_array_equal(g.weight, [[0, 0], [2, 2], [0, 0], [0, 0]])
+    y = np.array([0, 2])
+    assert float(tl.jit(lambda lg, y: nn.cross_entropy(lg, y))(logits, y)) == pytest.approx(
+        float(nn.cross_entropy(logits, y)), rel=1e-14)

@@ -44,6 +44,20 @@ def _shape_check(*operands, **params):
     return operands[0]
 
 
+@register("check_labels")
+def _check_labels(labels, num_classes, **params):
+    """Compiled code cannot check label values, but their dtype is known here: float labels (which
+    would match no class, or be truncated to another row) are refused at the user's file:line:col."""
+    from .._prims import checks
+    from ..errors import ArgumentError, at_location
+    from .builder import current_builder
+    dt = dtype(labels)
+    if dt is None or np.dtype(dt).kind in "iu":
+        return NotImplemented
+    msg = checks.bad_label_message(np.zeros((), dt), 1, params.get("ignore_index"), params.get("who", "cross_entropy"))
+    raise at_location(ArgumentError(msg), current_builder().loc)
+
+
 @register("zeros_like")
 def _zeros_like(x):
     """The zero of a Python scalar is a Python scalar (weak), as the cotangent of a

@@ -47,12 +47,19 @@ def _identity_check(name, message, error, *, passes_cotangent):
     return prim
 
 
+#: ``who -> (what the values are called, what bounds them)`` for callers other than cross_entropy
+_WORDING = {"one_hot": ("labels", "num_classes={n}"), "Embedding": ("ids", "num_embeddings={n}")}
+
+
 def bad_label_message(labels, num_classes, ignore_index, who) -> str | None:
     """The error text for the first out-of-range label in concrete ``labels``, or None."""
     labels = np.asarray(labels)
+    noun, bound = _WORDING.get(who, ("labels", "logits with {n} classes"))
     if labels.dtype.kind not in "iu":
-        return (f"{who}: labels must be integer class indices, got dtype {labels.dtype}; "
-                f"convert them with .astype(np.int64) (probabilities as targets are not supported)")
+        why = " (probabilities as targets are not supported)" if who == "cross_entropy" else \
+            " (a float is not rounded to an index)"
+        return (f"{who}: {noun} must be {'integers' if noun == 'ids' else 'integer class indices'}, got dtype "
+                f"{labels.dtype}; convert them with .astype(np.int64){why}")
     n = int(num_classes)
     bad = (labels < 0) | (labels >= n)
     if ignore_index is not None:
@@ -61,9 +68,10 @@ def bad_label_message(labels, num_classes, ignore_index, who) -> str | None:
         return None
     where = tuple(int(i) for i in np.argwhere(bad)[0])
     ignore = "" if ignore_index is None else f" (or ignore_index={ignore_index})"
-    return (f"{who}: labels must be in [0, {n}){ignore} for logits with {n} classes, but "
-            f"labels{list(where)} = {int(labels[where] if where else labels)} ({int(bad.sum())} bad in all); "
-            f"check the label encoding, or pass ignore_index= for padding labels")
+    fix = "check the label encoding, or pass ignore_index= for padding labels" if who == "cross_entropy" else \
+        ("negative ids do not wrap around; check the encoding" if noun == "ids" else "check the label encoding")
+    return (f"{who}: {noun} must be in [0, {n}){ignore} for {bound.format(n=n)}, but "
+            f"{noun}{list(where)} = {int(labels[where] if where else labels)} ({int(bad.sum())} bad in all); {fix}")
 
 
 check_labels_p = _identity_check("check_labels", bad_label_message, ArgumentError, passes_cotangent=False)

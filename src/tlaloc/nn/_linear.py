@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import numpy as tnp
 from .. import random as _random
+from .._prims import checks as _checks
 from ..errors import ArgumentError
 from . import functional as F
 from . import init
@@ -86,7 +87,9 @@ class Embedding(Module):
                                     f"{a.reshape(-1)[bad[0]]} is not ({bad.size} bad in all); negative ids do "
                                     f"not wrap around")
             return tnp.take(self.weight, ids, axis=0)
+        # checked where the graph runs on arrays (tl.grad), float ids refused when tl.jit specialises;
         # compiled code cannot raise: an id outside [0, n) gives a row of NaN, never another row
+        ids = _checks.check_labels(ids, n, None, who="Embedding")
         ok = tnp.logical_and(tnp.greater_equal(ids, 0), tnp.less(ids, n))           # (...)
         rows = tnp.take(self.weight, tnp.where(ok, ids, 0), axis=0)                   # (..., embedding_dim)
         return tnp.where(tnp.expand_dims(ok, -1), rows, tnp.nan)
