@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 
 import ml_dtypes
@@ -169,21 +170,19 @@ def load_checkpoint(path, like):
 
     Args:
       path: the file.
-      like: ``(model, opt_state)`` (or just ``model``) with the structure to
-        fill: same classes, static fields, keys, shapes and dtypes.
+      like: ``(model, opt_state)`` (or just ``model``, or ``(model, None)``) with the structure
+        to fill: same classes, static fields, keys, shapes and dtypes. A model that is itself a
+        2-tuple is read as the model where the file holds no optimizer state and its model
+        has the tuple's structure (``(model, None)`` always says so).
 
     Returns:
       ``(model, opt_state, step)`` (``opt_state`` None when ``like`` is only a model).
 
     Raises:
       ArgumentError: the file is not a tlaloc checkpoint, or its structure,
-        keys, shapes or dtypes differ from ``like`` (all differences are listed).
+        keys, shapes or dtypes differ from ``like`` (every difference is listed by path:
+        ``model.layers.1: file has out_features=10, like has out_features=12``).
     """
-    if isinstance(like, tuple) and len(like) == 2:
-        like_model, like_opt = like
-        want_opt = True
-    else:
-        like_model, like_opt, want_opt = like, None, False
     with open(os.fspath(path), "rb") as fh:
         raw = fh.read()
     meta = _metadata(raw, path)
@@ -196,14 +195,15 @@ def load_checkpoint(path, like):
     except (KeyError, ValueError, TypeError):
         raise ArgumentError(f"load_checkpoint: {os.fspath(path)!r} is damaged: its metadata lacks a valid "
                             f"tlaloc.structure or tlaloc.step") from None
+    roots, note = _read_like(like, stored)
     out, problems = [], []
-    for name, tree in zip(_ROOTS, (like_model, like_opt)):
-        if name == "opt_state" and not want_opt:
-            out.append(None)
+    for name, tree in zip(_ROOTS, roots):
+        if name == "opt_state" and tree is None:
+            out.append(None)                   # the model alone (the file may hold an optimizer state)
             continue
         leaves, td, paths, structure = _flatten(name, tree)
         if stored.get(name) != structure:
-            problems.append(f"{name}: the structure differs from `like`:\n{_first_difference(stored.get(name), structure)}")
+            problems.extend(_structure_differences(name, stored.get(name), structure))
             continue
         new = []
         for p, leaf in zip(paths, leaves):
@@ -218,8 +218,44 @@ def load_checkpoint(path, like):
         if not problems:
             out.append(_pytree.unflatten(td, new))
     if problems:
-        raise ArgumentError(f"load_checkpoint({os.fspath(path)!r}): does not match `like`:\n  " + "\n  ".join(problems))
+        if not any(p.startswith(("model:", "opt_state:")) for p in problems):
+            note = ""                          # how `like` was read is beside the point
+        raise ArgumentError(f"load_checkpoint({os.fspath(path)!r}): does not match `like`{note}:\n  "
+                            + "\n  ".join(problems))
     return out[0], out[1], step
+
+
+def _read_like(like, stored: dict):
+    """``(model, opt_state or None)`` from ``like``, and a note on how it was read (for errors).
+
+    A 2-tuple is ``(model, opt_state)``; anything else is the model. Where that reading does not
+    fit the file but the other one does (a model that is itself a 2-tuple or a list, saved without
+    an optimizer state; ``[model, opt_state]`` as a list), the other is taken: only one fits."""
+    pair = isinstance(like, (tuple, list)) and not _is_namedtuple(like) and len(like) == 2
+
+    def fits(roots):
+        return all(tree is None and name == "opt_state"
+                   or stored.get(name) == _flatten(name, tree)[3] for name, tree in zip(_ROOTS, roots))
+    as_pair, as_model = (tuple(like) if pair else None), (like, None)
+    first, second = (as_pair, as_model) if isinstance(like, tuple) and pair else (as_model, as_pair)
+    if second is not None and not fits(first) and fits(second):
+        return second, ""
+    if first is as_pair:
+        note = (" (`like` is a 2-tuple, read as (model, opt_state); if your model itself is a 2-tuple, pass "
+                "like=(model, opt_state), or like=(model, None) for the model alone)")
+    elif pair:
+        note = (f" (`like` is a {type(like).__name__}, read as the model; pass a tuple (model, opt_state) to read "
+                f"the optimizer state too)")
+    else:
+        note = ""
+    if first is as_pair and stored.get("model") is not None and like[1] is not None and \
+            stored.get("model") == _flatten("model", like[1])[3]:
+        note = " (it looks swapped: pass like=(model, opt_state), the model first)"
+    return first, note
+
+
+def _is_namedtuple(x) -> bool:
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
 
 
 def _load_tensors(raw: bytes, path) -> dict:
@@ -238,6 +274,127 @@ def _load_tensors(raw: bytes, path) -> dict:
                                 f"tlaloc checkpoints do not use; supported: {', '.join(sorted(_DTYPES))}")
         out[name] = np.frombuffer(view["data"], dtype=dt).reshape(view["shape"])
     return out
+
+
+def _structure_differences(name: str, stored, like) -> list:
+    """One line per difference between the structure text stored in the file and ``like``'s,
+    each naming its path (``model.layers.1: file has out_features=10, like has out_features=12``)."""
+    try:
+        a, b = _parse_structure(stored or "None"), _parse_structure(like)
+    except (ValueError, IndexError):          # a static field whose text the parser cannot split
+        return [f"{name}: the structure differs from `like`:\n{_first_difference(stored, like)}"]
+    what = {"model": "model", "opt_state": "optimizer state"}[name]
+    if a is None:
+        return [f"{name}: the file holds no {what}, like has {_summary(b)}"
+                + ("; pass like=model (or like=(model, None)) to read the model alone" if name == "opt_state" else "")]
+    if b is None:
+        return [f"{name}: the file holds {_summary(a)}, like has None"]
+    out: list = []
+    _diff(name, a, b, out)
+    return out or [f"{name}: the structure differs from `like`:\n{_first_difference(stored, like)}"]
+
+
+def _diff(path: str, a, b, out: list) -> None:
+    if a == b:
+        return
+    if not (isinstance(a, tuple) and isinstance(b, tuple)) or a[0] != b[0]:
+        out.append(f"{path}: file has {_summary(a)}, like has {_summary(b)}")
+        return
+    (_, ca, sa), (_, cb, sb) = a, b
+    la, lb = [k for k, _ in ca], [k for k, _ in cb]
+    if la != lb:
+        noun = "items" if a[0] in ("tuple", "list") else "keys" if a[0] == "dict" else "fields"
+        if noun == "items":
+            out.append(f"{path}: file has {len(la)} items, like has {len(lb)}")
+        else:
+            out.append(f"{path}: file has {noun} {la}, like has {lb}")
+        return
+    for (k, x), (_, y) in zip(ca, cb):
+        _diff(f"{path}.{k}", x, y, out)
+    if sa != sb:
+        da, db = dict(sa), dict(sb)
+        for k in sorted(set(da) | set(db), key=lambda k: [n for n, _ in sa + sb].index(k)):
+            if da.get(k) != db.get(k):
+                out.append(f"{path}: file has {k}={da.get(k, '(none)')}, like has {k}={db.get(k, '(none)')}")
+
+
+def _summary(node) -> str:
+    """``Linear(weight, bias, in_features=3, out_features=2)``, ``an array`` or ``None``."""
+    if node == "*":
+        return "an array"
+    if node is None:
+        return "None"
+    head, children, statics = node
+    parts = [k for k, _ in children][:8] + (["..."] if len(children) > 8 else [])
+    parts += [f"{k}={v}" for k, v in statics]
+    return f"{head}({', '.join(parts)})"
+
+
+_STATIC = re.compile(r"[A-Za-z_]\w*=")
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _parse_structure(text: str):
+    """The structure text of ``_walk`` as a tree: ``"*"`` (an array), ``None``, or
+    ``(head, [(label, child)], [(static name, value text)])``. Raises ValueError if it does not parse."""
+    pos = 0
+
+    def value() -> str:
+        nonlocal pos
+        start, depth, quote = pos, 0, None
+        while pos < len(text):
+            c = text[pos]
+            if quote:
+                if c == "\\":
+                    pos += 1
+                elif c == quote:
+                    quote = None
+            elif c in "'\"":
+                quote = c
+            elif c in _OPEN:
+                depth += 1
+            elif c in _CLOSE:
+                if depth == 0:
+                    break
+                depth -= 1
+            elif depth == 0 and text.startswith(", ", pos):
+                break
+            pos += 1
+        return text[start:pos]
+
+    def node():
+        nonlocal pos
+        if text.startswith("*", pos):
+            pos += 1
+            return "*"
+        if text.startswith("None", pos) and (pos + 4 == len(text) or text[pos + 4] in ",)"):
+            pos += 4
+            return None
+        j = text.index("(", pos)
+        head, pos = text[pos:j], j + 1
+        children, statics = [], []
+        if text.startswith(", ", pos):        # a dataclass with static fields only: `Lambda(, fn=relu)`
+            pos += 2
+        while text[pos] != ")":
+            m = _STATIC.match(text, pos)
+            if m:
+                pos = m.end()
+                statics.append((m.group()[:-1], value()))
+            else:
+                k = text.index(": ", pos)
+                label, pos = text[pos:k], k + 2
+                children.append((label, node()))
+            if text.startswith(", ", pos):
+                pos += 2
+            elif text[pos] != ")":
+                raise ValueError(f"unexpected {text[pos]!r} at {pos}")
+        pos += 1
+        return head, children, statics
+
+    tree = node()
+    if pos != len(text):
+        raise ValueError(f"trailing text at {pos}")
+    return tree
 
 
 def _first_difference(a, b, context: int = 70) -> str:

@@ -248,3 +248,49 @@ def test_bad_paths_and_damaged_files_are_named(tmp_path):
     (tmp_path / "list").write_bytes((4).to_bytes(8, "little") + b"[1] ")
     with pytest.raises(ArgumentError, match="not a tlaloc checkpoint"):
         tl.load_checkpoint(tmp_path / "list", like=like)
+
+
+def test_like_a_model_that_is_a_2_tuple_or_a_pair_for_a_model_only_file(tmp_path):
+    """A 2-tuple `like` is (model, opt_state); a model that is itself a 2-tuple, saved alone, was
+    refused with `opt_state: file None, like Linear(...` and a truncated model excerpt."""
+    path = tmp_path / "pair.safetensors"
+    pair = (nn.Linear(3, 2, key=0), nn.Linear(2, 1, key=1))
+    tl.save_checkpoint(path, pair, step=2)
+    m, s, step = tl.load_checkpoint(path, like=pair)             # only one reading fits the file
+    assert s is None and step == 2 and _bits(m) == _bits(pair) and type(m) is tuple
+    m, s, _ = tl.load_checkpoint(path, like=(pair, None))         # the explicit form
+    assert s is None and _bits(m) == _bits(pair)
+    # a model-only file read with an optimizer state: says which root, what the file holds, the fix
+    lin = pair[0]
+    tl.save_checkpoint(path, lin)
+    opt = optim.AdamW(lr=1e-3)
+    with pytest.raises(ArgumentError, match=r"`like` is a 2-tuple, read as \(model, opt_state\).*\n"
+                                            r"  opt_state: the file holds no optimizer state, like has "
+                                            r"AdamState\(count, mu, nu\); pass like=model \(or like=\(model, None\)\)"):
+        tl.load_checkpoint(path, like=(lin, opt.init(lin)))
+    # (model, None) reads the model alone from a file that also holds an optimizer state
+    tl.save_checkpoint(path, lin, opt.init(lin), step=5)
+    m, s, step = tl.load_checkpoint(path, like=(lin, None))
+    assert s is None and step == 5 and _bits(m) == _bits(lin)
+    with pytest.raises(ArgumentError, match=r"it looks swapped: pass like=\(model, opt_state\), the model first"):
+        tl.load_checkpoint(path, like=(opt.init(lin), lin))
+
+
+def test_structure_mismatch_names_the_path_and_both_values(tmp_path):
+    path = tmp_path / "seq.safetensors"
+    model = nn.Sequential(nn.Linear(2, 3, key=0), nn.relu, nn.Linear(3, 4, key=1))
+    tl.save_checkpoint(path, model)
+    cases = [
+        (nn.Sequential(nn.Linear(2, 3, key=0), nn.relu, nn.Linear(3, 5, key=1)),
+         r"\n  model\.layers\.2: file has out_features=4, like has out_features=5$"),
+        (nn.Sequential(nn.Linear(2, 3, key=0), nn.relu), r"\n  model\.layers: file has 3 items, like has 2$"),
+        (nn.Sequential(nn.Linear(2, 3, key=0), nn.gelu, nn.Linear(3, 4, key=1)),
+         r"\n  model\.layers\.1: file has fn=relu, like has fn=gelu$"),
+        (nn.MLP((2, 3, 4), key=0), r"\n  model: file has Sequential\(layers\), like has MLP\(layers, activation=relu\)$"),
+    ]
+    for like, pattern in cases:
+        with pytest.raises(ArgumentError, match=pattern):
+            tl.load_checkpoint(path, like=like)
+    tl.save_checkpoint(path, {"w": np.ones(3), "b": {"x": np.ones(2)}})
+    with pytest.raises(ArgumentError, match=r"\n  model: file has keys \['b', 'w'\], like has \['c', 'w'\]$"):
+        tl.load_checkpoint(path, like={"w": np.ones(3), "c": {"x": np.ones(2)}})

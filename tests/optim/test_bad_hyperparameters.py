@@ -49,3 +49,47 @@ def test_state_of_another_optimizer_or_shape_is_refused():
         optim.Adam().update(p, g, optim.SGD().init(p))
     with pytest.raises(ArgumentError, match=r"state.mu at \['w'\] has shape \(1, 4\)"):
         optim.Adam().update(p, g, optim.Adam().init({"w": np.ones((1, 4))}))     # before: broadcast silently
+
+
+def test_clip_thresholds_that_would_flip_or_replace_gradients_are_refused():
+    g = {"a": np.array([3.0, 4.0])}
+    with pytest.raises(ArgumentError, match=r"clip_by_global_norm: max_norm must be a finite number >= 0, got -1\.0 "
+                                            r"\(a negative one would reverse every gradient\); pass e\.g\."):
+        optim.clip_by_global_norm(g, -1.0)                  # before: grads * -0.2, pointing uphill
+    with pytest.raises(ArgumentError, match=r"clip_by_value: clip_value must be a finite number >= 0, got -1\.0 "
+                                            r"\(a negative one would replace every element by it\)"):
+        optim.clip_by_value(g, -1.0)                        # before: every element -1
+    with pytest.raises(ArgumentError, match=r"max_norm must be a finite number >= 0, got '1' of type str"):
+        optim.clip_by_global_norm(g, "1")                   # before: a raw NumPy TypeError
+    with pytest.raises(ArgumentError, match=r"clip_value must be .*got nan"):
+        optim.clip_by_value(g, NAN)
+    # no leaves: norm 0, as torch's clip_grad_norm_ of no parameters (before: IndexError)
+    clipped, norm = optim.clip_by_global_norm({}, 1.0)
+    assert clipped == {} and float(norm) == float(torch.nn.utils.clip_grad_norm_([], 1.0)) == 0.0
+    # controls: 0 is a valid threshold, and a positive one clips as before
+    np.testing.assert_array_equal(optim.clip_by_value(g, 0)["a"], [0.0, 0.0])
+    np.testing.assert_allclose(optim.clip_by_global_norm(g, 1.0)[0]["a"], [0.6, 0.8], rtol=1e-6)
+
+
+def test_sgd_nesterov_with_a_bad_momentum_is_refused_by_name():
+    with pytest.raises(ArgumentError, match="SGD: momentum must be a finite real number .*got 'a'"):
+        optim.SGD(momentum="a", nesterov=True)              # before: a raw TypeError from `'a' <= 0`
+    with pytest.raises(ArgumentError, match=r"SGD: Nesterov momentum requires a momentum > 0 and zero dampening, "
+                                            r"got momentum=0\.0, dampening=0\.0; pass e\.g\."):
+        optim.SGD(nesterov=True)
+
+
+def test_grads_or_state_of_another_structure_name_the_first_difference():
+    from tlaloc import nn
+    m = nn.MLP((3, 4, 2), key=0)
+    with pytest.raises(ArgumentError, match=r"SGD\.update: grads must have the structure of params .*at "
+                                            r"\.layers\[0\]: params has Linear\(in_features=3, out_features=4\), "
+                                            r"grads has Linear\(in_features=3, out_features=5\)"):
+        optim.SGD(lr=0.1).update(m, nn.MLP((3, 5, 2), key=0), optim.SGD().init(m))   # before: two equal texts
+    with pytest.raises(ArgumentError, match=r"at \['a'\]: params has an array, grads has None"):
+        optim.SGD(lr=0.1).update({"a": np.ones(2)}, {"a": None}, optim.SGD().init({"a": np.ones(2)}))
+    with pytest.raises(ArgumentError, match=r"at <root>: params has keys \['a'\], grads has \['b'\]"):
+        optim.SGD(lr=0.1).update({"a": np.ones(2)}, {"b": np.ones(2)}, optim.SGD().init({"a": np.ones(2)}))
+    with pytest.raises(ArgumentError, match=r"state\.mu does not have the structure of params .*at \.layers\[0\]: "
+                                            r"params has Linear\(in_features=3, out_features=4\), mu has"):
+        optim.Adam().update(m, m, optim.Adam().init(nn.MLP((3, 5, 2), key=0)))

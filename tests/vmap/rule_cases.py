@@ -120,6 +120,11 @@ case("pad", {"pad_width": ((1, 0), (0, 2)), "constant": 0.5}, f(3, 4))
 case("pad", {"pad_width": ((2, 1),), "constant": 0.5}, f(3, 4), tag="every_axis")
 case("check_labels", {"ignore_index": -100, "who": "cross_entropy"}, ints(4, 3, 5), lambda rng: np.int64(4))
 case("check_cotangent", {"name": "f", "index": 0}, f(3, 4), f(3, 4))
+case("check_input_shape", {"who": "LayerNorm", "what": "(..., 4)", "trailing": (4,), "rank": None,
+                           "batch_axes": ()}, f(3, 4))
+case("check_input_shape", {"who": "MultiHeadAttention", "what": "(B, T, 4)", "trailing": (4,), "rank": 2,
+                           "batch_axes": ()}, f(3, 4), tag="rank")
+case("check_same_shape", {"who": "mse_loss", "names": ("pred", "target"), "batch_axes": ((), ())}, f(3, 4), f(3, 4))
 case("flip", {"axes": None}, f(3, 4))
 case("flip", {"axes": (1,)}, f(3, 4), tag="axis")
 case("slice", {"start_indices": (0, 1), "limit_indices": (3, 4), "strides": (2, 1)}, f(3, 4))

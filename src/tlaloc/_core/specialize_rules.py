@@ -24,6 +24,40 @@ def _identity(x):
     return x
 
 
+@register("check_input_shape", "check_same_shape")
+def _shape_check(*operands, **params):
+    """Shapes are concrete here: a layer input or a loss operand that would broadcast into a result
+    of another shape is refused at the user's file:line:col (``_prims/checks.py``); a shape that
+    fits leaves the first operand, and the check vanishes from the compiled program."""
+    from .._prims import checks
+    from ..errors import ArgumentError, ShapeError, at_location
+    from .builder import current_builder
+    shapes = [x.aval.shape if type(x) is Value else np.shape(x) for x in operands]
+    if any(s is None or any(type(d) is not int for d in s) for s in shapes):
+        return NotImplemented            # a round of a loop's fixed point: checked once it is typed
+    if len(operands) == 1:
+        msg, error = checks.input_shape_message(shapes[0], **params), ShapeError
+    else:
+        msg, error = checks.same_shape_message(*shapes, **params), ArgumentError
+    if msg is not None:
+        raise at_location(error(msg), current_builder().loc)
+    return operands[0]
+
+
+@register("check_labels")
+def _check_labels(labels, num_classes, **params):
+    """Compiled code cannot check label values, but their dtype is known here: float labels (which
+    would match no class, or be truncated to another row) are refused at the user's file:line:col."""
+    from .._prims import checks
+    from ..errors import ArgumentError, at_location
+    from .builder import current_builder
+    dt = dtype(labels)
+    if dt is None or np.dtype(dt).kind in "iu":
+        return NotImplemented
+    msg = checks.bad_label_message(np.zeros((), dt), 1, params.get("ignore_index"), params.get("who", "cross_entropy"))
+    raise at_location(ArgumentError(msg), current_builder().loc)
+
+
 @register("zeros_like")
 def _zeros_like(x):
     """The zero of a Python scalar is a Python scalar (weak), as the cotangent of a

@@ -32,7 +32,8 @@ _BINARY = {"add", "subtract", "multiply", "divide", "power", "maximum", "minimum
            "not_equal", "logical_and", "logical_or", "safe_mul", "safe_div", "select", "clamp"}
 _SAME_AS_FIRST = set(UNARY) | {"integer_pow", "convert", "stop_gradient", "zeros_like", "cast_like",
                                "cumsum", "cumprod", "cummax", "flip", "index_add", "index_set",
-                               "dynamic_update_slice", "argsort", "add_along_axis"}
+                               "dynamic_update_slice", "argsort", "add_along_axis", "check_input_shape",
+                               "check_same_shape"}
 _LIKE_SECOND = {"sum_to", "broadcast_like", "reshape_like"}
 _REDUCTIONS = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_any", "reduce_all"}
 

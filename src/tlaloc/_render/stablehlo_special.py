@@ -1,5 +1,6 @@
 """StableHLO lowerings of the special functions (``erf``, ``erfc``, ``lgamma``, ``digamma``,
-``polygamma``) and of ``check_labels`` (the identity).
+``polygamma``) and of the checks (``check_labels``, ``check_cotangent``, ``check_input_shape``,
+``check_same_shape``: the identity once the shapes are found to fit).
 
 ``erfc``, ``lgamma``, ``digamma`` and ``polygamma`` are CHLO ops (``chlo.erfc``,
 ``chlo.lgamma``, ``chlo.digamma``, ``chlo.polygamma``), which XLA expands for
@@ -91,5 +92,23 @@ def _check_cotangent(em, node, bar, arg):
     return em.value(bar, dt, sh)
 
 
+def _shape_check(em, node, first, *rest):
+    """``check_input_shape``/``check_same_shape``: specialisation refuses a mismatch and drops the
+    node (``_core/specialize_rules``); one that reaches the emitter is checked here, then the identity."""
+    from .._prims import checks
+    from ..errors import ArgumentError, ShapeError
+    shapes = [a.aval.shape for a in node.inputs]
+    if rest:
+        msg, error = checks.same_shape_message(*shapes, **node.params), ArgumentError
+    else:
+        msg, error = checks.input_shape_message(shapes[0], **node.params), ShapeError
+    if msg is not None:
+        raise error(msg)
+    dt, sh = out_aval(node)
+    return em.value(first, dt, sh)
+
+
 LOWERINGS = {"erf": _erf, "erfc": _chlo_unary("chlo.erfc"), "lgamma": _chlo_unary("chlo.lgamma"),
-             "digamma": _chlo_unary("chlo.digamma"), "polygamma": _polygamma, "check_labels": _check_labels, "check_cotangent": _check_cotangent}
+             "digamma": _chlo_unary("chlo.digamma"), "polygamma": _polygamma, "check_labels": _check_labels,
+             "check_cotangent": _check_cotangent,
+             "check_input_shape": _shape_check, "check_same_shape": _shape_check}

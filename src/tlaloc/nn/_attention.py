@@ -21,7 +21,7 @@ from .._prims.broadcasting import cast_like
 from ..errors import ArgumentError
 from . import functional as F
 from ._linear import MLP, Dropout, Linear, SwiGLU
-from ._module import Module, as_key, check_input, split_key, static_field
+from ._module import Module, as_key, check_input, size_arg, split_key, static_field
 from ._norm import LayerNorm, RMSNorm
 
 _frozen = dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -104,7 +104,11 @@ class MultiHeadAttention(Module):
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: Optional[int] = None,
                  head_dim: Optional[int] = None, *, bias: bool = False, rope_theta: Optional[float] = 10000.0,
                  causal: bool = True, dtype=np.float32, key=None):
-        g = num_heads if num_kv_heads is None else int(num_kv_heads)
+        who, example = "MultiHeadAttention", "MultiHeadAttention(512, 8) or MultiHeadAttention(512, 8, 2)"
+        d_model = size_arg(d_model, "d_model", who, "the size of the input's last axis", example)
+        num_heads = size_arg(num_heads, "num_heads", who, "the number of query heads", example)
+        g = num_heads if num_kv_heads is None else size_arg(num_kv_heads, "num_kv_heads", who,
+                                                            "the number of key/value heads", example)
         if num_heads % g:
             raise ArgumentError(f"MultiHeadAttention: num_heads={num_heads} must be a multiple of "
                                 f"num_kv_heads={g}")
@@ -113,6 +117,11 @@ class MultiHeadAttention(Module):
                 raise ArgumentError(f"MultiHeadAttention: d_model={d_model} is not divisible by "
                                     f"num_heads={num_heads}; pass head_dim")
             head_dim = d_model // num_heads
+        head_dim = size_arg(head_dim, "head_dim", who, "the size of each head", example)
+        if rope_theta is not None and head_dim % 2:
+            raise ArgumentError(f"{who}: head_dim must be even for rotary position embeddings (rope_theta="
+                                f"{rope_theta}), got head_dim={head_dim}; pass an even head_dim, or "
+                                f"rope_theta=None for no position embedding")
         kq, kk, kv, ko = split_key(as_key(key, "MultiHeadAttention"), 4)
         hd = int(head_dim)
         self._set(q_proj=Linear(d_model, num_heads * hd, bias=bias, dtype=dtype, key=kq),
@@ -130,7 +139,7 @@ class MultiHeadAttention(Module):
         return y
 
     def __call__(self, x):
-        check_input(x, "MultiHeadAttention", f"(batch, time, d_model={self.d_model})", trailing=(self.d_model,),
+        x = check_input(x, "MultiHeadAttention", f"(batch, time, d_model={self.d_model})", trailing=(self.d_model,),
                     rank=3)
         G, D = self.num_kv_heads, self.head_dim
         R = self.num_heads // G
@@ -181,6 +190,15 @@ class TransformerBlock(Module):
                  rope_theta: Optional[float] = 10000.0, causal: bool = True, dropout: float = 0.0,
                  dtype=np.float32, key=None):
         ka, km = split_key(as_key(key, "TransformerBlock"), 2)
+        d_model = size_arg(d_model, "d_model", "TransformerBlock", "the size of the input's last axis",
+                           "TransformerBlock(512, 8)")
+        if mlp_hidden is not None:
+            mlp_hidden = size_arg(mlp_hidden, "mlp_hidden", "TransformerBlock", "the MLP's hidden width",
+                                  "TransformerBlock(512, 8, mlp_hidden=2048)")
+        if isinstance(dropout, (bool, np.bool_)) or not isinstance(dropout, (int, float, np.integer, np.floating)) \
+                or not 0.0 <= dropout <= 1.0:
+            raise ArgumentError(f"TransformerBlock: dropout must be a probability in [0, 1] (on both residual "
+                                f"branches), got {dropout!r}; pass e.g. dropout=0.1, or 0.0 for none")
         if norm == "layernorm":
             mk = lambda: LayerNorm(d_model, eps=norm_eps, bias=bias, dtype=dtype)  # noqa: E731
         elif norm == "rmsnorm":

@@ -18,19 +18,38 @@ import numpy as np
 from .. import numpy as tnp
 from ..errors import ArgumentError
 from . import init
-from ._module import Module, as_key, known_shape, split_key, static_field
+from ._module import Module, as_key, known_shape, size_arg, split_key, static_field
 from ..errors import ShapeError
 
 _frozen = dataclasses.dataclass(frozen=True, eq=False, repr=False)
 
 
+#: what each window argument means, and its least value
+_WINDOW_ARGS = {"kernel_size": ("the window's height and width", 1), "stride": ("the step between windows", 1),
+                "padding": ("zeros added on each side", 0), "dilation": ("the spacing of the window's taps", 1)}
+
+
 def _pair(v, name, who) -> tuple:
-    if isinstance(v, (int, np.integer)):
-        return (int(v), int(v))
-    t = tuple(int(a) for a in v)
-    if len(t) != 2:
-        raise ArgumentError(f"{who}: {name} must be an int or a pair, got {v!r}")
-    return t
+    """``v`` (an int or an (h, w) pair of ints >= the least value of ``name``) as a pair."""
+    meaning, least = _WINDOW_ARGS[name]
+    example = f"{name}={max(least, 1)} or {name}=({max(least, 1)}, {max(least, 1)})"
+    if isinstance(v, (tuple, list)):
+        if len(v) != 2:
+            raise ArgumentError(f"{who}: {name} must be an int or an (h, w) pair ({meaning}), got {v!r}; "
+                                f"pass e.g. {example}")
+        return tuple(size_arg(a, f"{name}[{i}]", who, meaning, example, minimum=least) for i, a in enumerate(v))
+    a = size_arg(v, name, who, meaning, example, minimum=least)
+    return (a, a)
+
+
+def _pool_padding(who, kernel, padding) -> None:
+    """PyTorch's rule for pools (padding <= kernel_size // 2): a window of padding alone would
+    give -inf (max) or a mean of zeros (avg)."""
+    if any(p > k // 2 for k, p in zip(kernel, padding)):
+        least = tuple(k // 2 for k in kernel)
+        raise ArgumentError(f"{who}: padding must be at most half the kernel size, got padding={padding} for "
+                            f"kernel_size={kernel}; a window of padding alone would give -inf or 0; lower the "
+                            f"padding (here <= {least if least[0] != least[1] else least[0]})")
 
 
 def _pad(x, padding, value):
@@ -80,6 +99,10 @@ class Conv2d(Module):
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
                  bias: bool = True, *, dtype=np.float32, key=None):
+        meaning = "the number of {} channels (axis 1, NCHW)"
+        in_channels = size_arg(in_channels, "in_channels", "Conv2d", meaning.format("input"), "Conv2d(3, 16, 3)")
+        out_channels = size_arg(out_channels, "out_channels", "Conv2d", meaning.format("output"),
+                                "Conv2d(3, 16, 3)")
         k = _pair(kernel_size, "kernel_size", "Conv2d")
         kw_, kb = split_key(as_key(key, "Conv2d"), 2)
         shape = (int(out_channels), int(in_channels)) + k
@@ -127,8 +150,10 @@ class MaxPool2d(Module):
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
         k = _pair(kernel_size, "kernel_size", "MaxPool2d")
+        p, d = _pair(padding, "padding", "MaxPool2d"), _pair(dilation, "dilation", "MaxPool2d")
+        _pool_padding("MaxPool2d", k, p)
         self._set(kernel_size=k, stride=k if stride is None else _pair(stride, "stride", "MaxPool2d"),
-                  padding=_pair(padding, "padding", "MaxPool2d"), dilation=_pair(dilation, "dilation", "MaxPool2d"))
+                  padding=p, dilation=d)
 
     def __call__(self, x):
         views = _windows(_pad(x, self.padding, -np.inf), self.kernel_size, self.stride, self.dilation)
@@ -152,8 +177,9 @@ class AvgPool2d(Module):
 
     def __init__(self, kernel_size, stride=None, padding=0):
         k = _pair(kernel_size, "kernel_size", "AvgPool2d")
-        self._set(kernel_size=k, stride=k if stride is None else _pair(stride, "stride", "AvgPool2d"),
-                  padding=_pair(padding, "padding", "AvgPool2d"))
+        p = _pair(padding, "padding", "AvgPool2d")
+        _pool_padding("AvgPool2d", k, p)
+        self._set(kernel_size=k, stride=k if stride is None else _pair(stride, "stride", "AvgPool2d"), padding=p)
 
     def __call__(self, x):
         views = _windows(_pad(x, self.padding, 0.0), self.kernel_size, self.stride, (1, 1))

@@ -8,10 +8,11 @@ import numpy as np
 
 from .. import numpy as tnp
 from .. import random as _random
+from .._prims import checks as _checks
 from ..errors import ArgumentError
 from . import functional as F
 from . import init
-from ._module import Module, as_key, check_input, split_key, static_field
+from ._module import Module, as_key, check_input, size_arg, split_key, static_field
 
 _frozen = dataclasses.dataclass(frozen=True, eq=False, repr=False)
 
@@ -37,13 +38,17 @@ class Linear(Module):
     out_features: int = static_field()
 
     def __init__(self, in_features: int, out_features: int, *, bias: bool = True, dtype=np.float32, key=None):
+        in_features = size_arg(in_features, "in_features", "Linear", "the size of the input's last axis",
+                               "Linear(64, 10)")
+        out_features = size_arg(out_features, "out_features", "Linear", "the size of the output's last axis",
+                                "Linear(64, 10)")
         kw, kb = split_key(as_key(key, "Linear"), 2)
         w = init.kaiming_uniform(kw, (out_features, in_features), dtype=dtype)
         b = init.fan_in_uniform(kb, (out_features,), in_features, dtype=dtype) if bias else None
         self._set(weight=w, bias=b, in_features=int(in_features), out_features=int(out_features))
 
     def __call__(self, x):
-        check_input(x, "Linear", f"(..., in_features={self.in_features})", trailing=(self.in_features,))
+        x = check_input(x, "Linear", f"(..., in_features={self.in_features})", trailing=(self.in_features,))
         y = tnp.matmul(x, tnp.transpose(self.weight))          # (..., out)
         if self.bias is not None:
             y = y + self.bias
@@ -62,6 +67,10 @@ class Embedding(Module):
     embedding_dim: int = static_field()
 
     def __init__(self, num_embeddings: int, embedding_dim: int, *, dtype=np.float32, key=None):
+        num_embeddings = size_arg(num_embeddings, "num_embeddings", "Embedding", "the number of rows, one per id",
+                                  "Embedding(1000, 64)")
+        embedding_dim = size_arg(embedding_dim, "embedding_dim", "Embedding", "the size of each row",
+                                 "Embedding(1000, 64)")
         w = init.normal(as_key(key, "Embedding"), (num_embeddings, embedding_dim), dtype=dtype)
         self._set(weight=w, num_embeddings=int(num_embeddings), embedding_dim=int(embedding_dim))
 
@@ -78,10 +87,16 @@ class Embedding(Module):
                                     f"{a.reshape(-1)[bad[0]]} is not ({bad.size} bad in all); negative ids do "
                                     f"not wrap around")
             return tnp.take(self.weight, ids, axis=0)
+        # checked where the graph runs on arrays (tl.grad), float ids refused when tl.jit specialises;
         # compiled code cannot raise: an id outside [0, n) gives a row of NaN, never another row
+        ids = _checks.check_labels(ids, n, None, who="Embedding")
         ok = tnp.logical_and(tnp.greater_equal(ids, 0), tnp.less(ids, n))           # (...)
         rows = tnp.take(self.weight, tnp.where(ok, ids, 0), axis=0)                   # (..., embedding_dim)
         return tnp.where(tnp.expand_dims(ok, -1), rows, tnp.nan)
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 
 @_frozen
@@ -103,8 +118,9 @@ class Dropout(Module):
     p: float = static_field()
 
     def __init__(self, p: float = 0.5):
-        if not 0.0 <= p <= 1.0:
-            raise ArgumentError(f"Dropout: p must be in [0, 1], got {p}")
+        if not _is_real(p) or not 0.0 <= p <= 1.0:
+            raise ArgumentError(f"Dropout: p must be a probability in [0, 1] (of zeroing each element), got {p!r}; "
+                                f"pass e.g. Dropout(0.1), or Dropout(0.0) for none")
         self._set(p=float(p))
 
     def __call__(self, x, *, key=None, inference: bool = False):
@@ -184,7 +200,11 @@ class MLP(Module):
     activation: Callable = static_field()
 
     def __init__(self, sizes, *, activation: Callable = F.relu, bias: bool = True, dtype=np.float32, key=None):
-        sizes = tuple(int(s) for s in sizes)
+        if isinstance(sizes, (int, np.integer, str)) or not hasattr(sizes, "__len__"):
+            raise ArgumentError(f"MLP: sizes must be a tuple of layer widths (input, hidden..., output), got "
+                                f"{sizes!r}; pass e.g. MLP((64, 128, 10))")
+        sizes = tuple(size_arg(s, f"sizes[{i}]", "MLP", "a layer width", "MLP((64, 128, 10))")
+                      for i, s in enumerate(sizes))
         if len(sizes) < 2:
             raise ArgumentError(f"MLP: sizes needs at least an input and an output size, got {sizes}")
         keys = split_key(as_key(key, "MLP"), len(sizes) - 1)
@@ -209,6 +229,8 @@ class SwiGLU(Module):
     down_proj: Linear
 
     def __init__(self, d_model: int, hidden: int, *, bias: bool = False, dtype=np.float32, key=None):
+        d_model = size_arg(d_model, "d_model", "SwiGLU", "the size of the input's last axis", "SwiGLU(64, 172)")
+        hidden = size_arg(hidden, "hidden", "SwiGLU", "the gate and up projections' width", "SwiGLU(64, 172)")
         kg, ku, kd = split_key(as_key(key, "SwiGLU"), 3)
         self._set(gate_proj=Linear(d_model, hidden, bias=bias, dtype=dtype, key=kg),
                   up_proj=Linear(d_model, hidden, bias=bias, dtype=dtype, key=ku),

@@ -30,6 +30,7 @@ import numpy as np
 from .. import _pytree
 from .. import dtypes as _dt
 from .. import random as _random
+from .._prims import checks as _checks
 from ..errors import ArgumentError, ShapeError
 
 
@@ -92,6 +93,19 @@ def as_key(key, who: str):
     return k
 
 
+def size_arg(value, name: str, who: str, meaning: str, example: str, *, minimum: int = 1) -> int:
+    """``value`` as an int; ArgumentError naming ``name`` unless it is an int >= ``minimum``
+    (a bool, a float such as 2.5 or 2.0, a string: refused, never rounded)."""
+    kind = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+        raise ArgumentError(f"{who}: {name} must be {kind} ({meaning}), got {value!r} of type "
+                            f"{type(value).__name__}; pass an int, e.g. {example}")
+    if value < minimum:
+        raise ArgumentError(f"{who}: {name} must be {kind} ({meaning}), got {value}; pass a value >= {minimum}, "
+                            f"e.g. {example}")
+    return int(value)
+
+
 def split_key(key, n: int):
     """``n`` independent keys (a list) from ``key``."""
     ks = _random.split(key, n)                 # (n, 2); indexed, so symbolic keys work too
@@ -107,19 +121,21 @@ def known_shape(x):
     return shape if all(type(d) is int for d in shape) else None
 
 
-def check_input(x, who: str, what: str, *, trailing: tuple = (), rank=None) -> None:
-    """Refuse an input whose known shape does not end in ``trailing`` (or lacks the ``rank``):
-    broadcasting would otherwise give a result of another shape, or a raw NumPy error."""
+def check_input(x, who: str, what: str, *, trailing: tuple = (), rank=None):
+    """``x``, refused (ShapeError) if its shape does not end in ``trailing`` (or lacks the ``rank``):
+    broadcasting would otherwise give a result of another shape, or a raw NumPy error.
+
+    A known shape is checked here. Where it is not known yet (``tl.grad``/``tl.jit`` lower the
+    code before the shapes are known) the result is ``x`` through a check node, which refuses
+    the shape when the graph runs on arrays or ``tl.jit`` specialises it: use the returned value.
+    """
     shape = known_shape(x)
     if shape is None:
-        return
-    n = len(trailing)
-    if rank is not None and len(shape) != rank:
-        raise ShapeError(f"{who}: the input must be {what}, got shape {shape} (rank {len(shape)}, expected "
-                         f"{rank}); reshape it, e.g. x[None] for a single example")
-    if len(shape) < n or tuple(shape[len(shape) - n:]) != tuple(trailing):
-        raise ShapeError(f"{who}: the input must be {what}, got shape {shape}; its trailing axes must be "
-                         f"{tuple(trailing)} (the layer's sizes); check the layer sizes or transpose the input")
+        return _checks.check_input_shape(x, who, what, trailing, rank)
+    msg = _checks.input_shape_message(shape, who=who, what=what, trailing=tuple(trailing), rank=rank)
+    if msg is not None:
+        raise ShapeError(msg)
+    return x
 
 
 def num_params(tree) -> int:

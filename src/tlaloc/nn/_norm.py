@@ -7,15 +7,23 @@ from typing import Any, Optional
 import numpy as np
 
 from .. import numpy as tnp
-from ._module import Module, check_input, static_field
+from ..errors import ArgumentError
+from ._module import Module, check_input, size_arg, static_field
 
 _frozen = dataclasses.dataclass(frozen=True, eq=False, repr=False)
 
 
-def _shape(normalized_shape) -> tuple:
-    if isinstance(normalized_shape, (int, np.integer)):
-        return (int(normalized_shape),)
-    return tuple(int(s) for s in normalized_shape)
+def _shape(normalized_shape, who: str) -> tuple:
+    """``normalized_shape`` (an int or a non-empty sequence of ints >= 1) as a tuple of ints."""
+    meaning, example = "the sizes of the trailing axes to normalise", f"{who}(64) or {who}((8, 64))"
+    if isinstance(normalized_shape, (int, np.integer)) or not hasattr(normalized_shape, "__len__") \
+            or isinstance(normalized_shape, str):
+        return (size_arg(normalized_shape, "normalized_shape", who, meaning, example),)
+    shape = tuple(size_arg(s, f"normalized_shape[{i}]", who, meaning, example) for i, s in enumerate(normalized_shape))
+    if not shape:
+        raise ArgumentError(f"{who}: normalized_shape must name at least one axis ({meaning}), got "
+                            f"{normalized_shape!r}; pass e.g. {example}")
+    return shape
 
 
 @_frozen
@@ -34,13 +42,14 @@ class LayerNorm(Module):
 
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
                  *, dtype=np.float32):
-        shape = _shape(normalized_shape)
+        shape = _shape(normalized_shape, "LayerNorm")
         w = np.ones(shape, dtype) if elementwise_affine else None
         b = np.zeros(shape, dtype) if elementwise_affine and bias else None
         self._set(weight=w, bias=b, normalized_shape=shape, eps=float(eps))
 
     def __call__(self, x):
-        check_input(x, "LayerNorm", f"(..., *normalized_shape={self.normalized_shape})", trailing=self.normalized_shape)
+        x = check_input(x, "LayerNorm", f"(..., *normalized_shape={self.normalized_shape})",
+                        trailing=self.normalized_shape)
         axes = tuple(range(-len(self.normalized_shape), 0))
         mean = tnp.mean(x, axis=axes, keepdims=True)                 # (..., 1, ...)
         d = x - mean
@@ -68,12 +77,13 @@ class RMSNorm(Module):
 
     def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True,
                  *, dtype=np.float32):
-        shape = _shape(normalized_shape)
+        shape = _shape(normalized_shape, "RMSNorm")
         eps = float(np.finfo(dtype).eps) if eps is None else float(eps)
         self._set(weight=np.ones(shape, dtype) if elementwise_affine else None, normalized_shape=shape, eps=eps)
 
     def __call__(self, x):
-        check_input(x, "RMSNorm", f"(..., *normalized_shape={self.normalized_shape})", trailing=self.normalized_shape)
+        x = check_input(x, "RMSNorm", f"(..., *normalized_shape={self.normalized_shape})",
+                        trailing=self.normalized_shape)
         axes = tuple(range(-len(self.normalized_shape), 0))
         ms = tnp.mean(x * x, axis=axes, keepdims=True)               # (..., 1, ...)
         y = x * tnp.rsqrt(ms + self.eps)

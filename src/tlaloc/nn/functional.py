@@ -75,9 +75,32 @@ def log_softmax(x, axis: int = -1):
 
 
 def one_hot(labels, num_classes, dtype=tnp.float32):
-    """``labels (...)`` integers → ``(..., num_classes)`` of 0/1 in ``dtype``."""
-    hit = tnp.equal(tnp.expand_dims(labels, -1), tnp.arange(num_classes))
-    return tnp.astype(tnp.where(hit, 1.0, 0.0), dtype)
+    """``labels (...)`` integers in ``[0, num_classes)`` → ``(..., num_classes)`` of 0/1 in ``dtype``.
+
+    Raises:
+      ArgumentError: ``num_classes`` not a positive int; a label outside ``[0, num_classes)`` or
+        not an integer (eagerly and in ``tl.grad`` code run on arrays; float labels also under
+        ``tl.jit``). Compiled code cannot raise: there such a label gives a row of NaN (float
+        ``dtype``), never a row of zeros that looks like a valid target.
+    """
+    concrete = isinstance(num_classes, (int, float, str, np.number, np.bool_, type(None)))   # else a symbolic size
+    if concrete and (isinstance(num_classes, (bool, np.bool_)) or not isinstance(num_classes, (int, np.integer))
+                     or num_classes < 1):
+        raise ArgumentError(f"one_hot: num_classes must be a positive int (the length of each one-hot row), got "
+                            f"{num_classes!r}; pass e.g. one_hot(labels, 10)")
+    if _is_concrete(labels):
+        msg = _checks.bad_label_message(labels, num_classes, None, "one_hot")
+        if msg is not None:
+            raise ArgumentError(msg)
+        return tnp.astype(tnp.where(tnp.equal(tnp.expand_dims(labels, -1), tnp.arange(num_classes)), 1.0, 0.0),
+                          dtype)
+    labels = _checks.check_labels(labels, num_classes, None, who="one_hot")
+    hit = tnp.equal(tnp.expand_dims(labels, -1), tnp.arange(num_classes))           # (..., C)
+    out = tnp.where(hit, 1.0, 0.0)
+    if np.dtype(dtype).kind == "f":                  # compiled code: an out-of-range label is a NaN row
+        ok = tnp.logical_and(tnp.greater_equal(labels, 0), tnp.less(labels, num_classes))
+        out = tnp.where(tnp.expand_dims(ok, -1), out, tnp.nan)
+    return tnp.astype(out, dtype)
 
 
 def _reduce(loss, reduction: str, who: str):
@@ -164,9 +187,11 @@ def _is_concrete(x) -> bool:
 def mse_loss(pred, target, reduction: str = "mean"):
     """Mean squared error, PyTorch's ``F.mse_loss``. ``pred``, ``target``: same shape (never broadcast)."""
     ps, ts = _known_shape(pred), _known_shape(target)
-    if ps is not None and ts is not None and ps != ts:
-        raise ArgumentError(f"mse_loss: pred and target must have the same shape, got {ps} and {ts} (broadcasting "
-                            f"them would compare every pred with every target); reshape one, e.g. "
-                            f"target.reshape(pred.shape)")
+    if ps is not None and ts is not None:
+        msg = _checks.same_shape_message(ps, ts, who="mse_loss", names=("pred", "target"))
+        if msg is not None:
+            raise ArgumentError(msg)
+    else:           # a shape not known yet (tl.grad, tl.jit): refused when it is (at tl.jit's specialisation)
+        pred = _checks.check_same_shape(pred, target, "mse_loss", ("pred", "target"))
     d = pred - target
     return _reduce(d * d, reduction, "mse_loss")

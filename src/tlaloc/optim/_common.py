@@ -59,8 +59,8 @@ def flatten_like(params, grads, who: str):
     p_leaves, p_tree = _pytree.flatten(params)
     g_leaves, g_tree = _pytree.flatten(grads)
     if p_tree != g_tree:
-        raise ArgumentError(f"{who}.update: grads must have the structure of params;\n  params: {p_tree!r}\n"
-                            f"  grads:  {g_tree!r}")
+        raise ArgumentError(f"{who}.update: grads must have the structure of params (the gradient of a loss "
+                            f"with respect to these params); {tree_difference(p_tree, g_tree, 'params', 'grads')}")
     for k, (p, g) in enumerate(zip(p_leaves, g_leaves)):
         ps, gs = _static_shape(p), _static_shape(g)
         if ps is not None and gs is not None and ps != gs:
@@ -119,11 +119,54 @@ def leaf_paths(treedef) -> list:
     return out
 
 
+def _describe(td) -> str:
+    """A short text for one node of a TreeDef: ``Linear(out_features=2, ...)``, ``dict``, ``an array``."""
+    if td.kind == "leaf":
+        return "an array"
+    if td.kind == "none":
+        return "None"
+    if td.kind == "dataclass":
+        cls, _, static = td.aux
+        return f"{cls.__qualname__}({', '.join(f'{n}={v!r}' for n, v in static)})"
+    if td.kind == "namedtuple":
+        return td.aux.__qualname__
+    if td.kind == "custom":
+        return td.aux[0].__qualname__
+    return f"a {td.kind} of {len(td.children)}"
+
+
+def tree_difference(a, b, name_a: str, name_b: str, prefix: str = "") -> str:
+    """Where TreeDefs ``a`` and ``b`` first differ: ``at .layers[2]: params has Linear(in_features=3,
+    out_features=2), grads has Linear(in_features=3, out_features=3)``."""
+    where = prefix or "<root>"
+    if a == b:
+        return ""
+    same_node = a.kind == b.kind and len(a.children) == len(b.children) and (
+        a.kind in ("tuple", "list") or a.aux == b.aux)
+    if not same_node:
+        if a.kind == "dict" and b.kind == "dict":
+            return (f"at {where}: {name_a} has keys {sorted(map(str, a.aux[1]))}, {name_b} has "
+                    f"{sorted(map(str, b.aux[1]))}")
+        return f"at {where}: {name_a} has {_describe(a)}, {name_b} has {_describe(b)}"
+    if a.kind == "dict":
+        names = [f"[{k!r}]" for k in a.aux[1]]
+    elif a.kind == "dataclass":
+        names = [f".{n}" for n in a.aux[1]]
+    elif a.kind == "namedtuple":
+        names = [f".{n}" for n in a.aux._fields]
+    else:
+        names = [f"[{i}]" for i in range(len(a.children))]
+    for n, x, y in zip(names, a.children, b.children):
+        if x != y:
+            return tree_difference(x, y, name_a, name_b, prefix + n)
+    return f"at {where}: {name_a} has {_describe(a)}, {name_b} has {_describe(b)}"
+
+
 def leaves_of(tree, p_tree, who: str, what: str, params=None):
     leaves, t = _pytree.flatten(tree)
     if t != p_tree:
         raise ArgumentError(f"{who}.update: state.{what} does not have the structure of params (was the state "
-                            f"made by {who}.init for these params?)")
+                            f"made by {who}.init for these params?); {tree_difference(p_tree, t, 'params', what)}")
     for k, (leaf, param) in enumerate(zip(leaves, params or ())):
         ls, ps = _static_shape(leaf), _static_shape(param)
         if ls is not None and ps is not None and ls != ps:

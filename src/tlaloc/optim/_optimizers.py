@@ -79,12 +79,14 @@ class SGD:
     nesterov: bool = False
 
     def __post_init__(self):
-        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
-            raise ArgumentError("SGD: Nesterov momentum requires a momentum and zero dampening")
         _check_lr(self.lr, "SGD")
         _check("momentum", self.momentum, who="SGD")
         _check("dampening", self.dampening, 0.0, 1.0, who="SGD")
         _check("weight_decay", self.weight_decay, who="SGD")
+        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):        # numbers by now
+            raise ArgumentError(f"SGD: Nesterov momentum requires a momentum > 0 and zero dampening, got "
+                                f"momentum={self.momentum}, dampening={self.dampening}; pass e.g. "
+                                f"SGD(lr, momentum=0.9, nesterov=True)")
 
     def init(self, params) -> SGDState:
         return SGDState(_new_count(), zeros_tree(params) if self.momentum != 0 else None)
