@@ -17,6 +17,8 @@ Each variant is an artifact exported from the same GGUF (default: the Q4_1 SmolL
   <fmt>-kvconvert        a bf16 KV pool scattered as bf16 (XLA CPU converts the pool to float32 and
                          back: the earlier programs; ``BF16_WRITE = "scatter"``, ``BF16_AS_BITS = False``)
   <fmt>-portable         the portable programs (``Engine(cpu_kernels=False)``), not the CPU kernels
+  <fmt>-sync             every call waited for in its step (``Engine(async_scheduling=False)``): the
+                         engine before async scheduling
   <fmt>-kernels          every product through the CPU kernels, float32 ones included
                          (``export(cpu_kernels=...)`` with ``f32`` and ``f32_t``)
   <fmt>-perlayer         one key and one value KV pool per layer (60 donated pools for SmolLM2), the
@@ -74,6 +76,8 @@ def _options(variant: str) -> dict:
         opts["kv_write"], opts["kv_bits"] = "scatter", False
     elif rest == "portable":
         opts["engine"] = {"cpu_kernels": False}
+    elif rest == "sync":
+        opts["engine"] = {"async_scheduling": False}
     elif rest == "smallpages":
         opts["small_pages"] = True
     elif rest == "perlayer":
@@ -83,7 +87,7 @@ def _options(variant: str) -> dict:
         opts["cpu_kernels"] = KERNEL_FORMATS + ("f32", "f32_t")
     elif rest:
         raise SystemExit(f"decode_step: unknown variant {variant!r}; use "
-                         f"<format>[-unfused|-whole|-convert|-kvbits|-kvconvert|-portable|-kernels|-perlayer|-smallpages]")
+                         f"<format>[-unfused|-whole|-convert|-kvbits|-kvconvert|-portable|-sync|-kernels|-perlayer|-smallpages]")
     return opts
 
 

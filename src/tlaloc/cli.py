@@ -84,11 +84,17 @@ _RUN_CPU_KERNELS = typer.Option(True, "--cpu-kernels/--no-cpu-kernels",
                                      "(else, or without a C++ compiler: the portable programs)")
 
 
-def _load(artifact: str, cpu_kernels: bool = True):
+#: serve and generate: whether the next decode call starts while one runs
+_RUN_ASYNC = typer.Option(True, "--async-scheduling/--no-async-scheduling",
+                          help="start a steady decode call on the running one's tokens before they reach the "
+                               "host (vLLM's async scheduling; the same tokens)")
+
+
+def _load(artifact: str, cpu_kernels: bool = True, async_scheduling: bool = True):
     from tlaloc.errors import TlalocError
     from tlaloc.serving import Engine
     try:
-        return Engine(str(artifact), cpu_kernels=cpu_kernels)
+        return Engine(str(artifact), cpu_kernels=cpu_kernels, async_scheduling=async_scheduling)
     except (TlalocError, RuntimeError, OSError, ValueError) as exc:
         _fail(f"cannot load {artifact}: {exc}")
 
@@ -146,7 +152,8 @@ def generate(artifact: str = typer.Argument(..., help="an artifact directory (tl
              chat: bool = typer.Option(False, "--chat", help="wrap the prompt in the model's chat template"),
              temperature: float = typer.Option(0.0, help="0 is greedy"),
              top_k: Optional[int] = typer.Option(None), top_p: Optional[float] = typer.Option(None),
-             seed: Optional[int] = typer.Option(None), cpu_kernels: bool = _RUN_CPU_KERNELS) -> None:
+             seed: Optional[int] = typer.Option(None), cpu_kernels: bool = _RUN_CPU_KERNELS,
+             async_scheduling: bool = _RUN_ASYNC) -> None:
     """Generate text for a prompt, streamed to the terminal as it is made."""
     import time
 
@@ -154,7 +161,7 @@ def generate(artifact: str = typer.Argument(..., help="an artifact directory (tl
     from tlaloc.serving.runtime.loop import EngineLoop
     from tlaloc.serving.server.openai_schema import OpenAIError
     from tlaloc.serving.server.prompts import chat_prompt
-    engine = _load(artifact, cpu_kernels)
+    engine = _load(artifact, cpu_kernels, async_scheduling)
     if engine.kind != "decoder":
         _fail(f"{artifact} is an encoder artifact; use `tlaloc embed`")
     if engine.tokenizer is None:
@@ -234,7 +241,7 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
           body_timeout: float = typer.Option(30.0, help="seconds a request body may stall (408 after)"),
           keep_alive: float = typer.Option(5.0, help="seconds an idle keep-alive connection is kept"),
           max_header_bytes: int = typer.Option(16 * 1024, help="largest request header block"),
-          cpu_kernels: bool = _RUN_CPU_KERNELS) -> None:
+          cpu_kernels: bool = _RUN_CPU_KERNELS, async_scheduling: bool = _RUN_ASYNC) -> None:
     """Serve an artifact over an OpenAI-compatible HTTP API (completions, chat, embeddings, /metrics).
 
     The limits and their defaults are described in ``tlaloc.serving.server.limits``.
@@ -251,7 +258,8 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
     except ValueError as exc:
         _fail(str(exc))
     try:
-        engine = Engine(str(artifact), max_waiting=max_waiting, cpu_kernels=cpu_kernels)
+        engine = Engine(str(artifact), max_waiting=max_waiting, cpu_kernels=cpu_kernels,
+                        async_scheduling=async_scheduling)
     except (TlalocError, RuntimeError, OSError, ValueError) as exc:
         _fail(f"cannot load {artifact}: {exc}")
     run_server(engine, host=host, port=port, api_key=api_key, log_level=log_level, limits=limits)
