@@ -160,3 +160,98 @@ def test_logprobs_in_flight_equal_the_waiting_engine(engine, monkeypatch):
                 lps.extend(ev.logprobs or [])
         got.append(lps)
     assert len(got[0]) == 10 and got[0] == got[1]
+
+
+def _sampled_run(eng, prompts, **kw):
+    ids = [eng.submit(p, request_id=f"r{k}", seed=k + 7, **kw) for k, p in enumerate(prompts)]
+    out, finished, errors = _drain(eng)
+    assert eng.stats()["kv_pages_used"] == 0
+    return [out[i] for i in ids], [finished[i] for i in ids]
+
+
+@pytest.mark.parametrize("where", ["collect", "dispatch"])
+def test_seeded_samples_are_the_waiting_engines_after_a_fault_in_flight(engine, monkeypatch, where):
+    """A call that fails in flight (``collect``), or the next call failing to start (``dispatch``
+    while continuing), is re-run with the uniforms its rows drew: the draws of the calls dropped
+    unapplied are undone, so seeded sampling gives the tokens of the run without the fault (the
+    waiting engine re-runs a failed call with the same uniforms too)."""
+    fast, slow = _both(engine)
+    kw = dict(max_new_tokens=10, temperature=1.0, top_k=50)
+    want = _sampled_run(slow, MIXED[:2], **kw)
+    assert _sampled_run(fast, MIXED[:2], **kw) == want
+    continued = _count_continued(fast, monkeypatch)
+    inside, seen = {"_continue": False, "_apply": False}, [0]
+    for name in inside:
+        def mark(*args, _name=name, _real=getattr(fast, name)):
+            inside[_name] = True
+            try:
+                return _real(*args)
+            finally:
+                inside[_name] = False
+        monkeypatch.setattr(fast, name, mark)
+    real = getattr(fast.executor, where)
+
+    def flaky(*args, **kwargs):
+        if inside["_continue" if where == "dispatch" else "_apply"]:
+            seen[0] += 1
+            if seen[0] == 3:
+                if where == "collect":
+                    real(*args, **kwargs)
+                raise RuntimeError(f"injected fault in {where}")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(fast.executor, where, flaky)
+    got = _sampled_run(fast, MIXED[:2], **kw)
+    assert seen[0] >= 3 and continued[0] > 0
+    assert got == want
+
+
+def _applied_calls(eng, monkeypatch) -> list:
+    """Patch ``eng`` to record every call it applies: (mode, batch, context, the rows of live requests)."""
+    calls, real = [], eng.scheduler.update
+
+    def update(batch, sampled):
+        live = set(map(id, eng.scheduler.running))
+        calls.append((batch.mode, batch.size, batch.context,
+                      [(row.request.id, row.start) for row in batch.rows if id(row.request) in live]))
+        return real(batch, sampled)
+    monkeypatch.setattr(eng.scheduler, "update", update)
+    return calls
+
+
+@pytest.mark.parametrize("how", ["cancel", "stop"])
+def test_an_ended_request_leaves_the_others_on_the_waiting_engines_calls(engine, monkeypatch, how):
+    """Request X (row 0) ends mid-run, by a cancel after its 3rd token or by a stop id at its 9th,
+    while the next call, started with X's row, is in flight. The waiting engine runs the other
+    row alone (batch bucket 1; after the stop also context 16, X's row needing 64), so the call
+    started with X is dropped and its live rows re-run: every call applied is the waiting
+    engine's, and with it the other request's tokens and log-probabilities, bit for bit (calls
+    of other buckets differ in the last bits, in the CPU-kernel programs)."""
+    fast, slow = _both(engine)
+    x_prompt, a_prompt = PROMPTS[1], PROMPTS[0]
+    [full] = [r.token_ids for r in slow.generate([x_prompt], max_new_tokens=12, stop=[])]
+    assert [r.token_ids for r in fast.generate([x_prompt], max_new_tokens=12, stop=[])] == [full]   # same cache
+    k = next(k for k in range(8, 12) if full[k] not in full[:k])     # X's end is then past context 16
+    got = []
+    for eng in (fast, slow):
+        continued = _count_continued(eng, monkeypatch) if eng.async_scheduling else [1]
+        calls = _applied_calls(eng, monkeypatch)
+        x = eng.submit(x_prompt, max_new_tokens=12, stop_ids=[full[k]] if how == "stop" else [], request_id="X")
+        a = eng.submit(a_prompt, max_new_tokens=14, logprobs=3, temperature=0.8, seed=3, request_id="A")
+        out, lps, reasons = {}, [], {}
+        while eng.has_work():
+            for ev in eng.step():
+                assert ev.request_id not in reasons, f"an event after {ev.request_id} ended: {ev}"
+                out.setdefault(ev.request_id, []).extend(ev.token_ids)
+                if ev.request_id == a:
+                    lps.extend(ev.logprobs or [])
+                if ev.finished:
+                    reasons[ev.request_id] = ev.finish_reason
+            if how == "cancel" and len(out.get(x, [])) >= 3 and x not in reasons:
+                eng.cancel(x)
+        got.append((out, lps, reasons, [c for c in calls if c[3]]))
+        assert eng.stats()["kv_pages_used"] == 0 and continued[0] > 0
+    assert got[0][2] == got[1][2] == {"X": "cancelled" if how == "cancel" else "stop", "A": "length"}
+    assert got[0][3] == got[1][3]                     # the calls applied: buckets and rows
+    assert got[0][0] == got[1][0] and len(got[0][1]) == 14 and got[0][1] == got[1][1]
+    if how == "stop":
+        assert got[0][0]["X"] == full[:k + 1]

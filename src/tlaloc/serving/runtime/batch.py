@@ -40,6 +40,7 @@ class Row:
     start: int
     n: int
     uniform: float = 0.0          # the uniform draw that samples this row's next token (temperature > 0)
+    drawn_from: object = None     # the request generator's state before ``uniform`` was drawn (None: no draw)
 
     @property
     def end(self) -> int:

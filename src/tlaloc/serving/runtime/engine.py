@@ -29,7 +29,11 @@ With async scheduling (the default) a steady decode call (the same requests as t
 before, nothing waiting) is started while the one before it still runs, on that call's
 tokens as they are on the device, and the step then applies the earlier call: the host's
 part of a step overlaps the program. A call that fails in flight is applied not at all and
-its rows are re-run, waited for, under the rules above.
+its rows are re-run, waited for, under the rules above. A call in flight that runs a request
+which has ended since (a stop id in the call before it, a cancel) is dropped and its other rows
+re-run when the waiting engine would have run them in another bucket or other places, so every
+call applied is the waiting engine's (bit for bit its outputs). The uniforms drawn for a
+dropped call are drawn again, equal, for its re-run: seeded samples do not depend on either.
 """
 from __future__ import annotations
 
@@ -215,8 +219,39 @@ class Engine:
             inputs["token_ids"] = self.executor.tokens_from_ids(results["next_token_ids"])
         except Exception as e:  # noqa: BLE001 - the step goes on without it
             log.info("serving: async scheduling: %s: %s", type(e).__name__, e)
+            self.scheduler.undo_draws(batch)                 # the next step schedules these rows again
             return False
-        return self._start(batch, inputs)
+        if not self._start(batch, inputs):
+            self.scheduler.undo_draws(batch)
+            return False
+        return True
+
+    def _stale(self, batch: Batch) -> bool:
+        """Whether in-flight ``batch`` runs a request that has ended since it started (a stop id in the
+        call before it, a cancel) and the waiting engine would have run the others in another call:
+        a smaller bucket, or rows in other places. Its outputs would then differ from the waiting
+        engine's in the last bits (its logprobs; its tokens at near ties), so it is dropped and its
+        live rows re-run. A call whose ended rows come last in the same bucket is the waiting
+        engine's call with a padding row computed, and is kept (:meth:`Scheduler.update` skips them)."""
+        running = set(map(id, self.scheduler.running))
+        live = [row for row in batch.rows if id(row.request) in running]
+        if not live or len(live) == len(batch.rows):
+            return False
+        if any(a is not b for a, b in zip(live, batch.rows)):
+            return True
+        sched = self.scheduler
+        return (sched.bucket(sched.batch, len(live), "batch") != batch.size
+                or sched.bucket(sched.context, max(row.end for row in live), "context") != batch.context)
+
+    def _drop(self, batch: Batch, results: dict) -> bool:
+        """Drop an in-flight call unapplied: wait for it and undo its rows' draws. Returns
+        whether the KV pools are intact afterwards (see :meth:`_pools_intact`)."""
+        try:
+            self.executor.collect(results)
+        except Exception:  # noqa: BLE001 - nothing of it is used
+            pass
+        self.scheduler.undo_draws(batch)
+        return self._pools_intact()
 
     def _apply(self, batch: Batch, results: dict) -> list[Event] | None:
         """Wait for an in-flight call and apply its tokens; None if it failed (nothing applied: the
@@ -233,17 +268,29 @@ class Engine:
         """The in-flight call's part of a step: start the next decode call if it is known, then apply
         the one in flight. Returns (its events, whether a call is in flight again)."""
         (prev, results), self._inflight = self._inflight, None
+        if self._stale(prev):                                # a request of it was cancelled: the waiting
+            if self._drop(prev, results):                    # engine runs the others without it
+                return [], False
+            self.executor.new_pools()
+            return self.scheduler.fail_all("the KV cache was lost when a program failed; resubmit the request"), False
         self._continue(prev, results)
         events = self._apply(prev, results)
         if events is not None:
+            if self._inflight is not None and self._stale(self._inflight[0]):   # prev ended one of its
+                later, self._inflight = self._inflight, None                    # requests (a stop id)
+                if not self._drop(*later):
+                    self.executor.new_pools()
+                    events.extend(self.scheduler.fail_all("the KV cache was lost when a program failed; "
+                                                          "resubmit the request"))
             return events, self._inflight is not None
         if self._inflight is not None:                       # it ran on the failed call's tokens: drop it
-            _, later = self._inflight
-            self._inflight = None
+            later, self._inflight = self._inflight, None
             try:
-                self.executor.collect(later)
+                self.executor.collect(later[1])
             except Exception:  # noqa: BLE001 - expected: its input was the failed call's output
                 pass
+            self.scheduler.undo_draws(later[0])
+        self.scheduler.undo_draws(prev)                      # the re-run draws prev's uniforms again
         if not self._pools_intact():
             self.executor.new_pools()
             return self.scheduler.fail_all("the KV cache was lost when a program failed; resubmit the request"), False

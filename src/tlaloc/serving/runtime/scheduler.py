@@ -187,7 +187,7 @@ class Scheduler:
                 self.fail_row(Row(req, start, n), e, "while its pages were taken", report=True)
                 continue
             samples = start + n >= req.n_tokens
-            rows.append(Row(req, start, n, req.rng.random() if samples and req.temperature > 0 else 0.0))
+            rows.append(self._row(req, start, n, samples))
         if not rows:
             return None
         C = self.bucket(self.context, max(row.end for row in rows), "context")
@@ -222,10 +222,29 @@ class Scheduler:
             try:
                 self._take_pages(req, row.end + 1)
             except Exception:  # noqa: BLE001 - cannot happen within the reservation; run the step as usual
+                self.undo_draws(Batch("decode", prev.size, prev.context, 1, tuple(rows)))
                 return None
-            rows.append(Row(req, row.end, 1, req.rng.random() if req.temperature > 0 else 0.0))
+            rows.append(self._row(req, row.end, 1, True))
         C = self.bucket(self.context, max(row.end for row in rows), "context")
         return Batch("decode", prev.size, C, self.bucket(self.program_tokens("decode", C), 1, "tokens"), tuple(rows))
+
+    @staticmethod
+    def _row(req: Request, start: int, n: int, samples: bool) -> Row:
+        """A row of ``n`` tokens from ``start``; one that samples with temperature > 0 draws its uniform
+        and keeps the generator's state from before the draw (see :meth:`undo_draws`)."""
+        if not (samples and req.temperature > 0):
+            return Row(req, start, n)
+        state = req.rng.bit_generator.state
+        return Row(req, start, n, req.rng.random(), state)
+
+    def undo_draws(self, batch: Batch) -> None:
+        """Put every row's generator back where it stood before the row's uniform was drawn: ``batch``
+        is dropped unapplied (async scheduling: it failed in flight, or the waiting engine would
+        have run its rows in another call), and the call that re-runs its rows draws the same
+        uniforms, so seeded sampling gives the waiting engine's tokens."""
+        for row in batch.rows:
+            if row.drawn_from is not None:
+                row.request.rng.bit_generator.state = row.drawn_from
 
     def _take_pages(self, req: Request, tokens: int) -> None:
         while len(req.pages) < rq.pages_for(tokens, self.block_size):
