@@ -1,0 +1,564 @@
+"""NumPy views under in-place writes.
+
+In NumPy, ``r = A[0]`` (basic slicing, ``A.T``, ``np.transpose``, ``swapaxes``, ``expand_dims``,
+``squeeze``, ``x[None]``, ``np.flip``, ``np.diagonal``, ``broadcast_to``, and ``reshape`` of a
+contiguous array) makes ``r`` share ``A``'s memory: a later in-place write into ``A``
+(``A[i] = v``, ``A += v``, ``np.add.at(A, ...)``) changes ``r`` too. Here arrays are values, so
+after such a write every live name that holds a view of the old ``A`` is rebound to the same
+view of the new ``A``: the view's nodes are replayed on it (``replay``), transitively for views
+of views. Advanced indexing copies in NumPy and is never rebound.
+
+Where the relation is not certain (a reshape of an array whose layout is not known, a name bound
+in an ``if`` or loop on array values to a view of some array), the name is marked stale
+(``StaleView``): reading it afterwards is refused at the read, naming both arrays and the write.
+Such uncertain relations are kept as ``Context.may_share`` edges (symmetric, by var id).
+
+Across control flow: after an ``if``, a name that is the same view of the same array on every
+path is rebuilt from the merged array (``merge_if_views``); a view taken before a loop of an array
+the loop writes in place is replayed on the loop's carried array in the body and after the loop
+(``plan_loop_views`` / ``apply_loop_views``)."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+from .._core.graph import Literal, Var
+from .._prims.elementwise import UNARY
+from .values import StaleView, Undefined, is_symbolic
+
+# always views in NumPy (reshape: only where the layout allows it; getitem: basic indexing only)
+_ALWAYS_VIEW = frozenset(("transpose", "swapaxes", "expand_dims", "squeeze", "broadcast_to", "flip",
+                          "diagonal"))
+VIEW_PRIMS = _ALWAYS_VIEW | {"getitem", "reshape"}
+
+_BINARY = frozenset(("add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "arctan2",
+                     "remainder", "floor_divide", "less", "less_equal", "greater", "greater_equal", "equal",
+                     "not_equal", "logical_and", "logical_or", "safe_mul", "safe_div", "select", "clamp",
+                     "integer_pow"))
+_SAME_LAYOUT = frozenset(("copy", "convert", "expand_dims", "squeeze", "reshape", "reduce_sum", "reduce_max",
+                          "reduce_min", "reduce_prod", "reduce_any", "reduce_all"))
+_MAX_DEPTH = 32
+
+EXACT, MAYBE = "exact", "maybe"
+RESHAPE_REASON = "NumPy's reshape returns a view only of a contiguous array, which is not known here"
+SHAPE_REASON = "whether the index makes a view depends on shapes not known here"
+
+
+def canon(v):
+    """The value a region's capture input stands for (followed out to the builder that made it)."""
+    while is_symbolic(v):
+        outer = v.builder.outer.get(v.var.id)
+        if outer is None:
+            return v
+        v = outer
+    return v
+
+
+def _same(a, b) -> bool:
+    if is_symbolic(a) and is_symbolic(b):
+        return canon(a).var is canon(b).var
+    return a is b
+
+
+def _operand(builder, atom):
+    """A node input as a value: a canonical ``Value``, or the literal's own object."""
+    if isinstance(atom, Literal):
+        return atom.value
+    return canon(builder.value(atom))
+
+
+def _static_shape(aval):
+    shape = getattr(aval, "shape", None)
+    if shape is None or any(type(d) is not int for d in shape):
+        return None
+    return tuple(shape)
+
+
+_BOOL_PRIMS = frozenset(("less", "less_equal", "greater", "greater_equal", "equal", "not_equal", "logical_and",
+                         "logical_or", "logical_not", "logical_xor", "isnan", "isinf", "isfinite", "signbit"))
+
+
+def _is_mask(builder, atom) -> bool:
+    """An index made by a comparison or logical operation (a boolean mask) while its dtype is
+    not known yet."""
+    if not isinstance(atom, Var):
+        return False
+    v = canon(builder.value(atom))
+    node = v.builder.producer(v)
+    return node is not None and node.prim.name in _BOOL_PRIMS
+
+
+def _getitem_kind(node, x_aval, builder=None):
+    """``EXACT`` for basic indexing (a view), None where NumPy copies (advanced indexing, or a
+    scalar from integers only), ``MAYBE`` where that depends on an unknown rank."""
+    spec = node.params["spec"]
+    dyn = node.inputs[1:]
+    unknown = False
+    for e in spec:
+        if e[0] == "d":
+            aval = dyn[e[1]].aval
+            if aval.dtype is not None and np.dtype(aval.dtype).kind not in "iu":
+                return None                         # a mask: a copy
+            if aval.dtype is None and builder is not None and _is_mask(builder, dyn[e[1]]):
+                return None
+            if aval.shape is None or aval.dtype is None:
+                unknown = True                      # an integer (a view) or an index array (a copy)
+            elif aval.shape != ():
+                return None                         # an index array: a copy
+    if all(e[0] in "id" for e in spec):
+        rank = x_aval.rank
+        if rank is None:
+            return MAYBE
+        if len(spec) >= rank:
+            return None                             # a NumPy scalar, not a view
+    return MAYBE if unknown else EXACT
+
+
+def _reshape_splits_only(in_shape, out_shape) -> bool:
+    """True when the reshape merges no two axes of size > 1 (it only splits axes or adds or
+    drops size-1 axes): NumPy then returns a view whatever the layout."""
+    a = [d for d in in_shape if d != 1]
+    b = [d for d in out_shape if d != 1]
+    i = j = 0
+    while i < len(a) and j < len(b):
+        pa, pb, n_in = a[i], b[j], 1
+        i += 1
+        j += 1
+        while pa != pb:
+            if pa < pb:
+                if i >= len(a):
+                    return False
+                pa *= a[i]
+                i += 1
+                n_in += 1
+            else:
+                if j >= len(b):
+                    return False
+                pb *= b[j]
+                j += 1
+        if n_in > 1:
+            return False
+    return i == len(a) and j == len(b)
+
+
+def layout_is_c(v, depth=0) -> bool:
+    """True only when ``v`` is certainly a C-contiguous array in NumPy (an array of one axis of
+    size > 1 or fewer counts: it has no axis order to disagree with)."""
+    if not is_symbolic(v):
+        return isinstance(v, np.ndarray) and v.flags.c_contiguous or np.ndim(v) == 0
+    v = canon(v)
+    shape = _static_shape(v.aval)
+    if shape is None:
+        return False
+    if sum(d != 1 for d in shape) <= 1 and depth > 0:
+        return True                                 # an operand with no axis order
+    if depth > _MAX_DEPTH:
+        return False
+    node = v.builder.producer(v)
+    if node is None:
+        return False
+    name = node.prim.name
+    ins = [_operand(v.builder, a) for a in node.inputs]
+    arrays = [a for a in ins if np.ndim(a) > 0 or (is_symbolic(a) and a.aval.rank != 0)]
+    if name in _BINARY or name in UNARY or name == "concatenate":
+        # NumPy's order='K': one operand of the full shape in C order, or no operand that prefers
+        # another order, gives a C-ordered result
+        if any(_static_shape(a.aval if is_symbolic(a) else np.asarray(a)) == shape and layout_is_c(a, depth + 1)
+               for a in arrays) and name != "concatenate":
+            return True
+        return all(layout_is_c(a, depth + 1) for a in arrays)
+    if name == "matmul":
+        return True
+    if name in _SAME_LAYOUT:
+        return bool(arrays) and layout_is_c(arrays[0], depth + 1)
+    return False
+
+
+def view_step(v):
+    """``(kind, base, node, builder)`` when ``v`` (canonical) is a view of ``base`` made by
+    ``node``, else None. ``kind`` is ``EXACT`` or ``MAYBE`` (a reshape whose being a view depends on
+    a layout not known here, or an index whose result depends on an unknown rank)."""
+    b = v.builder
+    node = b.producer(v)
+    if node is None or node.prim.name not in VIEW_PRIMS or not node.inputs:
+        return None
+    base = _operand(b, node.inputs[0])
+    if not is_symbolic(base) and not isinstance(base, np.ndarray):
+        return None
+    name = node.prim.name
+    if name == "getitem":
+        kind = _getitem_kind(node, node.inputs[0].aval, b)
+    elif name == "reshape":
+        s_in, s_out = _static_shape(node.inputs[0].aval), _static_shape(node.outputs[0].aval)
+        if s_in is not None and s_out is not None and _reshape_splits_only(s_in, s_out):
+            kind = EXACT
+        else:
+            kind = EXACT if layout_is_c(base) else MAYBE
+    else:
+        kind = EXACT
+    return None if kind is None else (kind, base, node, b)
+
+
+@dataclasses.dataclass
+class Relation:
+    kind: str                   # EXACT: ``chain`` replayed on the new base gives the view; MAYBE
+    chain: list                 # [(node, builder)] from the base out to the value
+    reason: str = ""
+
+
+def relation(ctx, val, old):
+    """How ``val`` relates to the array ``old`` (a value or a constant ndarray): ``EXACT`` (the
+    same array, or a view of it, with its chain of view nodes), ``MAYBE`` (it may share its
+    memory), or None."""
+    if not is_symbolic(val):
+        return None
+    target = canon(old) if is_symbolic(old) else old
+    best = None
+    seen = set()
+    stack = [(canon(val), [], True, "")]
+    while stack:
+        v, chain, exact, reason = stack.pop()
+        if not is_symbolic(v):                      # a view of a constant array
+            if isinstance(target, np.ndarray) and isinstance(v, np.ndarray):
+                if v is target and exact:
+                    return Relation(EXACT, chain)
+                if np.shares_memory(v, target):
+                    best = best or Relation(MAYBE, [], reason or "it is a view of a part of that array")
+            continue
+        v = canon(v)
+        if id(v.var) in seen:
+            continue
+        seen.add(id(v.var))
+        if is_symbolic(target) and v.var is target.var:
+            if exact:
+                return Relation(EXACT, chain)
+            best = best or Relation(MAYBE, [], reason)
+            continue
+        for w in ctx.may_share.get(v.var.id, ()):
+            stack.append((w, None, False, reason or "it was bound in an `if` or loop on array values to "
+                                                    "what may be a view of it"))
+        step = view_step(v)
+        if step is not None:
+            kind, base, node, b = step
+            why = reason
+            if kind == MAYBE and not why:
+                why = (RESHAPE_REASON if node.prim.name == "reshape" else SHAPE_REASON)
+            stack.append((base, None if chain is None else [(node, b)] + chain, exact and kind == EXACT, why))
+    return best
+
+
+def related(ctx, a, b) -> bool:
+    """``a`` and ``b`` may share memory (one is, or may be, a view of the other)."""
+    return a is b or relation(ctx, a, b) is not None or relation(ctx, b, a) is not None
+
+
+def add_may_share(ctx, a, b):
+    """Record that the arrays ``a`` and ``b`` may share memory (both directions)."""
+    if not (is_symbolic(a) and is_symbolic(b)):
+        return
+    a, b = canon(a), canon(b)
+    if a.var is b.var:
+        return
+    for x, y in ((a, b), (b, a)):
+        lst = ctx.may_share.setdefault(x.var.id, [])
+        if not any(w.var is y.var for w in lst):
+            lst.append(y)
+
+
+def replay(chain, new, cache=None):
+    """The view ``chain`` (view nodes from a base out) applied to ``new`` instead of its base."""
+    w = new
+    for node, b in chain:
+        key = (id(node), id(w))
+        if cache is not None and key in cache:
+            w = cache[key]
+            continue
+        args = [w] + [_operand(b, a) for a in node.inputs[1:]]
+        w2 = node.prim.bind(*args, **node.params)
+        if cache is not None:
+            cache[key] = w2
+        w = w2
+    return w
+
+
+def chains_equal(c1, c2) -> bool:
+    """Two view chains that apply the same nodes (same primitives, parameters and operands)."""
+    if len(c1) != len(c2):
+        return False
+    for (n1, b1), (n2, b2) in zip(c1, c2):
+        if n1.prim is not n2.prim or len(n1.inputs) != len(n2.inputs):
+            return False
+        try:
+            if n1.params != n2.params:
+                return False
+        except Exception:
+            return False
+        for a1, a2 in zip(n1.inputs[1:], n2.inputs[1:]):
+            x1, x2 = _operand(b1, a1), _operand(b2, a2)
+            if is_symbolic(x1) or is_symbolic(x2):
+                if not _same(x1, x2):
+                    return False
+            elif not (x1 is x2 or (type(x1) is type(x2) and np.array_equal(x1, x2))):
+                return False
+    return True
+
+
+def view_text(name, val):
+    """``r = A[0]`` as the user wrote it (from the view node's source line), else None."""
+    node = val.builder.producer(canon(val)) if is_symbolic(val) else None
+    line = getattr(getattr(node, "loc", None), "line", "") or ""
+    m = re.match(rf"^{re.escape(name)}\s*=\s*(.+?)\s*(#.*)?$", line)
+    if m is None or "=" in m.group(1).replace("==", "").replace("<=", "").replace(">=", "").replace("!=", ""):
+        return None
+    return m.group(1)
+
+
+def stale_view(name, val, base_name, write_line, reason):
+    expr = view_text(name, val)
+    copy = f"`{name} = {expr}.copy()`" if expr else f"`{name} = ....copy()` where you take it"
+    after = f"take `{name}` after that write" if expr is None else f"take `{name} = {expr}` after that write"
+    msg = (f"`{name}` may be a view of `{base_name}`, which was written in place at line {write_line}, so "
+           f"NumPy's `{name}` would show that write; tlaloc cannot follow it here ({reason}). If the old "
+           f"value is meant, copy it ({copy}); otherwise {after}")
+    return StaleView(name, f"line {write_line}", msg, reason in (RESHAPE_REASON, SHAPE_REASON, RANK_REASON))
+
+
+RANK_REASON = "whether `+=` writes in place depends on its rank, which is not known here"
+
+
+class ViewLowerer:
+    """Mixin of ``Lowerer``."""
+
+    def rebind_after_write(self, node, name, old, new, maybe_reason=None):
+        """After the in-place write of ``name`` (``old`` -> ``new``): every other name bound to
+        ``old`` is rebound to ``new``, every view of ``old`` to the same view of ``new``, and a
+        name that may share memory with ``old`` in a way not known here is marked stale.
+        ``maybe_reason``: views are only possible, not certain (e.g. the rank is unknown)."""
+        line = self.src.loc(node).lineno
+        cache = {}
+        for other, val in list(self.env.items()):
+            if other == name or other.startswith(".") or isinstance(val, Undefined):
+                continue
+            if val is old:
+                self.env[other] = new
+                continue
+            if isinstance(val, (tuple, list, dict)):
+                self._rebind_in_container(node, name, other, val, old, new, cache, maybe_reason)
+                continue
+            if not is_symbolic(val):
+                continue
+            rel = relation(self.ctx, val, old)
+            if rel is None:
+                continue
+            if rel.kind == EXACT and maybe_reason is None:
+                self.env[other] = replay(rel.chain, new, cache)
+            else:
+                self.env[other] = stale_view(other, val, name, line, maybe_reason or rel.reason)
+
+    def _rebind_in_container(self, node, name, other, val, old, new, cache, maybe_reason):
+        """Views of ``old`` held in a tuple, list or dict (``parts = np.split(A, 2)``) follow the
+        write as named views do; one that cannot is refused at the write."""
+        from .. import _pytree
+        try:
+            leaves, tree = _pytree.flatten(val)
+        except Exception:
+            return
+        changed = False
+        out = []
+        for leaf in leaves:
+            rel = None
+            if leaf is old:
+                leaf, changed = new, True
+            elif is_symbolic(leaf):
+                rel = relation(self.ctx, leaf, old)
+            if rel is not None:
+                if rel.kind != EXACT or maybe_reason is not None:
+                    why = maybe_reason or rel.reason
+                    if why in (RESHAPE_REASON, SHAPE_REASON, RANK_REASON) and self.ctx.specialisable:
+                        from .structure import ShapeNeeded
+                        raise self.src.error(node, f"`{other}` holds what may be a view of `{name}`", ShapeNeeded)
+                    raise self.src.error(node, f"`{other}` holds what may be a view of `{name}`, written in "
+                                               f"place here; NumPy's view would show the write, which tlaloc "
+                                               f"cannot follow ({maybe_reason or rel.reason}). Copy the views "
+                                               f"you keep (`.copy()`), or take them after the write")
+                leaf, changed = replay(rel.chain, new, cache), True
+            out.append(leaf)
+        if changed:
+            self.env[other] = _pytree.unflatten(tree, out)
+
+    def refuse_write_into_view(self, node, value, name=None):
+        """A write into ``value`` when it is (or may be) a view of an array another live name holds,
+        or of one from outside the function: NumPy would write through to that array; refused."""
+        name = name or node.id
+        if not is_symbolic(value):
+            return
+        v = canon(value)
+        seen = set()
+        while True:
+            step = view_step(v)
+            if step is None:
+                return
+            _, base, _, _ = step
+            if not is_symbolic(base):
+                for other, val in self.env.items():
+                    if other != name and isinstance(val, np.ndarray) and np.shares_memory(val, base):
+                        self._view_refusal(node, name, other)
+                return
+            base = canon(base)
+            if id(base.var) in seen:
+                return
+            seen.add(id(base.var))
+            for other, val in self.env.items():
+                if other != name and not other.startswith(".") and is_symbolic(val) and canon(val).var is base.var:
+                    self._view_refusal(node, name, other)
+            for key, val in self.ctx.closure_keys.items():
+                if is_symbolic(val) and canon(val).var is base.var:
+                    raise self.src.error(node, f"`{name}` is a view of the array `{key[-1]}` from outside the "
+                                               f"function; NumPy would change `{key[-1]}` in place. Copy it "
+                                               f"first (`{name} = {name}.copy()`) or build a new array")
+            v = base
+
+    def _view_refusal(self, node, target, name):
+        raise self.src.error(node, f"`{target}` is a view of `{name}` (NumPy would write through to "
+                                   f"`{name}`); write into `{name}` directly, or copy first with "
+                                   f"`{target} = {target}.copy()`")
+
+    # -- if ---------------------------------------------------------------------------------------
+    def merge_if_views(self, names, branches, env0):
+        """After an ``if`` on an array value: a merged name that is the same array as another merged
+        name on every path is bound to it; one that is the same view of the same array on every path
+        is rebuilt as that view of the merged array; one that is (or may be) a view of another array
+        on some path may share its memory (``may_share``). A name left unchanged on some path and
+        rebound on another may still be its old array."""
+        envs = [env for _, env in branches]
+
+        def at(env, n):
+            return env.get(n, env0.get(n))
+
+        merged = [n for n in names if not n.startswith(".") and is_symbolic(self.env.get(n))
+                  and all(self.env[n] is not at(env, n) for env in envs)]
+        for r in merged:
+            vals = [at(env, r) for env in envs]
+            if not all(is_symbolic(v) for v in vals):
+                continue
+            if env0.get(r) is not None and any(v is env0.get(r) for v in vals):
+                add_may_share(self.ctx, self.env[r], env0[r])
+        done = set()
+        for r in merged:
+            vals = [at(env, r) for env in envs]
+            if not all(is_symbolic(v) for v in vals):
+                continue
+            for a in self.env:
+                if a == r or a.startswith(".") or a in done or not is_symbolic(self.env.get(a)):
+                    continue
+                bases = [at(env, a) for env in envs]
+                if not all(is_symbolic(b) for b in bases):
+                    continue
+                if all(v is b for v, b in zip(vals, bases)):
+                    self.env[r] = self.env[a]
+                    done.add(r)
+                    break
+                rels = [relation(self.ctx, v, b) for v, b in zip(vals, bases)]
+                if all(x is not None and x.kind == EXACT for x in rels) and all(
+                        chains_equal(rels[0].chain, x.chain) for x in rels[1:]) and rels[0].chain:
+                    self.env[r] = replay(rels[0].chain, self.env[a])
+                    done.add(r)
+                    break
+            if r in done:
+                continue
+            for a, val in list(self.env.items()):
+                if a == r or a.startswith(".") or not is_symbolic(val):
+                    continue
+                if any(is_symbolic(at(env, a)) and related(self.ctx, v, at(env, a)) for v, env in zip(vals, envs)):
+                    add_may_share(self.ctx, self.env[r], val)
+
+    # -- loops -------------------------------------------------------------------------------------
+    def plan_loop_views(self, node, carried, init):
+        """What a loop does to names that hold views of the arrays it carries (see the module
+        docstring): returns a plan for ``loop_body_views`` and ``apply_loop_views``."""
+        from .analysis import assigned_names, inplace_names
+        written = set(inplace_names(node.body))
+        rebound = set(assigned_names(node.body, rebound_only=True))
+        carried_set = set(carried)
+        plan = LoopViews(assigned=set(assigned_names(node.body)))
+        arrays = [(n, v) for n, v in zip(carried, init) if is_symbolic(v) or isinstance(v, np.ndarray)]
+        for r, rv in self.env.items():
+            if r.startswith(".") or not is_symbolic(rv):
+                continue
+            if r in carried_set:
+                for a, av in self.env.items():
+                    if (a != r and not a.startswith(".") and is_symbolic(av)
+                            and (a in carried_set or a not in plan.assigned) and related(self.ctx, rv, av)):
+                        plan.pairs.add((r, a))
+                continue
+            for a, av in arrays:
+                if av is rv:
+                    continue            # an alias: carried with it (_inplace_aliases)
+                rel = relation(self.ctx, rv, av)
+                if rel is None:
+                    continue
+                if a in written:
+                    if rel.kind == EXACT and a not in rebound:
+                        plan.derived.append((r, a, rel.chain))
+                    else:
+                        reason = rel.reason or f"this loop also rebinds `{a}`"
+                        plan.stale[r] = stale_view(r, rv, a, self.src.loc(node).lineno, reason)
+                    break
+                plan.may_after.append((r, a))
+        return plan
+
+    def loop_body_views(self, plan, in_cond=False):
+        """At the top of a loop body (or its condition): views taken before the loop follow the
+        carried arrays; names that may share memory with a carried array are linked to it."""
+        cache = {}
+        for r, a, chain in plan.derived:
+            self.env[r] = replay(chain, self.env[a], cache)
+        for r, stale in plan.stale.items():
+            self.env[r] = stale
+        if not in_cond:
+            for r, a in plan.pairs:
+                add_may_share(self.ctx, self.env.get(r), self.env.get(a))
+
+    def loop_end_views(self, plan, carried):
+        """At the end of a loop body: the carried names that are (or may be) views of another
+        array there; returns True when that adds a pair the body was not lowered with."""
+        new = False
+        carried_set = set(carried)
+        groups = plan.groups or {}
+        for r in carried:
+            rv = self.env.get(r)
+            if r.startswith(".") or not is_symbolic(rv):
+                continue
+            for a, av in self.env.items():
+                if a == r or a.startswith(".") or not is_symbolic(av) or (r, a) in plan.pairs:
+                    continue
+                if a not in carried_set and a in plan.assigned:
+                    continue            # a name of this trip only
+                if a in carried_set and groups.get(r, r) == groups.get(a, a):
+                    continue            # carried as one array (_inplace_aliases)
+                if related(self.ctx, rv, av):
+                    plan.pairs.add((r, a))
+                    new = True
+        return new
+
+    def apply_loop_views(self, plan):
+        """After the loop (carried names bound to its results)."""
+        cache = {}
+        for r, a, chain in plan.derived:
+            self.env[r] = replay(chain, self.env[a], cache)
+        for r, stale in plan.stale.items():
+            self.env[r] = stale
+        for r, a in list(plan.pairs) + plan.may_after:
+            add_may_share(self.ctx, self.env.get(r), self.env.get(a))
+
+
+@dataclasses.dataclass
+class LoopViews:
+    derived: list = dataclasses.field(default_factory=list)     # (name, carried array, view chain)
+    stale: dict = dataclasses.field(default_factory=dict)       # name -> StaleView
+    pairs: set = dataclasses.field(default_factory=set)         # (carried name, name) that may share
+    may_after: list = dataclasses.field(default_factory=list)   # (name, carried name) may share after
+    assigned: set = dataclasses.field(default_factory=set)      # names the body assigns
+    groups: dict = None                                         # name -> first name of its alias group
