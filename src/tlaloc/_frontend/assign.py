@@ -232,6 +232,14 @@ class AssignLowerer:
             if name == node.id or not isinstance(val, np.ndarray):
                 continue
             if val is not cur and np.shares_memory(val, cur):
+                if val.base is not None and (val.base is cur or val.base is cur.base) and cur.base is None:
+                    expr = self.assigned_text(name, node)
+                    fix = f"`{name} = {expr}.copy()`" if expr else f"`{name} = ....copy()` where you take it"
+                    raise self.src.error(node, f"`{node.id}` and `{name}` share memory (`{name}` is a view of "
+                                               f"`{node.id}`), so NumPy's `{name}` would show this write, which "
+                                               f"tlaloc cannot follow for an array built from constants. If "
+                                               f"the old value is meant, copy it ({fix}); otherwise take "
+                                               f"`{name}` after this write")
                 raise self.src.error(node, f"`{node.id}` and `{name}` share memory (one is a view of the other), "
                                            f"so NumPy would write through to `{name}`; write into the array "
                                            f"itself, or copy first with `{node.id} = {node.id}.copy()`")

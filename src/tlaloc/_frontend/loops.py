@@ -241,6 +241,8 @@ class LoopLowerer:
                 else:
                     self.block(node.body)
                 self.env[CONT] = False
+                if views is not None:
+                    self.refuse_unseen_writes(node, views, carried)
                 grew = views is not None and self.loop_end_views(views, carried)
                 outs = []
                 for name, tree in zip(carried, trees):

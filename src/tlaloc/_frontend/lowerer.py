@@ -67,6 +67,7 @@ class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLower
                  in_loop: bool = False):
         self.src, self.scope, self.ctx, self.b, self.env = src, scope, ctx, builder, env
         self.in_loop = in_loop
+        self.caller = None      # the Lowerer whose call this one inlines: it sees in-place writes into its arrays
 
     # -- names ------------------------------------------------------------------
     def lookup(self, name, node):
@@ -251,6 +252,7 @@ class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLower
         self.ctx.stack.append(key)
         try:
             callee = Lowerer(src, scope, self.ctx, self.b, env)
+            callee.caller = self
             return callee.run_body(fnode)
         except Exception as e:
             raise self._library_refusal(e, fn, src, node) from e

@@ -103,7 +103,7 @@ def _getitem_kind(node, x_aval, builder=None):
                 return None                         # a mask: a copy
             if aval.dtype is None and builder is not None and _is_mask(builder, dyn[e[1]]):
                 return None
-            if aval.shape is None or aval.dtype is None:
+            if aval.shape is None:
                 unknown = True                      # an integer (a view) or an index array (a copy)
             elif aval.shape != ():
                 return None                         # an index array: a copy
@@ -237,8 +237,8 @@ def relation(ctx, val, old):
             best = best or Relation(MAYBE, [], reason)
             continue
         for w in ctx.may_share.get(v.var.id, ()):
-            stack.append((w, None, False, reason or "it was bound in an `if` or loop on array values to "
-                                                    "what may be a view of it"))
+            stack.append((w, None, False, reason or "that depends on the path taken through an `if` or "
+                                                    "loop on array values"))
         step = view_step(v)
         if step is not None:
             kind, base, node, b = step
@@ -315,14 +315,14 @@ def view_text(name, val):
     return m.group(1)
 
 
-def stale_view(name, val, base_name, write_line, reason):
-    expr = view_text(name, val)
+def stale_view(name, val, base_name, where, reason, expr=None):
+    expr = expr or view_text(name, val)
     copy = f"`{name} = {expr}.copy()`" if expr else f"`{name} = ....copy()` where you take it"
     after = f"take `{name}` after that write" if expr is None else f"take `{name} = {expr}` after that write"
-    msg = (f"`{name}` may be a view of `{base_name}`, which was written in place at line {write_line}, so "
-           f"NumPy's `{name}` would show that write; tlaloc cannot follow it here ({reason}). If the old "
-           f"value is meant, copy it ({copy}); otherwise {after}")
-    return StaleView(name, f"line {write_line}", msg, reason in (RESHAPE_REASON, SHAPE_REASON, RANK_REASON))
+    msg = (f"`{name}` may share memory with `{base_name}` (be a view of it, or the same array), which was "
+           f"written in place at {where}, so NumPy's `{name}` could show that write; tlaloc cannot follow "
+           f"it here ({reason}). If the old value is meant, copy it ({copy}); otherwise {after}")
+    return StaleView(name, where, msg, reason in (RESHAPE_REASON, SHAPE_REASON, RANK_REASON))
 
 
 RANK_REASON = "whether `+=` writes in place depends on its rank, which is not known here"
@@ -336,16 +336,26 @@ class ViewLowerer:
         ``old`` is rebound to ``new``, every view of ``old`` to the same view of ``new``, and a
         name that may share memory with ``old`` in a way not known here is marked stale.
         ``maybe_reason``: views are only possible, not certain (e.g. the rank is unknown)."""
-        line = self.src.loc(node).lineno
         cache = {}
-        for other, val in list(self.env.items()):
-            if other == name or other.startswith(".") or isinstance(val, Undefined):
+        line = self.src.loc(node).lineno
+        self._rebind_env(self.env, node, name, old, new, cache, maybe_reason, f"line {line}", skip=name)
+        caller = self.caller
+        while caller is not None:
+            # an argument of a call is the caller's array: NumPy writes into it there too
+            fname = getattr(self.src.node, "name", "a function")
+            self._rebind_env(caller.env, node, name, old, new, cache, maybe_reason,
+                             f"line {line} (in `{fname}`)", skip=None)
+            caller = caller.caller
+
+    def _rebind_env(self, env, node, name, old, new, cache, maybe_reason, where, skip):
+        for other, val in list(env.items()):
+            if other == skip or other.startswith(".") or isinstance(val, Undefined):
                 continue
             if val is old:
-                self.env[other] = new
+                env[other] = new
                 continue
             if isinstance(val, (tuple, list, dict)):
-                self._rebind_in_container(node, name, other, val, old, new, cache, maybe_reason)
+                self._rebind_in_container(env, node, name, other, val, old, new, cache, maybe_reason)
                 continue
             if not is_symbolic(val):
                 continue
@@ -353,11 +363,23 @@ class ViewLowerer:
             if rel is None:
                 continue
             if rel.kind == EXACT and maybe_reason is None:
-                self.env[other] = replay(rel.chain, new, cache)
+                env[other] = replay(rel.chain, new, cache)
             else:
-                self.env[other] = stale_view(other, val, name, line, maybe_reason or rel.reason)
+                expr = view_text(other, val) or (self.assigned_text(other, node) if skip is not None else None)
+                env[other] = stale_view(other, val, name, where, maybe_reason or rel.reason, expr)
 
-    def _rebind_in_container(self, node, name, other, val, old, new, cache, maybe_reason):
+    def assigned_text(self, name, node):
+        """The right-hand side of the last ``name = ...`` before ``node`` in this function, or None."""
+        import ast
+        line = getattr(node, "lineno", 0)
+        best = None
+        for n in ast.walk(self.src.node):
+            if (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+                    and n.targets[0].id == name and n.lineno < line and (best is None or n.lineno > best.lineno)):
+                best = n
+        return None if best is None else ast.unparse(best.value)
+
+    def _rebind_in_container(self, env, node, name, other, val, old, new, cache, maybe_reason):
         """Views of ``old`` held in a tuple, list or dict (``parts = np.split(A, 2)``) follow the
         write as named views do; one that cannot is refused at the write."""
         from .. import _pytree
@@ -386,7 +408,7 @@ class ViewLowerer:
                 leaf, changed = replay(rel.chain, new, cache), True
             out.append(leaf)
         if changed:
-            self.env[other] = _pytree.unflatten(tree, out)
+            env[other] = _pytree.unflatten(tree, out)
 
     def refuse_write_into_view(self, node, value, name=None):
         """A write into ``value`` when it is (or may be) a view of an array another live name holds,
@@ -410,9 +432,13 @@ class ViewLowerer:
             if id(base.var) in seen:
                 return
             seen.add(id(base.var))
-            for other, val in self.env.items():
-                if other != name and not other.startswith(".") and is_symbolic(val) and canon(val).var is base.var:
-                    self._view_refusal(node, name, other)
+            lowerer, whose = self, ""
+            while lowerer is not None:      # a call's argument may be a view of the caller's array
+                for other, val in lowerer.env.items():
+                    if ((other != name or lowerer is not self) and not other.startswith(".") and is_symbolic(val)
+                            and canon(val).var is base.var):
+                        self._view_refusal(node, name, whose + other)
+                lowerer, whose = lowerer.caller, "the caller's "
             for key, val in self.ctx.closure_keys.items():
                 if is_symbolic(val) and canon(val).var is base.var:
                     raise self.src.error(node, f"`{name}` is a view of the array `{key[-1]}` from outside the "
@@ -421,7 +447,9 @@ class ViewLowerer:
             v = base
 
     def _view_refusal(self, node, target, name):
-        raise self.src.error(node, f"`{target}` is a view of `{name}` (NumPy would write through to "
+        whose, _, name = name.rpartition(" ")
+        whose = whose + " " if whose else ""
+        raise self.src.error(node, f"`{target}` is a view of {whose}`{name}` (NumPy would write through to "
                                    f"`{name}`); write into `{name}` directly, or copy first with "
                                    f"`{target} = {target}.copy()`")
 
@@ -504,7 +532,7 @@ class ViewLowerer:
                         plan.derived.append((r, a, rel.chain))
                     else:
                         reason = rel.reason or f"this loop also rebinds `{a}`"
-                        plan.stale[r] = stale_view(r, rv, a, self.src.loc(node).lineno, reason)
+                        plan.stale[r] = stale_view(r, rv, a, f"line {self.src.loc(node).lineno} (the loop)", reason)
                     break
                 plan.may_after.append((r, a))
         return plan
@@ -518,8 +546,23 @@ class ViewLowerer:
         for r, stale in plan.stale.items():
             self.env[r] = stale
         if not in_cond:
-            for r, a in plan.pairs:
+            for r, a in list(plan.pairs) + plan.may_after:
                 add_may_share(self.ctx, self.env.get(r), self.env.get(a))
+            plan.start = dict(self.env)
+
+    def refuse_unseen_writes(self, node, plan, carried):
+        """At the end of a loop body: a name the loop does not carry that changed there (an array
+        a call in the body wrote into in place, or a view of one) would keep its old value after
+        the loop and in the next trip: refused."""
+        carried_set = set(carried) | {r for r, _, _ in plan.derived} | set(plan.stale)
+        for n, v in (plan.start or {}).items():
+            if n in carried_set or n.startswith(".") or self.env.get(n) is v:
+                continue
+            if is_symbolic(v) or isinstance(v, np.ndarray):
+                raise self.src.error(node, f"`{n}` is written in place inside this loop (by a call that "
+                                           f"writes into its argument, or as a view of such an array), but "
+                                           f"the loop does not assign it; return the new array from the "
+                                           f"call and assign it (`{n} = f({n})`) inside the loop")
 
     def loop_end_views(self, plan, carried):
         """At the end of a loop body: the carried names that are (or may be) views of another
@@ -562,3 +605,4 @@ class LoopViews:
     may_after: list = dataclasses.field(default_factory=list)   # (name, carried name) may share after
     assigned: set = dataclasses.field(default_factory=set)      # names the body assigns
     groups: dict = None                                         # name -> first name of its alias group
+    start: dict = None                                          # the body's names at its top
