@@ -1,6 +1,7 @@
 """Assignment statements: ``=`` (with tuple unpacking), annotated and augmented assignment,
-subscript stores with NumPy's semantics (functional updates that aliases see; a write into
-a view of another array is refused), and ``del`` of a name in straight-line code."""
+subscript stores with NumPy's semantics (functional updates that aliases and views of the
+written array see, ``views.py``; a write into a view of another array, or into an array from
+outside the function, is refused), and ``del`` of a name in straight-line code."""
 from __future__ import annotations
 
 import ast

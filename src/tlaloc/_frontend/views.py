@@ -143,12 +143,21 @@ def _reshape_splits_only(in_shape, out_shape) -> bool:
     return i == len(a) and j == len(b)
 
 
-def layout_is_c(v, depth=0) -> bool:
+def layout_is_c(v, depth=0, memo=None) -> bool:
     """True only when ``v`` is certainly a C-contiguous array in NumPy (an array of one axis of
     size > 1 or fewer counts: it has no axis order to disagree with)."""
     if not is_symbolic(v):
         return isinstance(v, np.ndarray) and v.flags.c_contiguous or np.ndim(v) == 0
     v = canon(v)
+    memo = {} if memo is None else memo
+    key = (id(v.var), depth > 0)
+    if key not in memo:
+        memo[key] = False               # (a cycle cannot happen; this only bounds the work)
+        memo[key] = _layout_is_c(v, depth, memo)
+    return memo[key]
+
+
+def _layout_is_c(v, depth, memo) -> bool:
     shape = _static_shape(v.aval)
     if shape is None:
         return False
@@ -161,18 +170,18 @@ def layout_is_c(v, depth=0) -> bool:
         return False
     name = node.prim.name
     ins = [_operand(v.builder, a) for a in node.inputs]
-    arrays = [a for a in ins if np.ndim(a) > 0 or (is_symbolic(a) and a.aval.rank != 0)]
+    arrays = [a for a in ins if (a.aval.rank != 0 if is_symbolic(a) else np.ndim(a) > 0)]
     if name in _BINARY or name in UNARY or name == "concatenate":
         # NumPy's order='K': one operand of the full shape in C order, or no operand that prefers
         # another order, gives a C-ordered result
-        if any(_static_shape(a.aval if is_symbolic(a) else np.asarray(a)) == shape and layout_is_c(a, depth + 1)
+        if any(_static_shape(a.aval if is_symbolic(a) else np.asarray(a)) == shape and layout_is_c(a, depth + 1, memo)
                for a in arrays) and name != "concatenate":
             return True
-        return all(layout_is_c(a, depth + 1) for a in arrays)
+        return all(layout_is_c(a, depth + 1, memo) for a in arrays)
     if name == "matmul":
         return True
     if name in _SAME_LAYOUT:
-        return bool(arrays) and layout_is_c(arrays[0], depth + 1)
+        return bool(arrays) and layout_is_c(arrays[0], depth + 1, memo)
     return False
 
 
@@ -556,7 +565,7 @@ class ViewLowerer:
         the loop and in the next trip: refused."""
         carried_set = set(carried) | {r for r, _, _ in plan.derived} | set(plan.stale)
         for n, v in (plan.start or {}).items():
-            if n in carried_set or n.startswith(".") or self.env.get(n) is v:
+            if n in carried_set or n in plan.assigned or n.startswith(".") or self.env.get(n) is v:
                 continue
             if is_symbolic(v) or isinstance(v, np.ndarray):
                 raise self.src.error(node, f"`{n}` is written in place inside this loop (by a call that "
