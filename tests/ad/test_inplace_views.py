@@ -144,6 +144,26 @@ def same_view_on_both_paths(x):
     return np.sum(r * x)
 
 
+def view_on_the_only_path_that_goes_on(x):
+    A = np.stack([x, x]) * 1.0
+    if x[0] > 0:
+        r = A[0]
+    else:
+        return 0.0
+    A[0, 1] = 5.0
+    return np.sum(r * x)
+
+
+def same_view_in_a_tuple_on_both_paths(x):
+    A = np.stack([x, x]) * 1.0
+    if x[0] > 0:
+        t = (A[0], 1.0)
+    else:
+        t = (A[0], 2.0)
+    A[0, 1] = 5.0
+    return np.sum(t[0] * x) * t[1]
+
+
 def write_in_a_for_loop(x):
     A = np.stack([x, x]) * 1.0
     r = A[0]
@@ -242,6 +262,7 @@ def write_into_a_flattened_copy(x):
 VIEWS = [base_write, slice_view, transpose_view, np_transpose_view, swapaxes_view, view_of_a_view,
          view_of_an_unnamed_view, augassign_into_the_base, multiply_into_the_base,
          augassign_into_a_row_of_the_base, write_in_an_if, write_in_both_branches, same_view_on_both_paths,
+         view_on_the_only_path_that_goes_on, same_view_in_a_tuple_on_both_paths,
          write_in_a_for_loop, write_in_a_branch_in_a_loop, write_in_a_while_loop, reshape_that_splits,
          reshape_of_a_contiguous_array, new_axes, flip_and_diagonal, split_parts,
          call_writes_into_the_argument, copies_are_not_rebound, write_into_a_flattened_copy]
@@ -331,6 +352,26 @@ def view_chosen_by_an_if(x):
     return np.sum(r * x)            # <- refused
 
 
+def view_or_new_array_chosen_by_an_if(x):
+    A = np.stack([x, x]) * 1.0
+    if x[0] > 0:
+        r = A[0]
+    else:
+        r = np.zeros(3)
+    A[0, 1] = 5.0
+    return np.sum(r * x)            # <- refused
+
+
+def rows_of_a_constant_array_chosen_by_an_if(x):
+    C = np.zeros((2, 3))
+    if x[0] > 0:
+        r = C[0]
+    else:
+        r = C[1]
+    C[0, 1] = x[1]
+    return np.sum(r * x)            # <- refused
+
+
 def loop_rebinds_and_writes(x):
     A = np.stack([x, x]) * 1.0
     r = A[0]
@@ -372,6 +413,8 @@ def call_in_a_loop_writes_into_the_argument(x):
                                    r"reshape returns a view only of a contiguous array.*`r = B.reshape\(-1\).copy\(\)`"),
     (view_chosen_by_an_if, r"`r` may share memory with `A` .*written in place at line \d+.*"
                            r"depends on the path taken through an `if`"),
+    (view_or_new_array_chosen_by_an_if, r"`r` may share memory with `A` .*depends on the path taken"),
+    (rows_of_a_constant_array_chosen_by_an_if, r"`r` may share memory with `C` .*depends on the path taken"),
     (loop_rebinds_and_writes, r"`r` may share memory with `A` .*this loop also rebinds `A`.*`r = A\[0\].copy\(\)`"),
     (carried_view_written_then_read, r"`prev` may share memory with `X_` .*written in place at line \d+"),
     (view_of_a_constant_array, r"`A` and `r` share memory \(`r` is a view of `A`\), so NumPy's `r` would show "

@@ -75,8 +75,9 @@ class ControlLowerer:
         # write through an alias (`b = a` before the `if`, `b[0] = v` in it) rebinds it too
         names = list(names) + [n for n, v in env0.items() if n not in names and _is_array(v)
                                and any(env.get(n, v) is not v for _, env in branches)]
+        before = dict(env0)                             # (env0 is self.env: the merge rebinds it)
         self._merge_branches(test, names, branches, env0, node)
-        self.merge_if_views(names, branches, env0)      # views of merged arrays (views.py)
+        self.merge_if_views(names, branches, before)    # views of merged arrays (views.py)
 
     def _merge_branches(self, test, names, branches, env0, node):
         line = f"line {self.src.loc(node).lineno}"

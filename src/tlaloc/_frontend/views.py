@@ -44,6 +44,9 @@ _MAX_DEPTH = 32
 EXACT, MAYBE = "exact", "maybe"
 RESHAPE_REASON = "NumPy's reshape returns a view only of a contiguous array, which is not known here"
 SHAPE_REASON = "whether the index makes a view depends on shapes not known here"
+RANK_REASON = "whether `+=` writes in place depends on its rank, which is not known here"
+PATH_REASON = "that depends on the path taken through an `if` or loop on array values"
+_SHAPE_REASONS = (RESHAPE_REASON, SHAPE_REASON, RANK_REASON)
 
 
 def canon(v):
@@ -245,9 +248,8 @@ def relation(ctx, val, old):
                 return Relation(EXACT, chain)
             best = best or Relation(MAYBE, [], reason)
             continue
-        for w in ctx.may_share.get(v.var.id, ()):
-            stack.append((w, None, False, reason or "that depends on the path taken through an `if` or "
-                                                    "loop on array values"))
+        for w, why in ctx.may_share.get(v.var.id, ()):
+            stack.append((w, None, False, reason or why))
         step = view_step(v)
         if step is not None:
             kind, base, node, b = step
@@ -258,22 +260,39 @@ def relation(ctx, val, old):
     return best
 
 
-def related(ctx, a, b) -> bool:
-    """``a`` and ``b`` may share memory (one is, or may be, a view of the other)."""
-    return a is b or relation(ctx, a, b) is not None or relation(ctx, b, a) is not None
+def is_array(v) -> bool:
+    return is_symbolic(v) or isinstance(v, np.ndarray)
 
 
-def add_may_share(ctx, a, b):
-    """Record that the arrays ``a`` and ``b`` may share memory (both directions)."""
-    if not (is_symbolic(a) and is_symbolic(b)):
+def related(ctx, a, b):
+    """None, or why ``a`` and ``b`` may share memory across control flow (one is, or may be, a view
+    of the other): a reason that depends on shapes not known yet, or ``PATH_REASON``."""
+    if a is b:
+        return PATH_REASON
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return PATH_REASON if np.shares_memory(a, b) else None
+    for rel in (relation(ctx, a, b), relation(ctx, b, a)):
+        if rel is not None:
+            return rel.reason if rel.kind == MAYBE and rel.reason in _SHAPE_REASONS else PATH_REASON
+    return None
+
+
+def add_may_share(ctx, a, b, reason=PATH_REASON):
+    """Record that the arrays ``a`` and ``b`` may share memory (both directions; a constant
+    array is recorded on the symbolic side only), and why tlaloc cannot tell."""
+    if not is_symbolic(a):
+        a, b = b, a
+    if not is_symbolic(a) or not is_array(b):
         return
     a, b = canon(a), canon(b)
-    if a.var is b.var:
+    if is_symbolic(b) and a.var is b.var:
         return
     for x, y in ((a, b), (b, a)):
+        if not is_symbolic(x):
+            continue
         lst = ctx.may_share.setdefault(x.var.id, [])
-        if not any(w.var is y.var for w in lst):
-            lst.append(y)
+        if not any(w is y or (is_symbolic(w) and is_symbolic(y) and w.var is y.var) for w, _ in lst):
+            lst.append((y, reason))
 
 
 def replay(chain, new, cache=None):
@@ -331,10 +350,8 @@ def stale_view(name, val, base_name, where, reason, expr=None):
     msg = (f"`{name}` may share memory with `{base_name}` (be a view of it, or the same array), which was "
            f"written in place at {where}, so NumPy's `{name}` could show that write; tlaloc cannot follow "
            f"it here ({reason}). If the old value is meant, copy it ({copy}); otherwise {after}")
-    return StaleView(name, where, msg, reason in (RESHAPE_REASON, SHAPE_REASON, RANK_REASON))
+    return StaleView(name, where, msg, reason in _SHAPE_REASONS)
 
-
-RANK_REASON = "whether `+=` writes in place depends on its rank, which is not known here"
 
 
 class ViewLowerer:
@@ -365,6 +382,10 @@ class ViewLowerer:
                 continue
             if isinstance(val, (tuple, list, dict)):
                 self._rebind_in_container(env, node, name, other, val, old, new, cache, maybe_reason)
+                continue
+            if isinstance(val, np.ndarray) and is_symbolic(old) and relation(self.ctx, old, val) is not None:
+                # a constant array that the written one may be (or view), depending on the path taken
+                env[other] = stale_view(other, val, name, where, relation(self.ctx, old, val).reason)
                 continue
             if not is_symbolic(val):
                 continue
@@ -407,7 +428,7 @@ class ViewLowerer:
             if rel is not None:
                 if rel.kind != EXACT or maybe_reason is not None:
                     why = maybe_reason or rel.reason
-                    if why in (RESHAPE_REASON, SHAPE_REASON, RANK_REASON) and self.ctx.specialisable:
+                    if why in _SHAPE_REASONS and self.ctx.specialisable:
                         from .structure import ShapeNeeded
                         raise self.src.error(node, f"`{other}` holds what may be a view of `{name}`", ShapeNeeded)
                     raise self.src.error(node, f"`{other}` holds what may be a view of `{name}`, written in "
@@ -464,52 +485,79 @@ class ViewLowerer:
 
     # -- if ---------------------------------------------------------------------------------------
     def merge_if_views(self, names, branches, env0):
-        """After an ``if`` on an array value: a merged name that is the same array as another merged
-        name on every path is bound to it; one that is the same view of the same array on every path
-        is rebuilt as that view of the merged array; one that is (or may be) a view of another array
-        on some path may share its memory (``may_share``). A name left unchanged on some path and
-        rebound on another may still be its old array."""
+        """After an ``if`` on an array value, for each array a merged name holds (or holds in a
+        container): the same array as another name on every path that goes on: bound to that
+        name's merged array; the same view of the same array on every path: rebuilt as that view
+        of the merged array; otherwise, (possibly) a view of another array on some path: recorded
+        as possibly sharing its memory (``may_share``), as is an array left unchanged on some path
+        and rebound on another (it may still be the old one)."""
+        from .. import _pytree
         envs = [env for _, env in branches]
 
         def at(env, n):
             return env.get(n, env0.get(n))
 
-        merged = [n for n in names if not n.startswith(".") and is_symbolic(self.env.get(n))
-                  and all(self.env[n] is not at(env, n) for env in envs)]
-        for r in merged:
-            vals = [at(env, r) for env in envs]
-            if not all(is_symbolic(v) for v in vals):
+        def leaves(v, tree):
+            if v is None or isinstance(v, Undefined):
+                return None
+            try:
+                lv, t = _pytree.flatten(v)
+            except Exception:
+                return None
+            return lv if t == tree else None
+
+        for r in names:
+            post = self.env.get(r)
+            if r.startswith(".") or post is None or isinstance(post, Undefined):
                 continue
-            if env0.get(r) is not None and any(v is env0.get(r) for v in vals):
-                add_may_share(self.ctx, self.env[r], env0[r])
-        done = set()
-        for r in merged:
-            vals = [at(env, r) for env in envs]
-            if not all(is_symbolic(v) for v in vals):
+            try:
+                post_leaves, tree = _pytree.flatten(post)
+            except Exception:
                 continue
-            for a in self.env:
-                if a == r or a.startswith(".") or a in done or not is_symbolic(self.env.get(a)):
-                    continue
-                bases = [at(env, a) for env in envs]
-                if not all(is_symbolic(b) for b in bases):
-                    continue
-                if all(v is b for v, b in zip(vals, bases)):
-                    self.env[r] = self.env[a]
-                    done.add(r)
-                    break
-                rels = [relation(self.ctx, v, b) for v, b in zip(vals, bases)]
-                if all(x is not None and x.kind == EXACT for x in rels) and all(
-                        chains_equal(rels[0].chain, x.chain) for x in rels[1:]) and rels[0].chain:
-                    self.env[r] = replay(rels[0].chain, self.env[a])
-                    done.add(r)
-                    break
-            if r in done:
+            if not any(is_symbolic(p) for p in post_leaves):
                 continue
-            for a, val in list(self.env.items()):
-                if a == r or a.startswith(".") or not is_symbolic(val):
+            defined = [(lv, env) for lv, env in ((leaves(at(env, r), tree), env) for env in envs) if lv is not None]
+            before = leaves(env0.get(r), tree)
+            new_leaves, changed = list(post_leaves), False
+            for k, p in enumerate(post_leaves):
+                if not is_symbolic(p) or not defined or any(lv[k] is p for lv, _ in defined):
+                    continue                    # not an output of this `if`
+                paths = [(lv[k], env) for lv, env in defined]
+                if before is not None and is_array(before[k]) and any(v is before[k] for v, _ in paths):
+                    add_may_share(self.ctx, p, before[k])
+                same = self._same_on_every_path(r, paths, at)
+                if same is not None:
+                    new_leaves[k], changed = same, True
                     continue
-                if any(is_symbolic(at(env, a)) and related(self.ctx, v, at(env, a)) for v, env in zip(vals, envs)):
-                    add_may_share(self.ctx, self.env[r], val)
+                for a, val in list(self.env.items()):
+                    if a == r or a.startswith(".") or not is_array(val):
+                        continue
+                    whys = [related(self.ctx, v, at(env, a)) for v, env in paths
+                            if is_array(v) and is_array(at(env, a))]
+                    whys = [w for w in whys if w]
+                    if whys:
+                        add_may_share(self.ctx, p, val, next((w for w in whys if w != PATH_REASON), whys[0]))
+            if changed:
+                self.env[r] = _pytree.unflatten(tree, new_leaves)
+
+    def _same_on_every_path(self, r, paths, at):
+        """The merged array of another name, or the same view of it, that ``r``'s array is on every
+        path ``(value, env)``; else None."""
+        if not all(is_symbolic(v) for v, _ in paths):
+            return None
+        for a, merged in self.env.items():
+            if a == r or a.startswith(".") or not is_symbolic(merged):
+                continue
+            bases = [at(env, a) for _, env in paths]
+            if not all(is_symbolic(b) for b in bases):
+                continue
+            if all(v is b for (v, _), b in zip(paths, bases)):
+                return merged
+            rels = [relation(self.ctx, v, b) for (v, _), b in zip(paths, bases)]
+            if (all(x is not None and x.kind == EXACT for x in rels) and rels[0].chain
+                    and all(chains_equal(rels[0].chain, x.chain) for x in rels[1:])):
+                return replay(rels[0].chain, merged)
+        return None
 
     # -- loops -------------------------------------------------------------------------------------
     def plan_loop_views(self, node, carried, init):
@@ -522,17 +570,23 @@ class ViewLowerer:
         plan = LoopViews(assigned=set(assigned_names(node.body)))
         arrays = [(n, v) for n, v in zip(carried, init) if is_symbolic(v) or isinstance(v, np.ndarray)]
         for r, rv in self.env.items():
-            if r.startswith(".") or not is_symbolic(rv):
+            if r.startswith(".") or not is_array(rv):
                 continue
             if r in carried_set:
                 for a, av in self.env.items():
-                    if (a != r and not a.startswith(".") and is_symbolic(av)
-                            and (a in carried_set or a not in plan.assigned) and related(self.ctx, rv, av)):
-                        plan.pairs.add((r, a))
+                    if a != r and not a.startswith(".") and is_array(av) and (a in carried_set or a not in plan.assigned):
+                        why = related(self.ctx, rv, av)
+                        if why:
+                            plan.pairs[(r, a)] = why
                 continue
             for a, av in arrays:
                 if av is rv:
                     continue            # an alias: carried with it (_inplace_aliases)
+                if not is_symbolic(rv):
+                    why = related(self.ctx, rv, av)
+                    if why:
+                        plan.may_after.append((r, a, why))
+                    continue
                 rel = relation(self.ctx, rv, av)
                 if rel is None:
                     continue
@@ -543,7 +597,8 @@ class ViewLowerer:
                         reason = rel.reason or f"this loop also rebinds `{a}`"
                         plan.stale[r] = stale_view(r, rv, a, f"line {self.src.loc(node).lineno} (the loop)", reason)
                     break
-                plan.may_after.append((r, a))
+                plan.may_after.append((r, a, rel.reason if rel.kind == MAYBE and rel.reason in _SHAPE_REASONS
+                                       else PATH_REASON))
         return plan
 
     def loop_body_views(self, plan, in_cond=False):
@@ -555,8 +610,8 @@ class ViewLowerer:
         for r, stale in plan.stale.items():
             self.env[r] = stale
         if not in_cond:
-            for r, a in list(plan.pairs) + plan.may_after:
-                add_may_share(self.ctx, self.env.get(r), self.env.get(a))
+            for r, a, why in [(r, a, why) for (r, a), why in plan.pairs.items()] + plan.may_after:
+                add_may_share(self.ctx, self.env.get(r), self.env.get(a), why)
             plan.start = dict(self.env)
 
     def refuse_unseen_writes(self, node, plan, carried):
@@ -584,14 +639,15 @@ class ViewLowerer:
             if r.startswith(".") or not is_symbolic(rv):
                 continue
             for a, av in self.env.items():
-                if a == r or a.startswith(".") or not is_symbolic(av) or (r, a) in plan.pairs:
+                if a == r or a.startswith(".") or not is_array(av) or (r, a) in plan.pairs:
                     continue
                 if a not in carried_set and a in plan.assigned:
                     continue            # a name of this trip only
                 if a in carried_set and groups.get(r, r) == groups.get(a, a):
                     continue            # carried as one array (_inplace_aliases)
-                if related(self.ctx, rv, av):
-                    plan.pairs.add((r, a))
+                why = related(self.ctx, rv, av)
+                if why:
+                    plan.pairs[(r, a)] = why
                     new = True
         return new
 
@@ -602,16 +658,16 @@ class ViewLowerer:
             self.env[r] = replay(chain, self.env[a], cache)
         for r, stale in plan.stale.items():
             self.env[r] = stale
-        for r, a in list(plan.pairs) + plan.may_after:
-            add_may_share(self.ctx, self.env.get(r), self.env.get(a))
+        for r, a, why in [(r, a, why) for (r, a), why in plan.pairs.items()] + plan.may_after:
+            add_may_share(self.ctx, self.env.get(r), self.env.get(a), why)
 
 
 @dataclasses.dataclass
 class LoopViews:
     derived: list = dataclasses.field(default_factory=list)     # (name, carried array, view chain)
     stale: dict = dataclasses.field(default_factory=dict)       # name -> StaleView
-    pairs: set = dataclasses.field(default_factory=set)         # (carried name, name) that may share
-    may_after: list = dataclasses.field(default_factory=list)   # (name, carried name) may share after
+    pairs: dict = dataclasses.field(default_factory=dict)       # (carried name, name) that may share -> why
+    may_after: list = dataclasses.field(default_factory=list)   # (name, carried name, why) may share after
     assigned: set = dataclasses.field(default_factory=set)      # names the body assigns
     groups: dict = None                                         # name -> first name of its alias group
     start: dict = None                                          # the body's names at its top
