@@ -164,6 +164,42 @@ def same_view_in_a_tuple_on_both_paths(x):
     return np.sum(t[0] * x) * t[1]
 
 
+def alias_written_in_a_branch_then_after(x):
+    a = x * 1.0
+    b = a
+    if x[2] > 0:
+        b[0] = 3.0
+    b[1] = x[0] * 2.0               # a still names the same array after the `if`
+    return np.sum(a * x)
+
+
+def aliases_rebound_together_in_both_branches(x):
+    A = np.stack([x, x]) * 1.0
+    c = A
+    b = A
+    if x[0] > 0:
+        A = A * 2.0
+        b = A
+        c = A
+    else:
+        A = A * 3.0
+        c = A
+        b = A
+    c[0, 1] = 5.0
+    return np.sum(A * x[0]) + np.sum(b[0] * x)
+
+
+def view_of_a_view_across_an_if(x):
+    A = np.stack([x, x]) * 1.0
+    r = A[0]
+    s = r[1:]
+    t = s
+    if x[0] > 0:
+        A[0, 0] = 9.0
+    A[0, 2] = x[1] * 7.0
+    return np.sum(s * x[:2]) + np.sum(t) + np.sum(r)
+
+
 def write_in_a_for_loop(x):
     A = np.stack([x, x]) * 1.0
     r = A[0]
@@ -263,6 +299,8 @@ VIEWS = [base_write, slice_view, transpose_view, np_transpose_view, swapaxes_vie
          view_of_an_unnamed_view, augassign_into_the_base, multiply_into_the_base,
          augassign_into_a_row_of_the_base, write_in_an_if, write_in_both_branches, same_view_on_both_paths,
          view_on_the_only_path_that_goes_on, same_view_in_a_tuple_on_both_paths,
+         alias_written_in_a_branch_then_after, aliases_rebound_together_in_both_branches,
+         view_of_a_view_across_an_if,
          write_in_a_for_loop, write_in_a_branch_in_a_loop, write_in_a_while_loop, reshape_that_splits,
          reshape_of_a_contiguous_array, new_axes, flip_and_diagonal, split_parts,
          call_writes_into_the_argument, copies_are_not_rebound, write_into_a_flattened_copy]
@@ -419,8 +457,8 @@ def call_in_a_loop_writes_into_the_argument(x):
     (carried_view_written_then_read, r"`prev` may share memory with `X_` .*written in place at line \d+"),
     (view_of_a_constant_array, r"`A` and `r` share memory \(`r` is a view of `A`\), so NumPy's `r` would show "
                                r"this write.*`r = A\[0\].copy\(\)`"),
-    (call_in_a_loop_writes_into_the_argument, r"`A` is written in place inside this loop \(by a call that writes "
-                                              r"into its argument"),
+    (call_in_a_loop_writes_into_the_argument, r"`A` is changed in place inside this loop \(through another name "
+                                              r"for it or a view of it, or by a call that writes into its argument"),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_a_view_that_cannot_be_followed_is_refused_at_the_line(f, message):
     with pytest.raises(FenceError, match=rf"test_inplace_views\.py:\d+:\d+: {message}") as info:

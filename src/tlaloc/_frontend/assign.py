@@ -8,11 +8,10 @@ import ast
 
 import numpy as np
 
-from .._core.graph import Var
 from ..errors import TypeAnnotationError
 from .expr import binop
 from .values import Undefined, is_symbolic
-from .views import RANK_REASON
+from .views import RANK_REASON, ZERO_D_REASON
 
 _OP_TEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.FloorDiv: "//",
             ast.Mod: "%", ast.MatMult: "@"}
@@ -221,7 +220,7 @@ class AssignLowerer:
                                          f"annotate the rank")
         # a 0-d array's views see `+=`, a NumPy scalar has none: with the rank unknown, views go stale
         self.rebind_after_write(target, target.id, cur, new,
-                                maybe_reason=None if rank else RANK_REASON)
+                                maybe_reason=RANK_REASON if rank is None else ZERO_D_REASON if rank == 0 else None)
 
     def _concrete_write(self, node, cur, new):
         """An in-place write (``b += v``, ``b[i] = v``) into an array built from constants

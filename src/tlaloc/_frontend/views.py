@@ -46,6 +46,7 @@ RESHAPE_REASON = "NumPy's reshape returns a view only of a contiguous array, whi
 SHAPE_REASON = "whether the index makes a view depends on shapes not known here"
 RANK_REASON = "whether `+=` writes in place depends on its rank, which is not known here"
 PATH_REASON = "that depends on the path taken through an `if` or loop on array values"
+ZERO_D_REASON = "`+=` writes in place into a 0-d array but makes a new NumPy scalar, and which one this is is not known"
 _SHAPE_REASONS = (RESHAPE_REASON, SHAPE_REASON, RANK_REASON)
 
 
@@ -277,6 +278,66 @@ def related(ctx, a, b):
     return None
 
 
+def _key(v):
+    return id(canon(v).var) if is_symbolic(v) else id(v)
+
+
+def _reach(ctx, v, memo):
+    """``(keys, constants)``: the arrays ``v`` is, or is (or may be) a view of, walking up view
+    nodes and ``may_share`` links: the keys of symbolic ones, and the constant arrays."""
+    k = _key(v)
+    if k in memo:
+        return memo[k]
+    keys, consts = {k}, []
+    if isinstance(v, np.ndarray):
+        consts.append(v)
+    memo[k] = (keys, consts)
+    stack = [v]
+    while stack:
+        w = stack.pop()
+        if not is_symbolic(w):
+            continue
+        w = canon(w)
+        ups = [u for u, _ in ctx.may_share.get(w.var.id, ())]
+        step = view_step(w)
+        if step is not None:
+            ups.append(step[1])
+        for u in ups:
+            ku = _key(u)
+            if ku in keys:
+                continue
+            keys.add(ku)
+            if isinstance(u, np.ndarray):
+                consts.append(u)
+            stack.append(u)
+    return keys, consts
+
+
+class _Index:
+    """The names among ``items`` (name, array) that an array may share memory with, found through
+    ``_reach`` sets instead of testing every pair."""
+
+    def __init__(self, ctx, items, memo=None):
+        self.ctx, self.memo = ctx, {} if memo is None else memo
+        self.by_key, self.reached_by, self.consts = {}, {}, []
+        for n, v in items:
+            ks, cs = _reach(ctx, v, self.memo)
+            self.by_key.setdefault(_key(v), []).append(n)
+            for k in ks:
+                self.reached_by.setdefault(k, []).append(n)
+            if cs:
+                self.consts.append((n, cs))
+
+    def candidates(self, v):
+        ks, cs = _reach(self.ctx, v, self.memo)
+        out = set(self.reached_by.get(_key(v), ()))
+        for k in ks:
+            out.update(self.by_key.get(k, ()))
+        if cs:
+            out.update(n for n, cs2 in self.consts if any(np.shares_memory(x, y) for x in cs for y in cs2))
+        return out
+
+
 def add_may_share(ctx, a, b, reason=PATH_REASON):
     """Record that the arrays ``a`` and ``b`` may share memory (both directions; a constant
     array is recorded on the symbolic side only), and why tlaloc cannot tell."""
@@ -485,12 +546,18 @@ class ViewLowerer:
 
     # -- if ---------------------------------------------------------------------------------------
     def merge_if_views(self, names, branches, env0):
-        """After an ``if`` on an array value, for each array a merged name holds (or holds in a
-        container): the same array as another name on every path that goes on: bound to that
-        name's merged array; the same view of the same array on every path: rebuilt as that view
-        of the merged array; otherwise, (possibly) a view of another array on some path: recorded
-        as possibly sharing its memory (``may_share``), as is an array left unchanged on some path
-        and rebound on another (it may still be the old one)."""
+        """After an ``if`` on an array value, each array a merged name holds (or holds in a
+        container) that is an output of the ``if``:
+
+        * the same array as other names on every path that goes on: they are bound to one merged
+          array (one of theirs);
+        * the same view of the same named array on every path: rebuilt as that view of the merged
+          array (the names it depends on first, so that a view of a view ends on the root);
+        * otherwise, (possibly) a view of another array on some path: recorded as possibly sharing
+          its memory (``may_share``), as is an array left unchanged on some path and rebound on
+          another (it may still be the old one).
+
+        ``env0``: the names before the ``if``."""
         from .. import _pytree
         envs = [env for _, env in branches]
 
@@ -506,6 +573,7 @@ class ViewLowerer:
                 return None
             return lv if t == tree else None
 
+        slots = []          # [name, leaf index, output value, [(value on a path, that path's env)], tree]
         for r in names:
             post = self.env.get(r)
             if r.startswith(".") or post is None or isinstance(post, Undefined):
@@ -514,50 +582,118 @@ class ViewLowerer:
                 post_leaves, tree = _pytree.flatten(post)
             except Exception:
                 continue
-            if not any(is_symbolic(p) for p in post_leaves):
-                continue
             defined = [(lv, env) for lv, env in ((leaves(at(env, r), tree), env) for env in envs) if lv is not None]
+            if not defined:
+                continue
             before = leaves(env0.get(r), tree)
-            new_leaves, changed = list(post_leaves), False
             for k, p in enumerate(post_leaves):
-                if not is_symbolic(p) or not defined or any(lv[k] is p for lv, _ in defined):
+                if not is_symbolic(p) or any(lv[k] is p for lv, _ in defined):
                     continue                    # not an output of this `if`
                 paths = [(lv[k], env) for lv, env in defined]
-                if before is not None and is_array(before[k]) and any(v is before[k] for v, _ in paths):
-                    add_may_share(self.ctx, p, before[k])
-                same = self._same_on_every_path(r, paths, at)
-                if same is not None:
-                    new_leaves[k], changed = same, True
-                    continue
-                for a, val in list(self.env.items()):
-                    if a == r or a.startswith(".") or not is_array(val):
-                        continue
-                    whys = [related(self.ctx, v, at(env, a)) for v, env in paths
-                            if is_array(v) and is_array(at(env, a))]
-                    whys = [w for w in whys if w]
-                    if whys:
-                        add_may_share(self.ctx, p, val, next((w for w in whys if w != PATH_REASON), whys[0]))
-            if changed:
-                self.env[r] = _pytree.unflatten(tree, new_leaves)
+                slots.append((r, k, p, paths, tree, None if before is None else before[k]))
+        if not slots:
+            return
+        plain = {r for r, k, p, _, tree, _ in slots if tree.num_leaves == 1 and self.env.get(r) is p}
+        memo, indexes = {}, {}
 
-    def _same_on_every_path(self, r, paths, at):
-        """The merged array of another name, or the same view of it, that ``r``'s array is on every
-        path ``(value, env)``; else None."""
-        if not all(is_symbolic(v) for v, _ in paths):
-            return None
-        for a, merged in self.env.items():
-            if a == r or a.startswith(".") or not is_symbolic(merged):
+        def index(env):
+            if id(env) not in indexes:
+                indexes[id(env)] = _Index(self.ctx, [(a, at(env, a)) for a in self.env
+                                                     if not a.startswith(".") and is_array(at(env, a))], memo)
+            return indexes[id(env)]
+
+        # the named arrays each slot is the same as, or the same view of, on every path
+        decided = {}        # slot index -> ("alias", name) | ("view", name, chain)
+        for i, (r, k, p, paths, tree, _) in enumerate(slots):
+            if not all(is_symbolic(v) for v, _ in paths):
                 continue
-            bases = [at(env, a) for _, env in paths]
-            if not all(is_symbolic(b) for b in bases):
+            best = None
+            for a in sorted(index(paths[0][1]).candidates(paths[0][0]), key=list(self.env).index):
+                merged = self.env.get(a)
+                if a == r or not is_symbolic(merged):
+                    continue
+                bases = [at(env, a) for _, env in paths]
+                if not all(is_symbolic(b) for b in bases):
+                    continue
+                if all(v is b for (v, _), b in zip(paths, bases)):
+                    if best is None:
+                        best = ("alias", a)
+                    continue
+                rels = [relation(self.ctx, v, b) for (v, _), b in zip(paths, bases)]
+                if (all(x is not None and x.kind == EXACT for x in rels) and rels[0].chain
+                        and all(chains_equal(rels[0].chain, x.chain) for x in rels[1:])
+                        and (best is None or best[0] == "alias" or len(rels[0].chain) > len(best[2]))):
+                    best = ("view", a, rels[0].chain)
+            if best is not None:
+                decided[i] = best
+        # names that are one array on every path: bound to the output of the first of them
+        slot_of = {r: i for i, (r, k, p, _, tree, _) in enumerate(slots) if r in plain}
+        group = {}
+
+        def find(i):
+            while group.get(i, i) != i:
+                i = group[i]
+            return i
+        done = set()
+        for i, d in decided.items():
+            if d[0] == "alias":
+                j = slot_of.get(d[1])
+                if j is not None:
+                    a, b = find(i), find(j)
+                    group[max(a, b)] = min(a, b)
+        for i in list(group):
+            rep = find(i)
+            if rep != i:
+                r, k, _, _, tree, _ = slots[i]
+                self._set_leaf(r, k, tree, self._leaf(*(slots[rep][x] for x in (0, 1, 4))))
+                done.add(i)
+        # the same view of a named array on every path: rebuilt, after that array if it is rebuilt too
+        pending = {i: d for i, d in decided.items() if d[0] == "view"}
+        while pending:
+            progressed = False
+            for i, d in list(pending.items()):
+                j = slot_of.get(d[1])
+                if j is not None and j != i and j in pending:
+                    continue
+                r, k, _, _, tree, _ = slots[i]
+                self._set_leaf(r, k, tree, replay(d[2], self.env[d[1]]))
+                done.add(i)
+                del pending[i]
+                progressed = True
+            if not progressed:
+                break
+        # the rest may share memory with what they are (or may be) views of on some path
+        for i, (r, k, p, paths, tree, before) in enumerate(slots):
+            if i in done:
                 continue
-            if all(v is b for (v, _), b in zip(paths, bases)):
-                return merged
-            rels = [relation(self.ctx, v, b) for (v, _), b in zip(paths, bases)]
-            if (all(x is not None and x.kind == EXACT for x in rels) and rels[0].chain
-                    and all(chains_equal(rels[0].chain, x.chain) for x in rels[1:])):
-                return replay(rels[0].chain, merged)
-        return None
+            out = self._leaf(r, k, tree)
+            if not is_symbolic(out):
+                continue
+            if is_array(before) and any(v is before for v, _ in paths):
+                add_may_share(self.ctx, out, before)
+            whys = {}
+            for v, env in paths:
+                if not is_array(v):
+                    continue
+                for a in index(env).candidates(v):
+                    if a != r and is_array(self.env.get(a)):
+                        why = related(self.ctx, v, at(env, a))
+                        if why and whys.get(a) in (None, PATH_REASON):
+                            whys[a] = why
+            for a, why in whys.items():
+                add_may_share(self.ctx, out, self.env[a], why)
+
+    def _leaf(self, r, k, tree):
+        from .. import _pytree
+        v = self.env.get(r)
+        return v if tree.num_leaves == 1 and k == 0 and not isinstance(v, (tuple, list, dict)) \
+            else _pytree.flatten(v)[0][k]
+
+    def _set_leaf(self, r, k, tree, value):
+        from .. import _pytree
+        lv = list(_pytree.flatten(self.env[r])[0])
+        lv[k] = value
+        self.env[r] = _pytree.unflatten(tree, lv)
 
     # -- loops -------------------------------------------------------------------------------------
     def plan_loop_views(self, node, carried, init):
@@ -569,12 +705,15 @@ class ViewLowerer:
         carried_set = set(carried)
         plan = LoopViews(assigned=set(assigned_names(node.body)))
         arrays = [(n, v) for n, v in zip(carried, init) if is_symbolic(v) or isinstance(v, np.ndarray)]
+        index = _Index(self.ctx, [(n, v) for n, v in self.env.items() if not n.startswith(".") and is_array(v)])
         for r, rv in self.env.items():
             if r.startswith(".") or not is_array(rv):
                 continue
+            near = index.candidates(rv)
             if r in carried_set:
-                for a, av in self.env.items():
-                    if a != r and not a.startswith(".") and is_array(av) and (a in carried_set or a not in plan.assigned):
+                for a in near:
+                    av = self.env[a]
+                    if a != r and (a in carried_set or a not in plan.assigned):
                         why = related(self.ctx, rv, av)
                         if why:
                             plan.pairs[(r, a)] = why
@@ -582,6 +721,8 @@ class ViewLowerer:
             for a, av in arrays:
                 if av is rv:
                     continue            # an alias: carried with it (_inplace_aliases)
+                if a not in near:
+                    continue
                 if not is_symbolic(rv):
                     why = related(self.ctx, rv, av)
                     if why:
@@ -623,10 +764,11 @@ class ViewLowerer:
             if n in carried_set or n in plan.assigned or n.startswith(".") or self.env.get(n) is v:
                 continue
             if is_symbolic(v) or isinstance(v, np.ndarray):
-                raise self.src.error(node, f"`{n}` is written in place inside this loop (by a call that "
-                                           f"writes into its argument, or as a view of such an array), but "
-                                           f"the loop does not assign it; return the new array from the "
-                                           f"call and assign it (`{n} = f({n})`) inside the loop")
+                raise self.src.error(node, f"`{n}` is changed in place inside this loop (through another name "
+                                           f"for it or a view of it, or by a call that writes into its "
+                                           f"argument), but the loop does not assign it, so it would keep its "
+                                           f"old value; write into `{n}` by its own name in the loop, or return "
+                                           f"the new array from the call and assign it (`{n} = f({n})`)")
 
     def loop_end_views(self, plan, carried):
         """At the end of a loop body: the carried names that are (or may be) views of another
@@ -634,12 +776,16 @@ class ViewLowerer:
         new = False
         carried_set = set(carried)
         groups = plan.groups or {}
+        index = None
         for r in carried:
             rv = self.env.get(r)
             if r.startswith(".") or not is_symbolic(rv):
                 continue
-            for a, av in self.env.items():
-                if a == r or a.startswith(".") or not is_array(av) or (r, a) in plan.pairs:
+            if index is None:
+                index = _Index(self.ctx, [(n, v) for n, v in self.env.items() if not n.startswith(".") and is_array(v)])
+            for a in index.candidates(rv):
+                av = self.env[a]
+                if a == r or (r, a) in plan.pairs:
                     continue
                 if a not in carried_set and a in plan.assigned:
                     continue            # a name of this trip only
