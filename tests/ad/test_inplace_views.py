@@ -487,6 +487,20 @@ def add_at_into_a_global(x):
     return np.sum(G * x)
 
 
+class Holder:
+    def __init__(self):
+        self.W = np.zeros(3)
+
+
+HOLDER = Holder()
+
+
+def write_into_an_objects_array(x):
+    W = HOLDER.W
+    W[0] = x[0]                     # <- refused
+    return np.sum(W * x)
+
+
 def nested_function_writes_the_enclosing_array(x):
     A = np.stack([x, x]) * 1.0
 
@@ -502,12 +516,14 @@ def nested_function_writes_the_enclosing_array(x):
     (write_into_a_view_of_a_global, r"`r` is a view of the array `G` from outside the function"),
     (add_at_into_a_global, r"`G` is an array from outside the function"),
     (nested_function_writes_the_enclosing_array, r"`A` is an array from outside the function"),
+    (write_into_an_objects_array, r"`W` is \(or shares memory with\) an array read from an object outside the "
+                                  r"function"),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_a_write_into_a_global_array_is_refused_at_the_line(f, message):
     with pytest.raises(FenceError, match=rf"test_inplace_views\.py:\d+:\d+: {message}") as info:
         tl.value_and_grad(f)(X.copy())
     assert info.value.lineno == _marked_line(f)
-    assert not G.any()
+    assert not G.any() and not HOLDER.W.any()
 
 
 def _marked_line(f):

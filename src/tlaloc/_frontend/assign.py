@@ -228,6 +228,12 @@ class AssignLowerer:
         to it sees the write; a name that only shares part of it (a view, or the array a view
         was taken from) is refused, as for computed arrays. (Regression: such aliases kept the
         old constant, a silently wrong value and gradient.)"""
+        if self.outside_array(cur) is not None:
+            raise self.src.error(node, f"`{node.id}` is (or shares memory with) an array read from an object "
+                                       f"outside the function; NumPy would change that array in place, for the "
+                                       f"caller too, which a differentiated function does not do. Write into a "
+                                       f"copy (`{node.id} = {node.id}.copy()` first), or return the new value and "
+                                       f"update the object outside")
         for name, val in self.env.items():
             if name == node.id or not isinstance(val, np.ndarray):
                 continue

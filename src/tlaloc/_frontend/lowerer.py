@@ -60,6 +60,7 @@ class Context:
     outside_containers: list = dataclasses.field(default_factory=list)  # globals' lists/dicts (effects.py)
     specialised: bool = False       # built for concrete argument avals (closure arrays get theirs)
     may_share: dict = dataclasses.field(default_factory=dict)  # var id -> values it may share memory with (views.py)
+    outside_arrays: list = dataclasses.field(default_factory=list)  # objects' arrays read by attribute (effects.py)
 
 
 class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLowerer, EffectsLowerer, ViewLowerer):
