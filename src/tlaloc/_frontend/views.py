@@ -16,7 +16,9 @@ Such uncertain relations are kept as ``Context.may_share`` edges (symmetric, by 
 Across control flow: after an ``if``, a name that is the same view of the same array on every
 path is rebuilt from the merged array (``merge_if_views``); a view taken before a loop of an array
 the loop writes in place is replayed on the loop's carried array in the body and after the loop
-(``plan_loop_views`` / ``apply_loop_views``)."""
+(``plan_loop_views`` / ``apply_loop_views``); a loop that cannot do so (it also rebinds the array,
+or a name it does not carry changes in its body) is refused. A write inside an inlined call into
+its argument reaches the caller's names too (``Lowerer.caller``), as NumPy's would."""
 from __future__ import annotations
 
 import dataclasses
@@ -46,7 +48,8 @@ RESHAPE_REASON = "NumPy's reshape returns a view only of a contiguous array, whi
 SHAPE_REASON = "whether the index makes a view depends on shapes not known here"
 RANK_REASON = "whether `+=` writes in place depends on its rank, which is not known here"
 PATH_REASON = "that depends on the path taken through an `if` or loop on array values"
-ZERO_D_REASON = "`+=` writes in place into a 0-d array but makes a new NumPy scalar, and which one this is is not known"
+ZERO_D_REASON = ("`+=` writes into a 0-d array in place but makes a new NumPy scalar, and which of the two "
+                 "this is is not known here")
 _SHAPE_REASONS = (RESHAPE_REASON, SHAPE_REASON, RANK_REASON)
 
 
