@@ -45,6 +45,7 @@ class Builder:
         self.captures: list["Value"] = []       # outer values, one per captured input
         self.capture_vars: list[Var] = []       # our input var for each capture
         self._captured: dict[int, Var] = {}    # outer var id -> our input var
+        self.outer: dict[int, "Value"] = {}     # our capture var id -> the outer value it stands for
         self.loc: Optional[SourceLoc] = None
         self.producers: dict[int, Node] = {}    # var id -> the node (of this builder) defining it
 
@@ -88,6 +89,7 @@ class Builder:
             outer = x
         inner = Var(x.var.aval, x.var.hint)
         self._captured[key] = inner
+        self.outer[inner.id] = outer
         self.captures.append(outer)
         self.capture_vars.append(inner)
         return inner

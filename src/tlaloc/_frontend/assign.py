@@ -1,16 +1,17 @@
 """Assignment statements: ``=`` (with tuple unpacking), annotated and augmented assignment,
-subscript stores with NumPy's semantics (functional updates that aliases see; a write into
-a view of another array is refused), and ``del`` of a name in straight-line code."""
+subscript stores with NumPy's semantics (functional updates that aliases and views of the
+written array see, ``views.py``; a write into a view of another array, or into an array from
+outside the function, is refused), and ``del`` of a name in straight-line code."""
 from __future__ import annotations
 
 import ast
 
 import numpy as np
 
-from .._core.graph import Var
 from ..errors import TypeAnnotationError
 from .expr import binop
 from .values import Undefined, is_symbolic
+from .views import RANK_REASON, ZERO_D_REASON
 
 _OP_TEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.FloorDiv: "//",
             ast.Mod: "%", ast.MatMult: "@"}
@@ -64,6 +65,8 @@ class AssignLowerer:
     def stmt_AugAssign(self, node):
         t = node.target
         if isinstance(t, ast.Name):
+            if t.id not in self.env:
+                self._refuse_outside_write(t, t.id)
             cur = self.lookup(t.id, t)
             new = binop(type(node.op), cur, self.expr(node.value))
             if is_symbolic(cur):
@@ -181,13 +184,14 @@ class AssignLowerer:
         array is rebound too. Writing into a *view* of another live array
         (``row = A[0]; row[1] = v``) is refused rather than silently diverging."""
         if isinstance(base_node, ast.Name):
+            if base_node.id not in self.env:
+                self._refuse_outside_write(base_node, base_node.id)
             old = self.env.get(base_node.id)
             if is_symbolic(old):
                 self._refuse_view_write(base_node, old)
                 self._refuse_outside_alias(base_node, old)
-                for name, val in list(self.env.items()):
-                    if val is old and name != base_node.id:
-                        self.env[name] = new
+                # aliases see the write; views of `old` become the same views of `new` (views.py)
+                self.rebind_after_write(base_node, base_node.id, old, new)
             elif isinstance(old, np.ndarray):
                 self._concrete_write(base_node, old, new)
             self.env[base_node.id] = new
@@ -208,16 +212,15 @@ class AssignLowerer:
         aliases = [n for n, v in self.env.items() if v is cur and n != target.id]
         self._refuse_view_write(target, cur)
         self._refuse_outside_alias(target, cur)
-        if not aliases:
-            return
         rank = cur.aval.rank
-        if rank is None or rank == 0:
+        if aliases and (rank is None or rank == 0):
             raise self.src.error(target, f"`{target.id}` and `{aliases[0]}` name the same value; whether "
                                          f"`{target.id} {'+='} ...` changes `{aliases[0]}` depends on its rank in "
                                          f"NumPy. Write `{target.id} = {target.id} + ...` for a new array, or "
                                          f"annotate the rank")
-        for n in aliases:
-            self.env[n] = new
+        # a 0-d array's views see `+=`, a NumPy scalar has none: with the rank unknown, views go stale
+        self.rebind_after_write(target, target.id, cur, new,
+                                maybe_reason=RANK_REASON if rank is None else ZERO_D_REASON if rank == 0 else None)
 
     def _concrete_write(self, node, cur, new):
         """An in-place write (``b += v``, ``b[i] = v``) into an array built from constants
@@ -225,18 +228,45 @@ class AssignLowerer:
         to it sees the write; a name that only shares part of it (a view, or the array a view
         was taken from) is refused, as for computed arrays. (Regression: such aliases kept the
         old constant, a silently wrong value and gradient.)"""
-        aliases = []
+        if self.outside_array(cur) is not None:
+            raise self.src.error(node, f"`{node.id}` is (or shares memory with) an array read from an object "
+                                       f"outside the function; NumPy would change that array in place, for the "
+                                       f"caller too, which a differentiated function does not do. Write into a "
+                                       f"copy (`{node.id} = {node.id}.copy()` first), or return the new value and "
+                                       f"update the object outside")
         for name, val in self.env.items():
             if name == node.id or not isinstance(val, np.ndarray):
                 continue
-            if val is cur:
-                aliases.append(name)
-            elif np.shares_memory(val, cur):
+            if val is not cur and np.shares_memory(val, cur):
+                if val.base is not None and (val.base is cur or val.base is cur.base) and cur.base is None:
+                    expr = self.assigned_text(name, node)
+                    fix = f"`{name} = {expr}.copy()`" if expr else f"`{name} = ....copy()` where you take it"
+                    raise self.src.error(node, f"`{node.id}` and `{name}` share memory (`{name}` is a view of "
+                                               f"`{node.id}`), so NumPy's `{name}` would show this write, which "
+                                               f"tlaloc cannot follow for an array built from constants. If "
+                                               f"the old value is meant, copy it ({fix}); otherwise take "
+                                               f"`{name}` after this write")
                 raise self.src.error(node, f"`{node.id}` and `{name}` share memory (one is a view of the other), "
                                            f"so NumPy would write through to `{name}`; write into the array "
                                            f"itself, or copy first with `{node.id} = {node.id}.copy()`")
-        for name in aliases:
-            self.env[name] = new
+        # aliases are rebound; computed views of this constant array (`r = a[i]`) follow the write
+        self.rebind_after_write(node, node.id, cur, new)
+
+    def _refuse_outside_write(self, node, name):
+        """An in-place write (``G[i] = v``, ``G += v``) into an array that is not a local name: a
+        global's, a closure's or the enclosing function's. NumPy would change that array for the
+        caller, which a differentiated function cannot do (the write would stay local): refused."""
+        try:
+            value = self.lookup(name, node)
+        except Exception:
+            return
+        if not (is_symbolic(value) or isinstance(value, np.ndarray)):
+            return
+        raise self.src.error(node, f"`{name}` is an array from outside the function (a global, a closure "
+                                   f"variable or the enclosing function's); NumPy would change it in place, "
+                                   f"for the caller too, which a differentiated function does not do. Write "
+                                   f"into a copy (`{name.lower() if name.lower() != name else name + '_'} = "
+                                   f"{name}.copy()`), or return the new value and update `{name}` outside")
 
     def _refuse_outside_alias(self, node, value, name=None):
         """A write through a local name into a global's or closure's array (``w = W; w += v``)
@@ -248,8 +278,6 @@ class AssignLowerer:
                                            f"NumPy would change `{key[-1]}` in place. Copy it first "
                                            f"(`{name} = {key[-1]}.copy()`) or build a new array "
                                            f"(`{name} = {name} + ...`)")
-
-    _VIEW_PRIMS = ("getitem", "reshape", "transpose", "swapaxes", "expand_dims", "squeeze", "broadcast_to")
 
     def refuse_inplace_view(self, node, name, value):
         """Before a loop that writes ``name`` in place: refused when it is a view of another
@@ -265,22 +293,9 @@ class AssignLowerer:
             self._refuse_outside_alias(node, value, name)
 
     def _refuse_view_write(self, node, value, name=None):
-        name = name or node.id
-        # the builder that made the value: a view taken before an `if` is written in its branch
-        producer = value.builder.producer(value) if is_symbolic(value) else None
-        if producer is None or producer.prim.name not in self._VIEW_PRIMS:
-            return
-        if producer.prim.name == "getitem" and any(
-                e[0] == "d" and not (isinstance(producer.inputs[1 + e[1]], Var)
-                                     and producer.inputs[1 + e[1]].aval.shape == ())
-                for e in producer.params["spec"]):
-            return                       # advanced indexing copies in NumPy
-        src, target = producer.inputs[0], name
-        for name, val in self.env.items():
-            if is_symbolic(val) and val.var is src:
-                raise self.src.error(node, f"`{target}` is a view of `{name}` (NumPy would write through to "
-                                           f"`{name}`); write into `{name}` directly, or copy first with "
-                                           f"`{target} = {target}.copy()`")
+        """A write into a view of another live array (or of an array from outside): refused
+        (``views.py``: the view may be several nodes deep, or taken in an enclosing region)."""
+        self.refuse_write_into_view(node, value, name)
 
     def _unpack(self, value, n, node):
         if is_symbolic(value):

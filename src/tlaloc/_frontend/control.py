@@ -17,7 +17,7 @@ from .._core.builder import Builder
 from .._core.control import cond_p, undef_literal
 from .._core.graph import Graph, Var
 from .analysis import assigned_names, has_jump
-from .values import FLAGS, RET, Undefined, is_symbolic
+from .values import FLAGS, RET, StaleView, Undefined, is_symbolic
 
 _UNDEF = object()      # a leaf slot with no value on some path
 
@@ -75,19 +75,30 @@ class ControlLowerer:
         # write through an alias (`b = a` before the `if`, `b[0] = v` in it) rebinds it too
         names = list(names) + [n for n, v in env0.items() if n not in names and _is_array(v)
                                and any(env.get(n, v) is not v for _, env in branches)]
+        before = dict(env0)                             # (env0 is self.env: the merge rebinds it)
         self._merge_branches(test, names, branches, env0, node)
+        self.merge_if_views(names, branches, before)    # views of merged arrays (views.py)
 
     def _merge_branches(self, test, names, branches, env0, node):
         line = f"line {self.src.loc(node).lineno}"
         per_branch = []     # [(leaves, tree)] per name per branch
         keep = []
         for name in names:
-            vals = []
+            vals, stale = [], []
             for _, env in branches:
                 v = env.get(name, env0.get(name, _UNDEF))
+                if isinstance(v, StaleView):
+                    stale.append(v)
                 if isinstance(v, Undefined):
                     v = _UNDEF
                 vals.append(v)
+            if stale:
+                # a view gone stale on a path that goes on: stale after the `if` (views.py)
+                live = [not self._branch_terminated(env) for _, env in branches]
+                if any(l and isinstance(env.get(name, env0.get(name)), StaleView)
+                       for l, (_, env) in zip(live, branches)) or all(v is _UNDEF for v in vals):
+                    self.env[name] = stale[0]
+                    continue
             if all(v is _UNDEF for v in vals):
                 continue
             if any(v is _UNDEF for v in vals):

@@ -130,7 +130,17 @@ class EffectsLowerer:
         call, so mutating it is a call-time effect (``external_mutation``)."""
         if isinstance(value, (list, dict)):
             self.ctx.outside_containers.append(value)
+        elif isinstance(value, np.ndarray):         # an object's array: an in-place write is refused
+            self.ctx.outside_arrays.append(value)
         return value
+
+    def outside_array(self, array):
+        """The array from outside the function (an object's attribute) that ``array`` is or shares
+        memory with, or None."""
+        for a in self.ctx.outside_arrays:
+            if a is array or np.shares_memory(a, array):
+                return a
+        return None
 
     def is_outside(self, container) -> bool:
         return any(c is container for c in self.ctx.outside_containers)

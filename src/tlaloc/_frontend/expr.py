@@ -148,7 +148,7 @@ class ExprLowerer:
         if op is ast.USub:
             return tnp.negative(v)
         if op is ast.UAdd:
-            return v
+            return tnp.positive(v)          # a copy, as NumPy's `+a`
         return tnp.logical_not(v)
 
     def expr_Compare(self, node):

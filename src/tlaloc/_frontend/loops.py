@@ -21,7 +21,7 @@ from .._core.control import for_range_p, join_aval, undef_literal, while_loop_p
 from .._core.graph import Graph, Literal, Var
 from .analysis import assigned_names, has_jump, inplace_names
 from .control import _UNDEF, _is_array, _is_data
-from .values import BROKE, CONT, RET, RETURNED, SymbolicRange, Undefined, is_symbolic
+from .values import BROKE, CONT, RET, RETURNED, StaleView, SymbolicRange, Undefined, is_symbolic
 
 _MAX_STATIC_TRIPS = 10_000
 
@@ -104,7 +104,7 @@ class LoopLowerer:
         if not is_symbolic(step) and step == 0:
             raise self.src.error(node.iter, "range() step must not be zero")
         body = node.body
-        breaks, carried, init = self._loop_carry(node, exclude=_target_names(node.target))
+        breaks, carried, init, views = self._loop_carry(node, exclude=_target_names(node.target))
         target_name = node.target.id if isinstance(node.target, ast.Name) else "i"
 
         def build_body(child, carry_values):
@@ -120,8 +120,8 @@ class LoopLowerer:
         outs = self._emit_loop("for", node, carried, init, build_body, breaks,
                                lambda body_graph, operands, n_carry, n_consts: for_range_p.bind(
                                    start, stop, step, *operands, body=body_graph, n_carry=n_carry,
-                                   n_consts=n_consts, n_xs=0, reverse=False))
-        self._after_loop(carried, outs)
+                                   n_consts=n_consts, n_xs=0, reverse=False), views=views)
+        self._after_loop(carried, outs, views)
 
     def _loop_carry(self, node, exclude=()):
         """``(breaks, carried names, their values before the loop)``: the names the body
@@ -135,7 +135,8 @@ class LoopLowerer:
             carried += [RET, RETURNED]
         init_env = dict(self.env)
         init_env[BROKE] = False
-        return breaks, carried, [init_env.get(n, _UNDEF) for n in carried]
+        init = [init_env.get(n, _UNDEF) for n in carried]
+        return breaks, carried, init, self.plan_loop_views(node, carried, init)
 
     def _inplace_aliases(self, node) -> list[str]:
         """The names bound, before the loop, to an array that the body writes in place through
@@ -179,8 +180,9 @@ class LoopLowerer:
                     out.add(n.id)
         return out
 
-    def _emit_loop(self, kind, node, carried, init, build_body, guard_body, emit, cond_fn=None):
-        """Lower a loop body (to a fixed point of the carry types) and emit the loop node."""
+    def _emit_loop(self, kind, node, carried, init, build_body, guard_body, emit, cond_fn=None, views=None):
+        """Lower a loop body (to a fixed point of the carry types, and of the names that may be
+        views of the carried arrays: ``views.py``) and emit the loop node."""
         flat_init, trees, static_keep = [], [], {}
         for name, v in zip(carried, init):
             if v is _UNDEF or isinstance(v, Undefined):
@@ -228,6 +230,9 @@ class LoopLowerer:
                         k += tree.num_leaves
                 for name, first in aliases.items():      # one array under several names stays one
                     self.env[name] = carry_vals[name] = carry_vals[first]
+                if views is not None:
+                    views.groups = aliases
+                    self.loop_body_views(views)
                 if kind == "for" and BROKE in carry_vals:
                     self.env[BROKE] = carry_vals[BROKE]
                 if guard_body and is_symbolic(self.env.get(BROKE)):
@@ -236,9 +241,15 @@ class LoopLowerer:
                 else:
                     self.block(node.body)
                 self.env[CONT] = False
+                if views is not None:
+                    self.refuse_unseen_writes(node, views, carried)
+                grew = views is not None and self.loop_end_views(views, carried)
                 outs = []
                 for name, tree in zip(carried, trees):
                     v = self.env.get(name, _UNDEF)
+                    if isinstance(v, StaleView):
+                        raise self.src.error(node, f"{v.message} (`{name}` is carried from one trip of this "
+                                                   f"loop to the next, or past it)")
                     if v is _UNDEF or isinstance(v, Undefined):
                         raise self.src.error(node, f"`{name}` may be undefined at the end of the loop body")
                     leaves, t2 = _pytree.flatten(v)
@@ -251,8 +262,11 @@ class LoopLowerer:
             self.b = parent
             self.in_loop = outer_in_loop
             new_avals = [join_aval(a, o.aval) for a, o in zip(avals, outs)]
-            if new_avals == avals:
+            if new_avals == avals and not grew:
                 break
+            if grew and attempt == 3:
+                raise self.src.error(node, "cannot tell which names of this loop are views of the arrays it "
+                                           "writes in place; copy the views you take (`r = A[i].copy()`)")
             avals = new_avals
         self.env = env0
         n_carry = len(flat_init)
@@ -283,10 +297,12 @@ class LoopLowerer:
             result[name] = result[first]
         return result
 
-    def _after_loop(self, carried, outs):
+    def _after_loop(self, carried, outs, views=None):
         for name in carried:
             if name != BROKE:
                 self.env[name] = outs[name]
+        if views is not None:
+            self.apply_loop_views(views)
         # the loop's own break flag ends with the loop; a return also leaves enclosing loops
         self.env[BROKE] = outs[RETURNED] if (RETURNED in outs and self.in_loop) else False
 
@@ -313,7 +329,7 @@ class LoopLowerer:
 
     def lower_while(self, node):
         body = node.body
-        breaks, carried, init = self._loop_carry(node)
+        breaks, carried, init, views = self._loop_carry(node)
         lowerer = self
         parent = self.b
 
@@ -330,6 +346,9 @@ class LoopLowerer:
                     n = 1 if tree is None else tree.num_leaves
                     lowerer.env[name] = ins[k] if tree is None else _pytree.unflatten(tree, ins[k:k + n])
                     k += n
+                for name, first in (views.groups or {}).items():
+                    lowerer.env[name] = lowerer.env[first]
+                lowerer.loop_body_views(views, in_cond=True)
                 test = lowerer.expr(node.test)
                 if BROKE in lowerer.env and is_symbolic(lowerer.env[BROKE]):
                     test = tnp.logical_and(test, tnp.logical_not(lowerer.env[BROKE]))
@@ -345,8 +364,8 @@ class LoopLowerer:
                                lambda body_graph, cond_graph, operands, n_carry, n_consts: while_loop_p.bind(
                                    *operands, cond=cond_graph, body=body_graph, n_carry=n_carry,
                                    n_consts=n_consts, max_trips=None),
-                               cond_fn=cond_fn)
-        self._after_loop(carried, outs)
+                               cond_fn=cond_fn, views=views)
+        self._after_loop(carried, outs, views)
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ from .effects import EffectsLowerer
 from .expr import ExprLowerer
 from .loops import LoopLowerer
 from .source import FunctionSource, installed_package, read_source
-from .values import BROKE, CONT, RET, RETURNED, LocalFunction, Undefined, is_symbolic
+from .values import BROKE, CONT, RET, RETURNED, LocalFunction, StaleView, Undefined, is_symbolic
+from .views import ViewLowerer
 
 _MAX_INLINE_DEPTH = 64
 _MAX_RECURSION = 8
@@ -58,19 +59,24 @@ class Context:
     specialisable: bool = False     # a ShapeNeeded can still be met by a more specialised build
     outside_containers: list = dataclasses.field(default_factory=list)  # globals' lists/dicts (effects.py)
     specialised: bool = False       # built for concrete argument avals (closure arrays get theirs)
+    may_share: dict = dataclasses.field(default_factory=dict)  # var id -> values it may share memory with (views.py)
+    outside_arrays: list = dataclasses.field(default_factory=list)  # objects' arrays read by attribute (effects.py)
 
 
-class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLowerer, EffectsLowerer):
+class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLowerer, EffectsLowerer, ViewLowerer):
     def __init__(self, src: FunctionSource, scope: Scope, ctx: Context, builder: Builder, env: dict,
                  in_loop: bool = False):
         self.src, self.scope, self.ctx, self.b, self.env = src, scope, ctx, builder, env
         self.in_loop = in_loop
+        self.caller = None      # the Lowerer whose call this one inlines: it sees in-place writes into its arrays
 
     # -- names ------------------------------------------------------------------
     def lookup(self, name, node):
         if name in self.env:
             v = self.env[name]
             if isinstance(v, Undefined):
+                if isinstance(v, StaleView):
+                    self.refuse_stale(v, node)
                 if v.where.startswith("del "):
                     raise self.src.error(node, f"`{name}` is read after `{v.where}`; remove the `del` "
                                                f"or assign `{name}` again first")
@@ -81,6 +87,8 @@ class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLower
         while scope is not None:
             if scope.outer_env is not None and name in scope.outer_env:
                 v = scope.outer_env[name]
+                if isinstance(v, StaleView):
+                    self.refuse_stale(v, node)
                 if isinstance(v, Undefined):
                     raise self.src.error(node, f"`{name}` may be undefined here")
                 return v
@@ -96,6 +104,13 @@ class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLower
         if hasattr(builtins, name):
             return getattr(builtins, name)
         raise self.src.error(node, f"name `{name}` is not defined")
+
+    def refuse_stale(self, v, node):
+        """Reading a name marked stale by an in-place write (``views.py``)."""
+        if v.shape_dependent and self.ctx.specialisable:
+            from .structure import ShapeNeeded
+            raise self.src.error(node, v.message, ShapeNeeded)
+        raise self.src.error(node, v.message)
 
     def scope_root(self) -> Scope:
         s = self.scope
@@ -238,6 +253,7 @@ class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLower
         self.ctx.stack.append(key)
         try:
             callee = Lowerer(src, scope, self.ctx, self.b, env)
+            callee.caller = self
             return callee.run_body(fnode)
         except Exception as e:
             raise self._library_refusal(e, fn, src, node) from e

@@ -2,7 +2,8 @@
 
 * a ``Value`` (a symbolic array, see ``tlaloc._core.builder``);
 * a static Python object (numbers, tuples, modules, functions ...), folded as a constant;
-* ``Undefined``: a name assigned on only some paths; reading it is refused;
+* ``Undefined``: a name assigned on only some paths; reading it is refused (``StaleView``: a
+  view of an array written in place since, that cannot be followed);
 * ``LocalFunction``: a ``def``/``lambda`` nested in the function being lowered;
 * ``SymbolicRange``: ``range(...)`` with a symbolic bound.
 """
@@ -25,6 +26,17 @@ class Undefined:
 
     def __repr__(self):
         return f"Undefined({self.name})"
+
+
+@dataclasses.dataclass
+class StaleView(Undefined):
+    """A name that may be a view of an array written in place since, where the view cannot be
+    followed (``views.py``): reading it is refused with ``message``."""
+    message: str = ""
+    shape_dependent: bool = False   # known once shapes are: a more specialised build may follow it
+
+    def __repr__(self):
+        return f"StaleView({self.name})"
 
 
 class LocalFunction:

@@ -184,10 +184,15 @@ def reshape(a, shape=None, *more, newshape=None, copy=None):
 
 
 def ravel(a):
+    """``a`` as one axis (a view of ``a`` in NumPy where its layout allows)."""
     return _sh.reshape(a, (-1,))
 
 
-flatten = ravel
+def flatten(a):
+    """``a.flatten()``: ``a`` as one axis, always a copy in NumPy (later writes into ``a`` do not
+    change it)."""
+    out = ravel(a)
+    return _misc.copy_p.bind(out) if _is_symbolic(out) else _np.array(out, copy=True)
 
 
 def transpose(a, axes=None, *more):

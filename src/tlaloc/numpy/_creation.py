@@ -31,7 +31,17 @@ def asarray(a, dtype=None, *, device=None, copy=None):
     return _np.asarray(a, dtype=dtype, copy=copy)
 
 
-array = asarray
+def array(a, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, like=None):
+    """``np.array``: a copy of ``a`` (as NumPy: later writes into ``a`` do not change it), unless
+    ``copy=False`` or ``None``; eagerly NumPy's own."""
+    if _is_symbolic(a):
+        if ndmin and ndmin > _rank(a, "array"):
+            from . import expand_dims
+            a = expand_dims(a, tuple(range(ndmin - _rank(a, "array"))))
+        out = a if dtype is None else astype(a, dtype)
+        return _misc.copy_p.bind(out) if copy and out is a else out
+    return _np.array(a, dtype=dtype, copy=copy, order=order, subok=subok, ndmin=ndmin,
+                     **({} if like is None else {"like": like}))
 
 
 def zeros_like(a, dtype=None, *, device=None):

@@ -35,7 +35,7 @@ def install_operators() -> None:
         return tnp.power(a, b)
     Value.__pow__ = _pow
     Value.__neg__ = lambda a: tnp.negative(a)
-    Value.__pos__ = lambda a: a
+    Value.__pos__ = lambda a: tnp.positive(a)       # a copy, as NumPy's `+a`
     Value.__abs__ = lambda a: tnp.abs(a)
     Value.__invert__ = lambda a: tnp.logical_not(a)
     Value.__and__ = lambda a, b: tnp.logical_and(a, b)
