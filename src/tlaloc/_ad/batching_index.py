@@ -46,7 +46,7 @@ def _layout(name, spec, x_rank, dyn, ddims):
     for j, (v, d) in enumerate(zip(dyn, ddims)):
         if example_rank(v, d) > 0 and aval_of(v).dtype is not None and aval_of(v).dtype.kind == "b":
             raise NoRuleError(f"no batching rule for `{name}` with a boolean mask index (its result size "
-                              f"depends on the data); use tnp.where(mask, x, 0) instead")
+                              f"depends on the data); use np.where(mask, x, 0) instead")
     ranks = [example_rank(v, d) for v, d in zip(dyn, ddims)]
     tags = [e[0] for e in spec]
     arrays = [ranks[e[1]] for e in spec if e[0] == "d" and ranks[e[1]] > 0]

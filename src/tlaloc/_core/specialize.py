@@ -111,11 +111,21 @@ def check_concrete(graph: Graph, where: str = "") -> None:
         _need_concrete(v, f"{where or graph.name}: input")
     sources = _integer_scalar_sources(graph)
     for node in graph.nodes:
+        if node.prim.name == "getitem" and not all(o.aval.is_concrete for o in node.outputs):
+            _refuse_mask(node)
         for o in node.outputs:
             _need_concrete(o, f"{where or graph.name}: result of `{node.prim.name}`"
                               + (f" ({node.loc})" if node.loc else ""), sources.get(o.id, ()))
         for region in node.regions():
             check_concrete(region, f"{where or graph.name}.{region.name}")
+
+
+def _refuse_mask(node) -> None:
+    """A ``getitem`` by a boolean mask: its result's size depends on the data (``NoRuleError``
+    at the user's line, naming the mask and the alternative)."""
+    from .._prims.indexing import MASK_REFUSAL, is_mask
+    if any(is_mask(a.aval) for a in node.inputs[1:]):
+        raise at_location(NoRuleError(f"boolean-mask indexing {MASK_REFUSAL}"), node.loc)
 
 
 def _integer_scalar_sources(graph: Graph) -> dict:

@@ -20,6 +20,17 @@ from ._rules import check_concrete_mix, refuse_float_mix
 from .broadcasting import sum_to, zeros_like
 
 
+#: Why compiled or batched code refuses an index by a boolean mask (its result's size is its count of
+#: True values, known only at run time), and what to write instead.
+MASK_REFUSAL = ("has a size known only at run time (the number of True values of the mask); compiled code "
+                "cannot express it: use np.where(mask, x, 0) instead (a masked sum: np.sum(np.where(mask, x, 0)))")
+
+
+def is_mask(aval) -> bool:
+    """Whether an index operand of aval ``aval`` is a boolean mask."""
+    return aval.dtype is not None and aval.dtype.kind == "b"
+
+
 def split_index(idx):
     """Python index -> (spec, dynamic operands)."""
     if not isinstance(idx, tuple):
@@ -87,12 +98,48 @@ def _getitem_shape(x, *dyn, spec):
         return None
     if any(e[0] == "s" and any(isinstance(b, tuple) for b in e[1:]) for e in spec):
         return None
-    sample = [np.zeros(d.shape, dtype=d.dtype if d.dtype is not None else np.int64) for d in dyn]
     dummy = np.broadcast_to(np.empty((), np.int8), x.shape)
-    try:
-        return tuple(dummy[build_index(spec, sample)].shape)
-    except IndexError as e:
-        raise ShapeError(f"indexing an array of shape {x.shape}: {e}") from None
+    masks = [is_mask(d) for d in dyn]
+    if not any(masks):
+        sample = [np.zeros(d.shape, dtype=d.dtype if d.dtype is not None else np.int64) for d in dyn]
+        try:
+            return tuple(dummy[build_index(spec, sample)].shape)
+        except IndexError as e:
+            raise ShapeError(f"indexing an array of shape {x.shape}: {e}") from None
+    return _masked_shape(dummy, dyn, masks, spec)
+
+
+def _mask_sample(shape, count):
+    """A boolean mask of ``shape`` whose first ``count`` entries are True."""
+    m = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=bool)
+    m[:count] = True
+    return m.reshape(shape)
+
+
+def _masked_shape(dummy, dyn, masks, spec):
+    """The shape of ``x[idx]`` where an index is a boolean mask.
+
+    A mask's axis in the result has as many entries as the mask has True values: known only
+    at run time. The index is sampled with every mask holding no True value and with every
+    mask holding one; a dim that differs between the two samples is unknown (``None``), and
+    so is the rank where theirs differ. A sample NumPy refuses is left out (an index array of
+    length k > 1 broadcast with a mask fixes that axis at k); where both are refused the error
+    is raised. (An index of unknown dtype is taken for an integer array, as without a mask.)
+    """
+    shapes, errors = [], []
+    for count in (0, 1):
+        sample = [_mask_sample(d.shape, count) if m
+                  else np.zeros(d.shape, dtype=d.dtype if d.dtype is not None else np.int64)
+                  for d, m in zip(dyn, masks)]
+        try:
+            shapes.append(tuple(dummy[build_index(spec, sample)].shape))
+        except IndexError as e:
+            errors.append(e)
+    if not shapes:
+        raise ShapeError(f"indexing an array of shape {dummy.shape}: {errors[0]}") from None
+    if len({len(s) for s in shapes}) > 1:
+        return None
+    return tuple(s[0] if all(t == s[0] for t in s) else None for s in zip(*shapes))
 
 
 getitem_p = Primitive("getitem", impl=_getitem_impl, hlo="stablehlo.gather",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._core.graph import Literal
+from .._prims.indexing import MASK_REFUSAL
 from ..errors import NoRuleError
 from .stablehlo import BOOL, I64, Val, i64s, ints, out_aval
 from .stablehlo_structural import slice_
@@ -47,8 +48,7 @@ def _entries(spec, dyn, rank):
             dt = np.asarray(a.value).dtype if isinstance(a, Literal) else a.dtype
             nd = np.ndim(a.value) if isinstance(a, Literal) else len(a.shape)
             if dt == BOOL:
-                raise NoRuleError("boolean-mask indexing has a size known only at run time; compiled code "
-                                  "cannot express it: use tnp.where(mask, x, 0) instead")
+                raise NoRuleError(f"boolean-mask indexing {MASK_REFUSAL}")
             if dt.kind not in "iu":
                 raise NoRuleError(f"an index must be an integer array, got {dt}")
             return "adv" if nd else "dint"
