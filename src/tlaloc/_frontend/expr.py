@@ -211,6 +211,11 @@ class ExprLowerer:
             if node.attr in ("shape", "ndim", "dtype", "T", "mT", "size", "aval"):
                 if node.attr == "size":
                     return tnp.size(obj)
+                if node.attr == "dtype" and obj.aval.dtype is None:
+                    # known at the first call: build then (a None here became NumPy's float64 default,
+                    # e.g. np.zeros(3, dtype=x.dtype) for a float32 x)
+                    raise self.src.error(node, "the dtype of this array is read here; it is known at the "
+                                               "first call", ShapeNeeded)
                 return getattr(obj, node.attr)
             if node.attr in ("transpose", "reshape"):   # x.transpose(1, 0, 2), x.reshape(n, d) as NumPy takes them
                 fn = getattr(tnp, node.attr)
