@@ -17,6 +17,8 @@ import pytest
 
 import tlaloc as tl
 
+from .test_inplace_views import central_diff
+
 
 def zeros_rows(x):
     X = np.zeros((2, 3), dtype=x.dtype)
@@ -59,15 +61,6 @@ CASES = [zeros_rows, ones_kw, full_kw, eye_matmul, arange_kw, array_kw, linspace
 X = [0.3, -1.2, 0.8]
 
 
-def _central(f, x, h=1e-6):
-    g = np.zeros_like(x)
-    for k in range(x.size):
-        e = np.zeros_like(x)
-        e[k] = h
-        g[k] = (f(x + e) - f(x - e)) / (2 * h)
-    return g
-
-
 @pytest.mark.parametrize("f", CASES, ids=lambda f: f.__name__)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_dtype_read_is_the_arguments(f, dtype):
@@ -78,7 +71,7 @@ def test_the_dtype_read_is_the_arguments(f, dtype):
     assert grad.dtype == dtype
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(value, want, rtol=tol)
-    oracle = _central(f, np.array(X, np.float64))
+    oracle = central_diff(f, np.array(X, np.float64))
     np.testing.assert_allclose(grad, oracle, rtol=10 * tol if dtype == np.float32 else 1e-7, atol=1e-6)
 
 
