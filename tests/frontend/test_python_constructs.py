@@ -231,3 +231,24 @@ def test_lambdas_sharing_a_line_are_told_apart_by_parameters_and_position():
     np.testing.assert_array_equal(tl.grad(TWO_LAMBDAS[1])(x), np.full(3, 3.0))
     np.testing.assert_array_equal(tl.grad(TWO_LAMBDAS[0])(x), np.full(3, 2.0))
     np.testing.assert_array_equal(tl.grad(CURRIED(5.0))(x), 10.0 * x)
+
+
+LOSSES = {
+    "quadratic": lambda w: np.sum(w ** 2),
+    "cubic": lambda w: np.sum(w ** 3)
+    + np.sum(w),                                     # a lambda over two lines, inside a dict
+}
+SCHEDULE = [(1, lambda w: np.sum(np.sin(w))),
+            (2, lambda w: np.sum(np.cos(w)))]
+
+
+def test_lambdas_whose_lines_do_not_parse_alone_are_found_in_their_file():
+    """Regression: a lambda inside a dict or a list over several lines was refused ("cannot parse
+    the source of `<lambda>` on its own"): its lines alone are not Python. The file is parsed and
+    the lambda found by its parameters and its instructions' positions. Oracle: autograd."""
+    x = np.array([0.5, -1.0, 2.0])
+    for f, twin in ((LOSSES["quadratic"], lambda w: anp.sum(w ** 2)),
+                    (LOSSES["cubic"], lambda w: anp.sum(w ** 3) + anp.sum(w)),
+                    (SCHEDULE[0][1], lambda w: anp.sum(anp.sin(w))),
+                    (SCHEDULE[1][1], lambda w: anp.sum(anp.cos(w)))):
+        np.testing.assert_allclose(tl.grad(f)(x), autograd.grad(twin)(x), rtol=1e-12)

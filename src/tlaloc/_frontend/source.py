@@ -82,18 +82,37 @@ def read_source(fn) -> FunctionSource:
     dedented = textwrap.dedent(text)
     indent = len(lines[0]) - len(lines[0].lstrip()) if dedented != text else 0
     try:
+        with open(filename, encoding="utf-8") as fh:
+            file_text = fh.read()
+    except OSError:
+        file_text = None
+    try:
         tree = ast.parse(dedented)
     except SyntaxError:
-        raise FenceError(f"cannot parse the source of `{fn.__name__}` on its own (a lambda inside "
-                         f"a larger expression?); define it with `def`", filename, start, 1) from None
-    try:
-        with open(filename, encoding="utf-8") as fh:
-            file_lines = fh.read().splitlines()
-    except OSError:
+        # a lambda inside a larger expression (a dict or list of lambdas, a call's argument that
+        # spans lines): its lines alone do not parse; the file does, and the lambda is found in it
+        # by its parameters and its instructions' source positions
+        tree = _parse_file(file_text) if code.co_name == "<lambda>" else None
+        if tree is None:
+            raise FenceError(f"cannot parse the source of `{fn.__name__}` on its own (a lambda inside "
+                             f"a larger expression?); define it with `def`", filename, start, 1) from None
+        start, indent = 1, 0
+    if file_text is not None:
+        file_lines = file_text.splitlines()
+    else:
         file_lines = [l.rstrip("\n") for l in lines]
         start = 1
     node = _find(tree, fn, start, indent)
     return FunctionSource(fn, node, filename, start - 1, indent, file_lines)
+
+
+def _parse_file(text):
+    if text is None:
+        return None
+    try:
+        return ast.parse(text)
+    except SyntaxError:
+        return None
 
 
 def _find(tree, fn, start, indent=0):
