@@ -239,3 +239,33 @@ def test_float_ids_and_labels_are_refused_where_the_graph_is_compiled_or_run():
     y = np.array([0, 2])
     assert float(tl.jit(lambda lg, y: nn.cross_entropy(lg, y))(logits, y)) == pytest.approx(
         float(nn.cross_entropy(logits, y)), rel=1e-14)
+
+
+# -- integer inputs to float layers, and the norms' eps -----------------------------------------------
+
+@pytest.mark.parametrize("make", [lambda: nn.Linear(3, 2, key=0), lambda: nn.LayerNorm(3), lambda: nn.RMSNorm(3)],
+                         ids=["Linear", "LayerNorm", "RMSNorm"])
+def test_an_integer_input_to_a_float_layer_is_refused_as_torch_does(make):
+    """Regression: NumPy promotes int64 against float32 weights to float64, so a float32 model
+    silently answered in float64; torch refuses an integer input. Eager, under grad and jit."""
+    layer = make()
+    who = type(layer).__name__
+    with pytest.raises(RuntimeError):
+        torch_layer = {"Linear": torch.nn.Linear(3, 2), "LayerNorm": torch.nn.LayerNorm(3),
+                       "RMSNorm": torch.nn.RMSNorm(3)}[who]
+        torch_layer(torch.tensor([[1, 2, 3]]))                                   # the oracle refuses it
+    pattern = rf"{who}: the input must be a floating-point array .*got int64; convert it first"
+    with pytest.raises(ArgumentError, match=pattern):
+        layer(np.array([[1, 2, 3]]))
+    with pytest.raises(ArgumentError, match=pattern):
+        tl.jit(lambda x: layer(x))(np.array([[1, 2, 3]]))
+    out = layer(np.array([[1.0, 2.0, 3.0]], np.float32))                          # control: a float input
+    assert out.dtype == np.float32
+
+
+@pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf"), "1e-5", True])
+def test_a_norm_eps_that_is_not_a_finite_number_at_least_0_is_refused(eps):
+    for make in (nn.LayerNorm, nn.RMSNorm):
+        with pytest.raises(ArgumentError, match=rf"{make.__name__}: eps must be a finite number >= 0"):
+            make(4, eps=eps)
+    assert nn.LayerNorm(4, eps=0).eps == 0.0 and nn.RMSNorm(4, eps=1e-6).eps == 1e-6       # control

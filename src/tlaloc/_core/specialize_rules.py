@@ -36,6 +36,10 @@ def _shape_check(*operands, **params):
     if any(s is None or any(type(d) is not int for d in s) for s in shapes):
         return NotImplemented            # a round of a loop's fixed point: checked once it is typed
     if len(operands) == 1:
+        x = operands[0]
+        msg = checks.input_dtype_message(x.aval.dtype if type(x) is Value else np.result_type(x), **params)
+        if msg is not None:
+            raise at_location(ArgumentError(msg), current_builder().loc)
         msg, error = checks.input_shape_message(shapes[0], **params), ShapeError
     else:
         msg, error = checks.same_shape_message(*shapes, **params), ArgumentError

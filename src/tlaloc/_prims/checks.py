@@ -164,7 +164,20 @@ def same_shape_message(a_shape, b_shape, *, who, names, batch_axes=((), ())) -> 
             f"{second}.reshape({first}.shape)")
 
 
+def input_dtype_message(dtype, *, who, what, **_) -> str | None:
+    """The error text when a float layer's input has an integer or bool ``dtype`` (NumPy would promote
+    it to float64 against float32 weights; torch refuses it), or None (also while it is not known)."""
+    from ..dtypes import is_inexact
+    if dtype is None or is_inexact(dtype):
+        return None
+    return (f"{who}: the input must be a floating-point array {what}, got {np.dtype(dtype)}; convert it first, "
+            f"e.g. x.astype(np.float32) (NumPy would promote it to float64 against float32 weights)")
+
+
 def _input_shape_impl(x, **params):
+    msg = input_dtype_message(np.result_type(x), **params)
+    if msg is not None:
+        raise ArgumentError(msg)
     msg = input_shape_message(np.shape(x), **params)
     if msg is not None:
         raise ShapeError(msg)

@@ -121,16 +121,32 @@ def known_shape(x):
     return shape if all(type(d) is int for d in shape) else None
 
 
+def known_dtype(x):
+    """The dtype of ``x``, or None where it is not known yet (a Python scalar or list: NumPy's)."""
+    aval = getattr(x, "aval", None)
+    if aval is not None:
+        return getattr(aval, "dtype", None)
+    try:
+        return np.result_type(x)
+    except (TypeError, ValueError):
+        return None
+
+
 def check_input(x, who: str, what: str, *, trailing: tuple = (), rank=None):
-    """``x``, refused (ShapeError) if its shape does not end in ``trailing`` (or lacks the ``rank``):
+    """``x``, refused (ShapeError) if its shape does not end in ``trailing`` (or lacks the ``rank``),
+    and (ArgumentError) if it is an integer or bool array (NumPy would promote it to float64):
     broadcasting would otherwise give a result of another shape, or a raw NumPy error.
 
     A known shape is checked here. Where it is not known yet (``tl.grad``/``tl.jit`` lower the
     code before the shapes are known) the result is ``x`` through a check node, which refuses
     the shape when the graph runs on arrays or ``tl.jit`` specialises it: use the returned value.
     """
+    dtype = known_dtype(x)
+    msg = _checks.input_dtype_message(dtype, who=who, what=what)
+    if msg is not None:
+        raise ArgumentError(msg)
     shape = known_shape(x)
-    if shape is None:
+    if shape is None or dtype is None:
         return _checks.check_input_shape(x, who, what, trailing, rank)
     msg = _checks.input_shape_message(shape, who=who, what=what, trailing=tuple(trailing), rank=rank)
     if msg is not None:

@@ -26,6 +26,16 @@ def _shape(normalized_shape, who: str) -> tuple:
     return shape
 
 
+def eps_arg(eps, who: str) -> float:
+    """``eps`` as a float; ArgumentError unless it is a finite number >= 0 (a negative one makes
+    ``var + eps`` negative for a constant input: a NaN output, not an error)."""
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(eps) or eps < 0:
+        raise ArgumentError(f"{who}: eps must be a finite number >= 0 (added to the variance), got {eps!r}; "
+                            f"pass e.g. eps=1e-5")
+    return float(eps)
+
+
 @_frozen
 class LayerNorm(Module):
     """PyTorch's ``nn.LayerNorm``: ``(x - mean) / √(var + eps) · weight + bias``,
@@ -45,7 +55,7 @@ class LayerNorm(Module):
         shape = _shape(normalized_shape, "LayerNorm")
         w = np.ones(shape, dtype) if elementwise_affine else None
         b = np.zeros(shape, dtype) if elementwise_affine and bias else None
-        self._set(weight=w, bias=b, normalized_shape=shape, eps=float(eps))
+        self._set(weight=w, bias=b, normalized_shape=shape, eps=eps_arg(eps, "LayerNorm"))
 
     def __call__(self, x):
         x = check_input(x, "LayerNorm", f"(..., *normalized_shape={self.normalized_shape})",
@@ -78,7 +88,7 @@ class RMSNorm(Module):
     def __init__(self, normalized_shape, eps: Optional[float] = None, elementwise_affine: bool = True,
                  *, dtype=np.float32):
         shape = _shape(normalized_shape, "RMSNorm")
-        eps = float(np.finfo(dtype).eps) if eps is None else float(eps)
+        eps = float(np.finfo(dtype).eps) if eps is None else eps_arg(eps, "RMSNorm")
         self._set(weight=np.ones(shape, dtype) if elementwise_affine else None, normalized_shape=shape, eps=eps)
 
     def __call__(self, x):
