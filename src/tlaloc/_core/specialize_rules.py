@@ -231,8 +231,38 @@ def _index_add(x, v, *dyn, spec):
 
 
 def _index_set(x, v, *dyn, spec):
+    masked = _masked_fill(x, v, dyn, spec)
+    if masked is not NotImplemented:
+        return masked
     new_spec, keep = _fold_spec(spec, list(dyn))
     return NotImplemented if new_spec == spec else emit("index_set", x, v, *keep, spec=new_spec)
+
+
+def _masked_fill(x, v, dyn, spec):
+    """``x[mask] = v`` with ``mask`` a boolean array over x's leading axes and ``v`` one value: NumPy's
+    result is ``where(mask, v, x)`` (the mask given trailing unit axes), whose size is x's, so
+    compiled and batched code can express it, where the general masked write (``v`` one value per
+    True entry) has a size known only at run time. ``v`` is cast to x's dtype, as NumPy's assignment
+    casts it. NotImplemented for any other index."""
+    if len(spec) != 1 or spec[0][0] != "d":
+        return NotImplemented
+    mask = dyn[spec[0][1]]
+    m_dtype, m_shape, x_shape = dtype(mask), shape_of(mask), shape_of(x)
+    one_value = v.aval.shape == () if type(v) is Value else np.ndim(v) == 0
+    if m_dtype is None or m_dtype.kind != "b" or m_shape is None or x_shape is None or not one_value:
+        return NotImplemented
+    k = len(m_shape)
+    if k == 0 or k > len(x_shape) or tuple(m_shape) != tuple(x_shape[:k]):
+        return NotImplemented               # NumPy refuses a mask of another shape: the usual path says so
+    x_dtype = dtype(x)
+    if type(v) is Value:
+        if v.aval.dtype != x_dtype:
+            v = emit("convert", v, dtype=x_dtype)
+    else:
+        v = np.asarray(v).astype(x_dtype)
+    if k < len(x_shape):
+        mask = emit("reshape", mask, shape=tuple(m_shape) + (1,) * (len(x_shape) - k))
+    return emit("select", mask, v, x)
 
 
 register("index_add")(_index_add)
