@@ -258,8 +258,8 @@ def _surviving_writes(g, dyn, spec):
 def _index_set_vjp(g, x, v, *dyn, out, spec):
     # Overwritten positions pass no cotangent to x. With repeated indices the
     # last write wins (NumPy), so only the surviving writes pass it to v.
-    g_x = index_set_p.bind(g, 0.0, *dyn, spec=spec)
     if _one_value_by_mask(v, dyn, spec):
+        g_x = index_set_p.bind(g, 0.0, *dyn, spec=spec)
         # x[mask] = v, v one value: v's cotangent is the sum of g where the mask holds, written
         # without indexing by the mask (g - g_x is g there and 0 elsewhere, exactly), so that
         # compiled and batched code can express it (x[mask] alone has a size known only at run time)
@@ -270,7 +270,7 @@ def _index_set_vjp(g, x, v, *dyn, out, spec):
     if _may_repeat(spec, dyn):
         from .selection import select
         g_v = select(_surviving_writes(g, dyn, spec), g_v, zeros_like(g_v))
-    return (g_x, sum_to(g_v, v)) + (None,) * len(dyn)
+    return (index_set_p.bind(g, 0.0, *dyn, spec=spec), sum_to(g_v, v)) + (None,) * len(dyn)
 
 
 def _one_value_by_mask(v, dyn, spec) -> bool:
