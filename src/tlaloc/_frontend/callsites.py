@@ -17,7 +17,7 @@ import numpy as np
 from .. import numpy as tnp
 from .._core.builder import NoneOperand, Value, user_operands
 from ..errors import FenceError, TlalocError
-from . import call_time, calls, host, odeint
+from . import call_time, calls, host, math_calls, odeint
 from .structure import ShapeNeeded
 from .values import LocalFunction, Undefined, is_symbolic, maybe_int
 
@@ -130,6 +130,8 @@ class CallLowerer:
             return self._checked(fn, args, kwargs, node)
         if not symbolic:
             return self._static_call(fn, args, kwargs, node)
+        if math_calls.is_math_function(fn):          # math.exp(theta): the tlaloc.numpy function, in float64
+            return math_calls.lower_math_call(self, fn, args, kwargs, node)
         name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
         raise self.src.error(node, f"cannot differentiate through `{name}` (from {mod or 'unknown'}): "
                                    f"it is not Python source tlaloc can read; use tlaloc.numpy, or wrap it "
