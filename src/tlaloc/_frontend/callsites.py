@@ -86,6 +86,8 @@ class CallLowerer:
             if (symbolic and fn in (builtins.slice, builtins.int) and self.ctx.specialisable
                     and any(maybe_int(a) for a in args)):
                 self._value_needed(args, kwargs, node, None)       # slice(i * b, ...), range-like uses
+            if symbolic and fn is builtins.float and len(args) == 1 and not kwargs:   # float(loss): the number
+                return math_calls.lower_float(self, args[0], node)
             if symbolic:
                 name = getattr(fn, "__name__", repr(fn))
                 hint = {"float": "keep it an array (x.astype(np.float64))",

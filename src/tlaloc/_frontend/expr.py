@@ -217,6 +217,9 @@ class ExprLowerer:
                     raise self.src.error(node, "the dtype of this array is read here; it is known at the "
                                                "first call", ShapeNeeded)
                 return getattr(obj, node.attr)
+            if node.attr == "item":                    # x.item(): its one number, as float(x)
+                from . import math_calls
+                return math_calls.lower_item(self, obj, node)
             if node.attr in ("transpose", "reshape"):   # x.transpose(1, 0, 2), x.reshape(n, d) as NumPy takes them
                 fn = getattr(tnp, node.attr)
                 return lambda *a, **k: fn(obj, a[0] if len(a) == 1 else (a or None), **k)

@@ -6,17 +6,23 @@ it (their traced values are not floats). Here each such call becomes the ``tlalo
 
 * every array argument is converted to float64 first (``math`` converts its arguments to C
   doubles), so ``math.exp`` of a float32 or integer value is a float64, as the original's float is;
-* the argument must hold one number: a known shape with more than one element is refused here,
-  at the call's file:line:col, with the NumPy function to use instead; a shape known only at the
-  first call is checked there (the rest of the function is then built for the arguments' shapes);
-  a size-1 array is accepted, as ``math`` accepts it;
+* the argument must be one number, a 0-d array (NumPy 2.4 refuses to convert anything else to a
+  Python float): another known shape is refused here, at the call's file:line:col, with the NumPy
+  function to use instead; a shape known only at the first call is checked there (the rest of the
+  function is then built for the arguments' shapes). ``x.item()`` takes any size-1 array, as NumPy;
 * complex values are refused (``math`` raises TypeError for them).
 
+The builtin ``float(x)`` and the method ``x.item()`` are the same conversion (:func:`lower_float`,
+:func:`lower_item`): the identity on the number, so its derivative flows through.
+
 The result is a 0-d float64 array where the original gives a Python ``float``, with the same value
-up to the last bit of the two libraries' implementations. Where ``math`` raises ValueError
+up to the last bit of the two libraries' implementations (``lgamma`` is SciPy's ``gammaln``, within
+~1e-13 of the C library's). Being float64, it is not the weak Python float NumPy would cast to a
+float32 operand: ``math.exp(x) + x`` with a float32 ``x`` is refused by the float-mixing rule
+(write ``np.exp`` in float32 code). Where ``math`` raises ValueError
 ("math domain error": ``math.sqrt(-1.0)``, ``math.log(0.0)``) the NumPy function gives NaN or
--inf, as NumPy does; ``math.floor``, ``ceil`` and ``trunc`` (which return ints) and the rest of the
-module are refused by name.
+-inf, as NumPy does; ``math.floor``, ``ceil`` and ``trunc`` (which return ints), ``math.gamma`` and the rest of
+the module are refused by name.
 """
 from __future__ import annotations
 
@@ -36,7 +42,8 @@ _UNARY = {"exp": "exp", "expm1": "expm1", "log1p": "log1p", "log2": "log2", "log
 #: math function -> tlaloc.numpy function of two arguments
 _BINARY = {"atan2": "arctan2", "pow": "power", "hypot": "hypot", "copysign": "copysign"}
 #: math function -> tlaloc.scipy.special function of one argument
-_SPECIAL = {"erf": "erf", "erfc": "erfc", "lgamma": "gammaln", "gamma": "gamma"}
+#: (not math.gamma: tlaloc.scipy.special.gamma is exp(gammaln), ~1e-14 off math.gamma even at integers)
+_SPECIAL = {"erf": "erf", "erfc": "erfc", "lgamma": "gammaln"}
 
 
 def is_math_function(fn) -> bool:
@@ -47,20 +54,30 @@ def _numpy_name(name: str) -> str:
     return _UNARY.get(name) or _BINARY.get(name) or _SPECIAL.get(name) or name
 
 
-def _check(lowerer, x, name, node):
-    """Refuses an argument ``math`` would refuse, or that holds more than one number (known now)."""
+def _check(lowerer, x, name, node, instead=None, size_one=False):
+    """Refuses an argument ``math`` would refuse: a container, a complex value, an array that is
+    not 0-d (NumPy 2.4: "only 0-dimensional arrays can be converted to Python scalars"), or, with
+    size_one (``x.item()``), one holding more than one number. name: what is called, as the message
+    shows it; instead: the elementwise NumPy spelling."""
+    instead = instead or f"np.{_numpy_name(name.removeprefix('math.'))}"
+    if isinstance(x, (list, tuple, dict)):
+        raise lowerer.src.error(node, f"`{name}` takes a real number, not a {type(x).__name__}; use {instead}")
     if not is_symbolic(x):
         return
     aval = x.aval
     if aval.dtype is not None and aval.dtype.kind == "c":
-        raise lowerer.src.error(node, f"`math.{name}` takes a real number, but its argument is complex; "
-                                      f"use np.{_numpy_name(name)}")
-    if aval.shape is None and lowerer.ctx.specialisable:   # known at the first call: checked there
-        from .structure import ShapeNeeded
-        raise lowerer.src.error(node, f"`math.{name}` needs to know that its argument is one number", ShapeNeeded)
-    if aval.shape is not None and aval.shape != () and int(np.prod(aval.shape)) != 1:
-        raise lowerer.src.error(node, f"`math.{name}` takes one number, but its argument is an array of shape "
-                                      f"{tuple(aval.shape)}; use np.{_numpy_name(name)}, which works elementwise")
+        raise lowerer.src.error(node, f"`{name}` takes a real number, but its argument is complex; use {instead}")
+    known = aval.shape is not None and all(isinstance(d, int) for d in aval.shape)
+    if not known:
+        if lowerer.ctx.specialisable:                  # known at the first call: checked there
+            from .structure import ShapeNeeded
+            raise lowerer.src.error(node, f"`{name}` needs to know that its argument is one number", ShapeNeeded)
+        raise lowerer.src.error(node, f"`{name}` takes one number, but the size of its argument depends on the "
+                                      f"data (e.g. a boolean mask); use {instead}")
+    if aval.shape != () and not (size_one and int(np.prod(aval.shape)) == 1):
+        what = "one number" if size_one else "a number (a 0-d array)"
+        raise lowerer.src.error(node, f"`{name}` takes {what}, but its argument is an array of shape "
+                                      f"{tuple(aval.shape)}; use {instead}, which works elementwise")
 
 
 def _float64_scalar(x):
@@ -91,12 +108,37 @@ def lower_math_call(lowerer, fn, args, kwargs, node):
         count = len(args) if len(args) in (1, 2) else 1
     if count is None:
         hint = ("it returns an int, which has no derivative; keep the value an array (np.floor)"
-                if name in ("floor", "ceil", "trunc") else "use the NumPy function of the same name")
+                if name in ("floor", "ceil", "trunc") else "write it with NumPy / scipy.special functions")
         raise lowerer.src.error(node, f"`math.{name}` cannot take an array inside a differentiated function; {hint}")
     if len(args) != count:
         raise lowerer.src.error(node, f"`math.{name}` takes {count} argument{'s' if count > 1 else ''}, "
                                       f"got {len(args)}")
     for a in args:
-        _check(lowerer, a, name, node)
+        _check(lowerer, a, f"math.{name}", node)
     eq = _equivalent(name, count)
     return lowerer._checked(lambda *xs: eq(*[_float64_scalar(x) for x in xs]), list(args), {}, node)
+
+
+def lower_float(lowerer, x, node):
+    """The builtin ``float(x)`` of a one-number array value: that number as a 0-d float64."""
+    _check(lowerer, x, "float", node, instead="x.astype(np.float64)")
+    return lowerer._checked(_float64_scalar, [x], {}, node)
+
+
+def lower_item(lowerer, x, node):
+    """``x.item`` of an array value: a function giving its one number (a 0-d float64 for a float
+    array, as Python's float is; an integer or bool array's 0-d value as it is)."""
+    def item(*args):
+        if args:
+            raise lowerer.src.error(node, "`x.item(index)` inside a differentiated function: index the array "
+                                          "(`x[i]`) instead")
+        _check(lowerer, x, "x.item()", node, instead="an index (`x[i]`) or the array itself", size_one=True)
+        dtype = x.aval.dtype
+        if dtype is None and lowerer.ctx.specialisable:
+            from .structure import ShapeNeeded
+            raise lowerer.src.error(node, "`x.item()` needs the dtype of the array; it is known at the first call",
+                                    ShapeNeeded)
+        if dtype is not None and dtype.kind in "iub":
+            return lowerer._checked(lambda v: v if v.aval.shape == () else tnp.reshape(v, ()), [x], {}, node)
+        return lowerer._checked(_float64_scalar, [x], {}, node)
+    return item
