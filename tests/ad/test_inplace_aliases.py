@@ -179,3 +179,26 @@ def test_a_write_numpy_would_make_elsewhere_is_refused_at_the_line(f, message):
     with pytest.raises(FenceError, match=rf"test_inplace_aliases\.py:\d+:\d+: {message}"):
         tl.grad(f)(X.copy())
     assert not W.any()
+
+
+def computed_alias_augassign(x):
+    y = x * 2.0
+    z = y
+    z += 1.0           # in place on an array: y sees it, as in NumPy
+    return np.sum(y * z)
+
+
+def test_augassign_on_an_alias_of_unknown_rank_is_built_at_the_first_call():
+    # Regression (a new user's program, session 15): with an unannotated x the rank of y is not
+    # known when the function is defined, and this was refused ("depends on its rank ... annotate
+    # the rank"); the rank is known at the first call, where NumPy's answer is decided.
+    for x in (X, np.ones((2, 2))):
+        want = jax.grad(lambda v: jnp.sum((2.0 * v + 1.0) ** 2))(x)
+        value, g = tl.value_and_grad(computed_alias_augassign)(x)
+        assert value == computed_alias_augassign(x.copy())
+        np.testing.assert_allclose(g, np.asarray(want), rtol=1e-15)
+        # control: the result when y did not see the write (NumPy's answer for a scalar) differs
+        assert not np.allclose(g, np.asarray(jax.grad(lambda v: jnp.sum(2.0 * v * (2.0 * v + 1.0)))(x)))
+    # a 0-d value: NumPy scalar or 0-d array, which the code cannot tell; refused at the line
+    with pytest.raises(FenceError, match=r"test_inplace_aliases.py:\d+:\d+: `z` and `y` name the same 0-d value"):
+        tl.grad(computed_alias_augassign)(np.array(1.5))

@@ -44,11 +44,11 @@ def binary_jax(theta, r):
 
 
 def special(theta, r):
-    return math.erf(theta) * math.erfc(r / 3) + math.lgamma(r)
+    return math.erf(theta) * math.erfc(r / 3) + math.lgamma(r) + math.gamma(r)
 
 
 def special_jax(theta, r):
-    return jsp.erf(theta) * jsp.erfc(r / 3) + jsp.gammaln(r)
+    return jsp.erf(theta) * jsp.erfc(r / 3) + jsp.gammaln(r) + jsp.gamma(r)
 
 
 def pendulum_energy(state):
@@ -166,3 +166,9 @@ def test_float_and_item_are_the_number_they_hold():
     np.testing.assert_allclose(tl.jit(tl.grad(loss_as_python_float))(w, x), g, rtol=1e-14)
     with pytest.raises(TlalocError, match=r"`x.item\(\)` takes one number.*shape \(3,\)"):
         tl.grad(lambda v: v.item() * 2.0)(np.ones(3))
+
+
+def test_gamma_of_integers_is_the_factorial():
+    # regression (adversarial pass): math.gamma went through exp(gammaln): 24.000000000000004 for Γ(5)
+    for n in range(1, 24):
+        assert tl.value_and_grad(lambda x: math.gamma(x))(float(n))[0] == math.factorial(n - 1)

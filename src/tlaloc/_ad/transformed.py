@@ -215,7 +215,9 @@ class Transformed:
         flat, trees = _flatten_args(args)
         try:
             try:
-                lowered = self.as_lowered(trees if any(t != _LEAF for t in trees) else None)
+                base = self._entries.get((None, None))
+                fewer = base is not None and len(trees) < base["n_args"]      # parameters with defaults left out
+                lowered = self.as_lowered(list(trees) if fewer or any(t != _LEAF for t in trees) else None)
             except StructureNeeded as e:         # f(*args): the count of arguments is known here
                 if isinstance(e, ShapeNeeded):
                     raise

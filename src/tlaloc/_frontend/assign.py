@@ -142,8 +142,16 @@ class AssignLowerer:
                 value.var.hint = target.id
             self.env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
-            items = self._unpack(value, len(target.elts), target)
-            for t, v in zip(target.elts, items):
+            stars = [i for i, t in enumerate(target.elts) if isinstance(t, ast.Starred)]   # one at most: Python's parser
+            if stars:      # `*rest, last = ps`, `coef, *_ = np.linalg.lstsq(...)`: the starred name gets a list
+                k, after = stars[0], len(target.elts) - stars[0] - 1
+                items = self._unpack(value, k + after, target, at_least=True)
+                rest = items[k:len(items) - after]
+                items = items[:k] + [list(rest)] + items[len(items) - after:]
+                targets = target.elts[:k] + [target.elts[k].value] + target.elts[k + 1:]
+            else:
+                items, targets = self._unpack(value, len(target.elts), target), target.elts
+            for t, v in zip(targets, items):
                 self.assign(t, v)
         elif isinstance(target, ast.Subscript):
             from .._prims.indexing import index_set
@@ -213,7 +221,17 @@ class AssignLowerer:
         self._refuse_view_write(target, cur)
         self._refuse_outside_alias(target, cur)
         rank = cur.aval.rank
-        if aliases and (rank is None or rank == 0):
+        if aliases and rank is None and self.ctx.specialisable:     # the rank is known at the first call
+            from .structure import ShapeNeeded
+            raise self.src.error(target, f"`{target.id}` and `{aliases[0]}` name the same value: whether "
+                                         f"`{target.id} += ...` changes `{aliases[0]}` depends on its rank, "
+                                         f"known at the first call", ShapeNeeded)
+        if aliases and rank == 0:
+            raise self.src.error(target, f"`{target.id}` and `{aliases[0]}` name the same 0-d value; `{target.id} "
+                                         f"+= ...` changes `{aliases[0]}` in NumPy if it is a 0-d array, and not if "
+                                         f"it is a NumPy scalar (what operations on 0-d arrays return). Write "
+                                         f"`{target.id} = {target.id} + ...` for a new value")
+        if aliases and rank is None:
             raise self.src.error(target, f"`{target.id}` and `{aliases[0]}` name the same value; whether "
                                          f"`{target.id} {'+='} ...` changes `{aliases[0]}` depends on its rank in "
                                          f"NumPy. Write `{target.id} = {target.id} + ...` for a new array, or "
@@ -297,7 +315,15 @@ class AssignLowerer:
         (``views.py``: the view may be several nodes deep, or taken in an enclosing region)."""
         self.refuse_write_into_view(node, value, name)
 
-    def _unpack(self, value, n, node):
+    def _unpack(self, value, n, node, at_least=False):
+        """The items of ``value`` for ``n`` names (at least ``n`` with a starred name), as Python unpacks."""
+        def fits(length):
+            return length >= n if at_least else length == n
+
+        def refusal(length, what):
+            if at_least:
+                return f"not enough values to unpack (expected at least {n}, got {length})"
+            return f"cannot unpack {what} into {n} names"
         if is_symbolic(value):
             shape = value.aval.shape
             if shape is None or not shape or type(shape[0]) is not int:
@@ -305,16 +331,16 @@ class AssignLowerer:
                 raise self.src.error(node, f"unpacking a value of unknown length into {n} names (if this "
                                            f"argument is a tuple, its structure is read at the first call; "
                                            f"for an array, its shape)", ShapeNeeded)
-            if shape[0] != n:
-                raise self.src.error(node, f"cannot unpack an array of length {shape[0]} into {n} names")
+            if not fits(shape[0]):
+                raise self.src.error(node, refusal(shape[0], f"an array of length {shape[0]}"))
             from .. import numpy as tnp
-            return [tnp._getitem(value, k) for k in range(n)]
+            return [tnp._getitem(value, k) for k in range(shape[0])]
         try:
             items = list(value)
         except TypeError:
             raise self.src.error(node, f"cannot unpack {type(value).__name__}") from None
-        if len(items) != n:
-            raise self.src.error(node, f"cannot unpack {len(items)} values into {n} names")
+        if not fits(len(items)):
+            raise self.src.error(node, refusal(len(items), f"{len(items)} values"))
         return items
 
 

@@ -109,6 +109,8 @@ class CallLowerer:
                 args = [_stacked(args[0])] + list(args[1:])     # np.sum([a, b]), np.array([[a, b], [c, d]])
             eq = _OVERRIDES.get(name) or calls.numpy_equivalent(fn)
             if eq is None:
+                if _sizes_only(args, kwargs):   # np.triu_indices(n, k=1) with n = x.shape[0]: run it once n is known
+                    self._value_needed(args, kwargs, node, None)
                 raise self.src.error(node, calls.no_equivalent_message(fn))
             if isinstance(eq, np.dtype):        # np.float64(x) on an array computed here: x.astype
                 eq = functools.partial(_convert, dtype=eq)
@@ -134,10 +136,34 @@ class CallLowerer:
             return self._static_call(fn, args, kwargs, node)
         if math_calls.is_math_function(fn):          # math.exp(theta): the tlaloc.numpy function, in float64
             return math_calls.lower_math_call(self, fn, args, kwargs, node)
+        if isinstance(getattr(fn, "__self__", None), np.ufunc):   # np.add.reduce(x), np.multiply.accumulate(x)
+            return self._ufunc_method(fn.__self__, fn.__name__, args, kwargs, node)
         name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
         raise self.src.error(node, f"cannot differentiate through `{name}` (from {mod or 'unknown'}): "
                                    f"it is not Python source tlaloc can read; use tlaloc.numpy, or wrap it "
                                    f"with tl.custom_vjp")
+
+    def _ufunc_method(self, ufunc, method, args, kwargs, node):
+        """``np.<ufunc>.reduce`` / ``.accumulate`` with an array: the tlaloc.numpy reduction or
+        cumulative function of that ufunc, along ``axis`` (default 0, as the ufunc methods take it,
+        where np.sum and np.cumsum default to every axis); others are refused by name."""
+        table = {("add", "reduce"): tnp.sum, ("multiply", "reduce"): tnp.prod, ("maximum", "reduce"): tnp.max,
+                 ("minimum", "reduce"): tnp.min, ("logical_and", "reduce"): tnp.all,
+                 ("logical_or", "reduce"): tnp.any, ("add", "accumulate"): tnp.cumsum,
+                 ("multiply", "accumulate"): tnp.cumprod}
+        eq = table.get((ufunc.__name__, method))
+        qual = f"numpy.{ufunc.__name__}.{method}"
+        if eq is None:
+            hint = (f"write the running {ufunc.__name__} as a `for` loop or with tl.scan"
+                    if method == "accumulate" else "use a tlaloc.numpy function or tl.custom_vjp")
+            raise self.src.error(node, f"`{qual}` has no tlaloc equivalent yet; {hint}")
+        extra = set(kwargs) - {"axis", "keepdims"}
+        if len(args) > 2 or extra or (method == "accumulate" and "keepdims" in kwargs):
+            raise self.src.error(node, f"`{qual}` is supported with an array and `axis` (and `keepdims` for "
+                                       f"reduce) only; got {sorted(extra) or f'{len(args)} positional arguments'}")
+        axis = args[1] if len(args) == 2 else kwargs.get("axis", 0)
+        rest = {k: v for k, v in kwargs.items() if k == "keepdims"}
+        return self._checked(eq, [args[0]], {"axis": axis, **rest}, node)
 
     def _checked(self, fn, args, kwargs, node):
         # a nested def/lambda handed to a tlaloc function (tl.cond, tl.scan ...) is
@@ -182,6 +208,18 @@ class CallLowerer:
             name = getattr(getattr(node, "func", None), "attr", None) or getattr(getattr(node, "func", None), "id", "")
             raise self.src.error(node, f"`{name}` needs the Python value of a size or an integer argument",
                                  ShapeNeeded) from None
+
+
+def _sizes_only(args, kwargs) -> bool:
+    """Whether every symbolic leaf of a call is a size or an integer scalar (known at the first call)."""
+    from .. import _pytree
+    leaves = [x for x in _pytree.leaves((list(args), dict(kwargs))) if is_symbolic(x) or isinstance(x, tnp._SymbolicShape)]
+    def size_like(x):        # a shape, or an integer scalar (not an argument of unknown dtype and rank)
+        if isinstance(x, tnp._SymbolicShape):
+            return True
+        av = x.aval
+        return av.dtype is not None and av.dtype.kind in "iu" and (av.shape is None or av.shape == ())
+    return bool(leaves) and all(size_like(x) for x in leaves)
 
 
 _STRUCTURAL_BUILTINS = (builtins.isinstance, builtins.issubclass, builtins.type, builtins.callable,

@@ -21,8 +21,8 @@ up to the last bit of the two libraries' implementations (``lgamma`` is SciPy's 
 float32 operand: ``math.exp(x) + x`` with a float32 ``x`` is refused by the float-mixing rule
 (write ``np.exp`` in float32 code). Where ``math`` raises ValueError
 ("math domain error": ``math.sqrt(-1.0)``, ``math.log(0.0)``) the NumPy function gives NaN or
--inf, as NumPy does; ``math.floor``, ``ceil`` and ``trunc`` (which return ints), ``math.gamma`` and the rest of
-the module are refused by name.
+-inf, as NumPy does; ``math.floor``, ``ceil`` and ``trunc`` (which return ints) and the rest of the module are
+refused by name.
 """
 from __future__ import annotations
 
@@ -42,8 +42,7 @@ _UNARY = {"exp": "exp", "expm1": "expm1", "log1p": "log1p", "log2": "log2", "log
 #: math function -> tlaloc.numpy function of two arguments
 _BINARY = {"atan2": "arctan2", "pow": "power", "hypot": "hypot", "copysign": "copysign"}
 #: math function -> tlaloc.scipy.special function of one argument
-#: (not math.gamma: tlaloc.scipy.special.gamma is exp(gammaln), ~1e-14 off math.gamma even at integers)
-_SPECIAL = {"erf": "erf", "erfc": "erfc", "lgamma": "gammaln"}
+_SPECIAL = {"erf": "erf", "erfc": "erfc", "lgamma": "gammaln", "gamma": "gamma"}
 
 
 def is_math_function(fn) -> bool:

@@ -157,7 +157,9 @@ def _transformed_source(t, trees, statics, arg_avals=None) -> Source:
                              f"(tl.jit(tl.grad(f), static_argnums=...)), which compiles one program per "
                              f"value") from None
     else:
-        entry = t._entry(None if all(tr == _LEAF for tr in trees) else list(trees))
+        base = t._entries.get((None, None))
+        fewer = base is not None and len(trees) < base["n_args"]    # parameters with defaults left out
+        entry = t._entry(list(trees) if fewer or not all(tr == _LEAF for tr in trees) else None)
     graph = entry["graphs"][0][0]
     lowered = entry["lowered"]
     takes_entry = len(inspect.signature(t.check_args).parameters) >= 5

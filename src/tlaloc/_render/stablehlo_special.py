@@ -66,6 +66,29 @@ def _chlo_unary(name):
     return rule
 
 
+def _gamma_f(em, v):
+    """``Γ(v) = sign · exp(lgamma(v))`` (JAX's lowering), ``±inf`` at ±0 and NaN at the negative
+    integers, as scipy's."""
+    dt, sh = v.dtype, v.shape
+    zero, one, two = em.const(0.0, dt, sh), em.const(1.0, dt, sh), em.const(2.0, dt, sh)
+    fl = em.unary("stablehlo.floor", v)
+    odd = em.compare("NE", em.binary("stablehlo.remainder", fl, two), zero)
+    negative_odd = em.binary("stablehlo.and", em.compare("LT", v, zero), odd)
+    sign = em.select(negative_odd, em.const(-1.0, dt, sh), one)
+    val = em.binary("stablehlo.multiply", sign, em.unary("stablehlo.exponential", em.unary("chlo.lgamma", v)))
+    pole = em.binary("stablehlo.and", em.compare("LE", v, zero), em.compare("EQ", fl, v))
+    at_pole = em.select(em.compare("EQ", v, zero), em.binary("stablehlo.divide", one, v),
+                        em.const(np.nan, dt, sh))
+    return em.select(pole, at_pole, val)
+
+
+def _gamma(em, node, x):
+    dt, sh = out_aval(node)
+    if np.dtype(dt) in (np.float32, np.float64):
+        return _gamma_f(em, em.value(x, dt, sh))
+    return em.op("stablehlo.convert", [_gamma_f(em, em.value(x, np.float32, sh))], (dt, sh))
+
+
 def _polygamma(em, node, n, x):
     """``chlo.polygamma(n, x)`` takes both operands in x's float type."""
     dt, sh = out_aval(node)
@@ -108,7 +131,7 @@ def _shape_check(em, node, first, *rest):
     return em.value(first, dt, sh)
 
 
-LOWERINGS = {"erf": _erf, "erfc": _chlo_unary("chlo.erfc"), "lgamma": _chlo_unary("chlo.lgamma"),
+LOWERINGS = {"erf": _erf, "erfc": _chlo_unary("chlo.erfc"), "lgamma": _chlo_unary("chlo.lgamma"), "gamma": _gamma,
              "digamma": _chlo_unary("chlo.digamma"), "polygamma": _polygamma, "check_labels": _check_labels,
              "check_cotangent": _check_cotangent,
              "check_input_shape": _shape_check, "check_same_shape": _shape_check}

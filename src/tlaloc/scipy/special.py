@@ -172,12 +172,9 @@ def _gamma_sign(x):
 
 
 def gamma(x):
-    """``Γ(x) = sign · exp(gammaln(x))``: ``±inf`` at ±0, NaN at negative integers, ``inf`` past 171.6
-    (SciPy's values). Derivative ``Γ(x) ψ(x)``."""
-    val = tnp.multiply(_gamma_sign(x), tnp.exp(_sp.lgamma(x)))
-    pole = tnp.logical_and(tnp.less_equal(x, 0.0), tnp.equal(tnp.floor(x), x))
-    at_pole = tnp.where(tnp.equal(x, 0.0), tnp.reciprocal(x), tnp.multiply(x, _np.nan))
-    return tnp.where(pole, at_pole, val)
+    """``Γ(x)``: SciPy's values (``±inf`` at ±0, NaN at negative integers, ``inf`` past 171.6).
+    Derivative ``Γ(x) ψ(x)``. Compiled, ``sign · exp(gammaln(x))``, as JAX computes it."""
+    return _sp.gamma(x)
 
 
 def betaln(a, b):
