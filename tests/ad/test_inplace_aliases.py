@@ -202,3 +202,58 @@ def test_augassign_on_an_alias_of_unknown_rank_is_built_at_the_first_call():
     # a 0-d value: NumPy scalar or 0-d array, which the code cannot tell; refused at the line
     with pytest.raises(FenceError, match=r"test_inplace_aliases.py:\d+:\d+: `z` and `y` name the same 0-d value"):
         tl.grad(computed_alias_augassign)(np.array(1.5))
+
+
+def list_item_augassign(x):
+    y = x * 2.0
+    items = [y]
+    items[0] += 1.0        # NumPy writes into y itself
+    return np.sum(y * items[0])
+
+
+def dict_item_augassign(x):
+    y = x * 2.0
+    d = {"a": y}
+    d["a"] += 1.0
+    return np.sum(y * d["a"])
+
+
+def scalar_terms(x):
+    terms = [0.0, 0.0]
+    for i in range(3):
+        terms[0] += np.sum(x ** i)         # Python / NumPy scalars: the item alone changes
+        terms[1] += np.sum(x) * i
+    return terms[0] + terms[1]
+
+
+def starred_row_write(x):
+    first, *rest = x
+    rest[0] += 10.0        # a row of x: NumPy would write through to x
+    return np.sum(x)
+
+
+def test_augassign_on_a_container_item_writes_the_array():
+    # Regression (adversarial pass, session 15): the container's item alone changed, y kept its old
+    # value (for x = [.5, -1.5, 2]: 28 and [6, -10, 18] where NumPy gives 33 and [8, -8, 20]).
+    want = jax.grad(lambda v: jnp.sum((2.0 * v + 1.0) ** 2))(X)
+    for f in (list_item_augassign, dict_item_augassign):
+        value, g = tl.value_and_grad(f)(X)
+        assert value == f(X.copy())
+        np.testing.assert_allclose(g, np.asarray(want), rtol=1e-15)
+    value, g = tl.value_and_grad(scalar_terms)(X)
+    assert value == scalar_terms(X.copy())
+    np.testing.assert_allclose(g, np.asarray(jax.grad(lambda v: jnp.sum(v ** 0) + jnp.sum(v) + jnp.sum(v ** 2)
+                                                      + 3 * jnp.sum(v))(X)), rtol=1e-15)
+    with pytest.raises(FenceError, match=r"`rest\[0\]` is a view of `x`"):
+        tl.grad(starred_row_write)(np.ones((3, 2)))
+
+
+def grows_in_place(x: tl.F64["n"]):
+    z = x * 2.0
+    z += np.ones((2, 3))   # NumPy: non-broadcastable output operand
+    return np.sum(z)
+
+
+def test_in_place_result_of_another_rank_is_refused():
+    with pytest.raises(FenceError, match=r"`z` is f64\[n\], and the in-place result is f64\[2,n=3\]: NumPy refuses"):
+        tl.grad(grows_in_place)

@@ -61,3 +61,24 @@ def test_other_methods_are_refused_by_qualified_name():
     with pytest.raises(TlalocError, match=r"test_ufunc_methods.py:\d+:\d+: `numpy.maximum.accumulate` has no tlaloc "
                                           r"equivalent yet; write the running maximum as a `for` loop"):
         tl.grad(running_max)(X)
+
+
+def reduce_a_list(x):
+    return np.sum(np.add.reduce([x, 2.0 * x]) ** 2)
+
+
+def test_a_list_argument_is_stacked_as_numpy_does():
+    # regression (adversarial pass): the list was not stacked, the outer reduction dropped
+    x = np.array([1.5, -2.0, 0.5, 3.0])
+    assert tl.value_and_grad(reduce_a_list)(x)[0] == reduce_a_list(x)
+    np.testing.assert_allclose(tl.grad(reduce_a_list)(x), 18.0 * x, rtol=1e-15)
+    assert tl.jit(lambda v: np.sum(np.add.reduce([v, 2.0 * v])))(x) == np.sum(np.add.reduce([x, 2.0 * x]))
+
+
+def accumulate_all_axes(x):
+    return np.sum(np.add.accumulate(x, axis=None))
+
+
+def test_accumulate_over_several_axes_is_refused_as_numpy_refuses():
+    with pytest.raises(TlalocError, match=r"`numpy.add.accumulate` takes one axis \(an int\), got None"):
+        tl.grad(accumulate_all_axes)(np.ones((2, 2)))

@@ -55,3 +55,18 @@ def test_vmap_and_hessian_leave_defaults_out():
     want = np.asarray(jax.vmap(jax.grad(energy_jax))(batch))
     np.testing.assert_allclose(tl.vmap(tl.grad(energy))(batch), want, rtol=1e-15)
     np.testing.assert_allclose(tl.jit(tl.hessian(energy))(X), np.asarray(jax.hessian(energy_jax)(X)), rtol=1e-14)
+
+
+def energy_mode(a, mode="square"):
+    if mode == "cube":
+        return np.sum(a ** 3)
+    return np.sum(a ** 2)
+
+
+def test_a_string_default_is_read_at_the_first_call():
+    # regression (adversarial pass): tl.grad(f) itself raised a bare TypeError "cannot use str
+    # 'square' as an array operand" with no location
+    g = tl.grad(energy_mode)
+    np.testing.assert_allclose(g(X), 2 * X)
+    np.testing.assert_allclose(g(X, "cube"), 3 * X ** 2)
+    np.testing.assert_allclose(tl.jit(tl.grad(energy_mode))(X), 2 * X)

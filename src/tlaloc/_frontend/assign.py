@@ -69,6 +69,7 @@ class AssignLowerer:
                 self._refuse_outside_write(t, t.id)
             cur = self.lookup(t.id, t)
             new = binop(type(node.op), cur, self.expr(node.value))
+            self._refuse_inplace_result(t, t.id, cur, new)
             if is_symbolic(cur):
                 self._augassign_aliases(t, cur, new)
             elif isinstance(cur, np.ndarray):
@@ -80,7 +81,12 @@ class AssignLowerer:
             v = self.expr(node.value)
             if isinstance(base, (list, dict)) and not is_symbolic(idx):      # counts[k] += 1
                 if not self.is_outside(base):
-                    base[idx] = binop(type(node.op), base[idx], v)
+                    cur = base[idx]
+                    new = binop(type(node.op), cur, v)
+                    if is_symbolic(cur):            # an array item: NumPy's `+=` writes into it in place
+                        self._refuse_inplace_result(t, ast.unparse(t), cur, new)
+                        self._item_augassign_aliases(t, cur, new)
+                    base[idx] = new
                 else:
                     op = type(node.op)
                     def update(v, base=base, idx=idx, op=op):
@@ -239,6 +245,51 @@ class AssignLowerer:
         # a 0-d array's views see `+=`, a NumPy scalar has none: with the rank unknown, views go stale
         self.rebind_after_write(target, target.id, cur, new,
                                 maybe_reason=RANK_REASON if rank is None else ZERO_D_REASON if rank == 0 else None)
+
+    def _refuse_inplace_result(self, node, label, cur, new):
+        """``z += v`` on an array (rank >= 1) writes into ``z``: NumPy refuses a result of another
+        shape ("non-broadcastable output operand") or a float result into an integer or bool array
+        (casting rule 'same_kind'). Regression: both were accepted, ``z`` silently growing to the
+        broadcast shape or becoming float. Checked where the shapes (or the ranks) and dtypes are
+        known when the function is built (annotated or specialised arguments); not yet otherwise."""
+        if not (is_symbolic(cur) and is_symbolic(new)):
+            return
+        a, b = cur.aval, new.aval
+        if a.rank is None or a.rank == 0 or a.shape is None or b.shape is None:
+            return
+        known = all(isinstance(d, int) for d in a.shape + b.shape)
+        if (known and tuple(a.shape) != tuple(b.shape)) or (b.rank is not None and b.rank > a.rank):
+            raise self.src.error(node, f"`{label}` is {a}, and the in-place result is {b}: NumPy refuses it "
+                                       f"(non-broadcastable output operand). "
+                                       f"Write `{label} = {label} + ...` for a new array")
+        if (a.dtype is not None and b.dtype is not None and a.dtype.kind in "iub" and b.dtype.kind in "fc"
+                and not a.weak):
+            raise self.src.error(node, f"`{label}` is {a.dtype} and the in-place result is {b.dtype}: NumPy refuses "
+                                       f"to cast it back (casting rule 'same_kind'). Write `{label} = {label} + ...` "
+                                       f"for a new array")
+
+    def _item_augassign_aliases(self, target, cur, new):
+        """``L[0] += v`` where the item is an array value: as ``z = L[0]; z += v`` (NumPy's ``+=``
+        writes into that array, so every name and container bound to it sees the write, and a view
+        of another array is refused). Regression: the list's item alone changed (``y = x * 2;
+        L = [y]; L[0] += 1`` left ``y`` as it was, a silently wrong value and gradient; and
+        ``a, *b = x; b[0] += 10`` did not write through to ``x``, where NumPy does)."""
+        label = ast.unparse(target)
+        self._refuse_view_write(target, cur, label)
+        self._refuse_outside_alias(target, cur, label)
+        aliases = [n for n, v in self.env.items() if v is cur and not n.startswith(".")]
+        rank = cur.aval.rank
+        if aliases and rank is None and self.ctx.specialisable:
+            from .structure import ShapeNeeded
+            raise self.src.error(target, f"`{label}` and `{aliases[0]}` name the same value: whether `{label} += "
+                                         f"...` changes `{aliases[0]}` depends on its rank, known at the first call",
+                                 ShapeNeeded)
+        if aliases and (rank is None or rank == 0):
+            raise self.src.error(target, f"`{label}` and `{aliases[0]}` name the same value; whether `{label} += "
+                                         f"...` changes `{aliases[0]}` depends on whether it is an array or a NumPy "
+                                         f"scalar. Write `{label} = {label} + ...` for a new value")
+        if rank is not None and rank >= 1:
+            self.rebind_after_write(target, label, cur, new)
 
     def _concrete_write(self, node, cur, new):
         """An in-place write (``b += v``, ``b[i] = v``) into an array built from constants

@@ -162,8 +162,12 @@ class CallLowerer:
             raise self.src.error(node, f"`{qual}` is supported with an array and `axis` (and `keepdims` for "
                                        f"reduce) only; got {sorted(extra) or f'{len(args)} positional arguments'}")
         axis = args[1] if len(args) == 2 else kwargs.get("axis", 0)
+        if method == "accumulate" and not isinstance(axis, int):
+            raise self.src.error(node, f"`{qual}` takes one axis (an int), got {axis!r}: accumulate does not "
+                                       f"allow multiple axes")
+        x = _stacked(args[0]) if isinstance(args[0], (list, tuple)) else args[0]   # np.add.reduce([a, b])
         rest = {k: v for k, v in kwargs.items() if k == "keepdims"}
-        return self._checked(eq, [args[0]], {"axis": axis, **rest}, node)
+        return self._checked(eq, [x], {"axis": axis, **rest}, node)
 
     def _checked(self, fn, args, kwargs, node):
         # a nested def/lambda handed to a tlaloc function (tl.cond, tl.scan ...) is

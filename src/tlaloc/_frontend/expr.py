@@ -169,6 +169,15 @@ class ExprLowerer:
                 val = fn(left, right)
             else:
                 static_op, sym_op = _CMPOPS[type(op)]
+                if (is_symbolic(left) or is_symbolic(right)) and isinstance(right if is_symbolic(left) else left, str):
+                    # `mode == 'a'` on a parameter whose value is not known yet (a string default, or an
+                    # argument): its value is read at the first call (regression: a bare TypeError
+                    # "cannot use str 'a' as an array operand" with no location at tl.grad(f))
+                    if self.ctx.specialisable:
+                        raise self.src.error(node, "a comparison with a string needs the value of this argument; "
+                                                   "it is read at the first call", ShapeNeeded)
+                    raise self.src.error(node, "an array compared with a string; pass the string as a static "
+                                               "argument (not an array)")
                 val = sym_op(left, right) if (is_symbolic(left) or is_symbolic(right)) else static_op(left, right)
             result = val if result is None else self._and(result, val)
             left = right
