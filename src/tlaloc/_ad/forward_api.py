@@ -73,6 +73,61 @@ class _JVPTransform(Transformed):
                 _pytree.unflatten(lowered.out_tree, list(outs[n_out:])))
 
 
+    def lower_jvp_call(self, lowerer, primals, tangents, node):
+        """``tl.jvp(f, primals, tangents)`` called inside another function being lowered (under
+        ``tl.jit``, ``tl.grad``, ...): this transform's graph inlined at the call, its inputs the
+        primals, the closure values, then the tangents. Regression: the eager path ran on the
+        symbolic values and refused them ("tangent shape <_SymbolicShape ...> differs")."""
+        from .._core.passes import inline
+        from .._frontend import specialise
+        from .._frontend.structure import ShapeNeeded
+        if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+            raise lowerer.src.error(node, "jvp: primals and tangents must be tuples of arguments, e.g. jvp(f, (x,), (v,))")
+        if len(primals) != len(tangents):
+            raise lowerer.src.error(node, f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+        flat, trees, tflat = [], [], []
+        for p, t in zip(primals, tangents):
+            pl, pt = _pytree.flatten(p)
+            tl_, tt = _pytree.flatten(t)
+            if pt != tt:
+                raise lowerer.src.error(node, f"jvp: a tangent has structure {tt!r} but its primal has {pt!r}")
+            for a, b in zip(pl, tl_):
+                sa, sb = _known_shape(a), _known_shape(b)
+                if (sa is None or sb is None) and lowerer.ctx.specialisable:   # checked at the first call
+                    raise lowerer.src.error(node, "jvp: the shapes of the primals and tangents are compared at "
+                                                  "the first call", ShapeNeeded)
+                if sa is not None and sb is not None and sa != sb:
+                    raise lowerer.src.error(node, f"jvp: tangent shape {sb} differs from primal shape {sa}")
+            flat += pl
+            tflat += tl_
+            trees.append(pt)
+        try:
+            entry = self._entry(list(trees))
+        except ShapeNeeded:
+            avals = specialise.known_avals(flat)      # the call site knows the shapes: specialise to them
+            if avals is None:
+                raise
+            entry = self._entry(list(trees), avals)
+        lowered = entry["lowered"]
+        closure = []
+        for g in lowered.closure_getters:
+            value = None if getattr(g, "__tlaloc_call_time__", False) else g()
+            closure.append(lowerer._external(value, ("transformed", id(self), id(g)), g, "closure"))
+        outs = inline(entry["graphs"][0][0], flat + closure + tflat)
+        n_out = len(outs) // 2
+        return (_pytree.unflatten(lowered.out_tree, list(outs[:n_out])),
+                _pytree.unflatten(lowered.out_tree, list(outs[n_out:])))
+
+
+def _known_shape(x):
+    """x's shape where it is known when the function is built (a tuple of ints), else None."""
+    aval = getattr(x, "aval", None)
+    if aval is None:
+        return np.shape(x)
+    shape = aval.shape
+    return tuple(shape) if shape is not None and all(isinstance(d, int) for d in shape) else None
+
+
 _JVP_CACHE: dict = {}
 
 
