@@ -79,7 +79,6 @@ class _JVPTransform(Transformed):
         primals, the closure values, then the tangents. Regression: the eager path ran on the
         symbolic values and refused them ("tangent shape <_SymbolicShape ...> differs")."""
         from .._core.passes import inline
-        from .._frontend import specialise
         from .._frontend.structure import ShapeNeeded
         if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
             raise lowerer.src.error(node, "jvp: primals and tangents must be tuples of arguments, e.g. jvp(f, (x,), (v,))")
@@ -104,16 +103,11 @@ class _JVPTransform(Transformed):
         try:
             entry = self._entry(list(trees))
         except ShapeNeeded:
-            avals = specialise.known_avals(flat)      # the call site knows the shapes: specialise to them
-            if avals is None:
+            entry = self.call_site_entry(trees, flat)
+            if entry is None:
                 raise
-            entry = self._entry(list(trees), avals)
         lowered = entry["lowered"]
-        closure = []
-        for g in lowered.closure_getters:
-            value = None if getattr(g, "__tlaloc_call_time__", False) else g()
-            closure.append(lowerer._external(value, ("transformed", id(self), id(g)), g, "closure"))
-        outs = inline(entry["graphs"][0][0], flat + closure + tflat)
+        outs = inline(entry["graphs"][0][0], flat + self.closure_at_call(lowerer, lowered) + tflat)
         n_out = len(outs) // 2
         return (_pytree.unflatten(lowered.out_tree, list(outs[:n_out])),
                 _pytree.unflatten(lowered.out_tree, list(outs[n_out:])))

@@ -223,16 +223,26 @@ class Transformed:
                     raise
                 lowered = self.as_lowered(list(trees))
         except ShapeNeeded:
-            avals = specialise.known_avals(flat)      # the call site knows the shapes: specialise to them
-            if avals is None:
+            entry = self.call_site_entry(trees, flat)
+            if entry is None:
                 raise
-            lowered = self.as_lowered(list(trees), avals)
+            lowered = entry["as_lowered"]
+        outs = inline(lowered.graph, flat + self.closure_at_call(lowerer, lowered))
+        return _pytree.unflatten(lowered.out_tree, outs)
+
+    def call_site_entry(self, trees, flat):
+        """The entry specialised to the shapes a call site inside another lowering knows for the
+        leaves ``flat``; None where it does not know them."""
+        avals = specialise.known_avals(flat)
+        return None if avals is None else self._entry(list(trees), avals)
+
+    def closure_at_call(self, lowerer, lowered):
+        """The values ``lowered`` closes over, as operands of the lowering that inlines it."""
         closure = []
         for g in lowered.closure_getters:
             value = None if getattr(g, "__tlaloc_call_time__", False) else g()
             closure.append(lowerer._external(value, ("transformed", id(self), id(g)), g, "closure"))
-        outs = inline(lowered.graph, flat + closure)
-        return _pytree.unflatten(lowered.out_tree, outs)
+        return closure
 
 
 class ShapeDependent(Transformed):
