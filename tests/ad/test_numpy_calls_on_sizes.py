@@ -62,3 +62,18 @@ def correlate_floats(x):
 def test_float_arrays_are_still_refused_by_name():
     with pytest.raises(TlalocError, match="`numpy.correlate` has no tlaloc equivalent"):
         tl.grad(correlate_floats)(np.ones(3))
+
+
+def pair_energy(x, n):
+    i, j = np.triu_indices(n, k=1)
+    return np.sum(x[i, j] ** 2)
+
+
+def test_a_size_given_as_an_integer_argument():
+    # adversarial pass: `np.triu_indices(n)` with an integer argument n was refused at tl.grad(f)
+    x = np.arange(16.0).reshape(4, 4) / 5
+    for n in (3, 4):
+        i, j = np.triu_indices(n, k=1)
+        want = np.zeros_like(x)
+        want[i, j] = 2 * x[i, j]
+        np.testing.assert_allclose(tl.grad(pair_energy)(x, n), want, rtol=1e-15)

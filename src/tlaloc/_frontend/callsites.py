@@ -116,7 +116,8 @@ class CallLowerer:
                 args = [_stacked(args[0])] + list(args[1:])     # np.sum([a, b]), np.array([[a, b], [c, d]])
             eq = _OVERRIDES.get(name) or calls.numpy_equivalent(fn)
             if eq is None:
-                if _sizes_only(args, kwargs):   # np.triu_indices(n, k=1) with n = x.shape[0]: run it once n is known
+                if name in _SIZE_FUNCTIONS or _sizes_only(args, kwargs):   # np.triu_indices(x.shape[0], 1): run it
+                    # once the sizes are known (an argument `n` of unknown type is taken for a size here)
                     self._value_needed(args, kwargs, node, None)
                 raise self.src.error(node, calls.no_equivalent_message(fn))
             if isinstance(eq, np.dtype):        # np.float64(x) on an array computed here: x.astype
@@ -219,6 +220,11 @@ class CallLowerer:
             name = getattr(getattr(node, "func", None), "attr", None) or getattr(getattr(node, "func", None), "id", "")
             raise self.src.error(node, f"`{name}` needs the Python value of a size or an integer argument",
                                  ShapeNeeded) from None
+
+
+#: NumPy functions of sizes only (no array operand): run at the first call, once their sizes are known
+_SIZE_FUNCTIONS = frozenset({"triu_indices", "tril_indices", "diag_indices", "indices", "tri", "unravel_index",
+                             "ravel_multi_index"})
 
 
 def _is_jvp(fn) -> bool:
