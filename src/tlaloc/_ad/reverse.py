@@ -20,7 +20,7 @@ from .._core.primitive import NodeRule
 from .._core.rules import ensure_rules, refusal
 from .._prims.broadcasting import zeros_like
 from .._prims.elementwise import add
-from ..errors import NoRuleError, at_location
+from ..errors import GradientError, NoRuleError, at_location
 
 
 def _bar_hint(var) -> str:
@@ -124,8 +124,8 @@ def forward_sweep(graph: Graph, in_vals, given=None):
                             in_bars = rule(tuple(gs), *ins, out=tuple(outs), **dict(node.params))
                         else:
                             in_bars = rule(gs[0], *ins, out=outs[0], **dict(node.params))
-                    except NoRuleError as e:     # a rule that refuses these parameters (einsum 'ii')
-                        raise at_location(e, node.loc) from None
+                    except (NoRuleError, GradientError) as e:   # a rule that refuses these parameters
+                        raise at_location(e, node.loc) from None      # (einsum 'ii', a non-square full svd)
             for a, g in zip(node.inputs, in_bars):
                 if isinstance(a, Var):
                     accumulate(a, g)

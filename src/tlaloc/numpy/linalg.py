@@ -85,6 +85,13 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     (2016); with ``full_matrices=True`` only for square matrices."""
     if not compute_uv:
         return svdvals(a)
+    shape = getattr(getattr(a, "aval", None), "shape", ())
+    if full_matrices and (shape is None or not all(isinstance(d, int) for d in shape[-2:])):
+        # whether u and vh are square (and have a derivative) depends on m and n: read at the first call
+        # (regression: a non-square matrix's derivative failed in NumPy inside the generated code)
+        from ..errors import ShapeError
+        raise ShapeError("svd with full_matrices=True needs the matrix's shape (its derivative exists only "
+                         "for a square matrix)")
     return _named(SVDResult, _spec.svd(a, full_matrices))
 
 
