@@ -150,6 +150,21 @@ def jvp(fun, primals=None, tangents=None):
     return t(primals, tangents)
 
 
+def _lower_jvp(lowerer, args, kwargs, node):
+    """``tl.jvp(f, primals, tangents)`` met by the front end inside a function it lowers, with an
+    array argument (``_frontend/callsites.py`` calls a function's ``__tlaloc_lower_symbolic__``)."""
+    from .._frontend.values import LocalFunction
+    if len(args) != 3 or kwargs:
+        raise lowerer.src.error(node, "jvp inside a transformed function: call it as jvp(f, primals, tangents)")
+    if isinstance(args[0], LocalFunction):
+        raise lowerer.src.error(node, "tl.jvp of a function nested in the one being transformed is not supported "
+                                      "yet; define it at module level")
+    return _jvp_of(args[0]).lower_jvp_call(lowerer, args[1], args[2], node)
+
+
+jvp.__tlaloc_lower_symbolic__ = _lower_jvp
+
+
 def jacfwd(fun=None, argnums=0):
     """Jacobian by forward mode: shape ``f(x).shape + x.shape``."""
     if fun is None:

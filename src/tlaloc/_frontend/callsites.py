@@ -68,13 +68,9 @@ class CallLowerer:
         if (symbolic and not isinstance(fn, type) and isinstance(call_method, types.FunctionType)
                 and calls.is_user_function(call_method)):
             return self.inline_call(call_method, [fn] + list(args), kwargs, node)
-        if symbolic and _is_jvp(fn) and len(args) == 3 and not kwargs:   # tl.jvp(f, primals, tangents) in a lowering
-            from .._ad.forward_api import _jvp_of
-            target = args[0]
-            if isinstance(target, LocalFunction):
-                raise self.src.error(node, "tl.jvp of a function nested in the one being transformed is not supported "
-                                           "yet; define it at module level")
-            return _jvp_of(target).lower_jvp_call(self, args[1], args[2], node)
+        lower_symbolic = getattr(fn, "__tlaloc_lower_symbolic__", None)
+        if symbolic and lower_symbolic is not None:     # tl.jvp(f, primals, tangents) inside a lowering
+            return lower_symbolic(self, args, kwargs, node)
         transformed = getattr(fn, "__tlaloc_transformed__", None)
         if transformed is not None:
             return self.call_transformed(transformed, args, kwargs, node)
@@ -225,11 +221,6 @@ class CallLowerer:
 #: NumPy functions of sizes only (no array operand): run at the first call, once their sizes are known
 _SIZE_FUNCTIONS = frozenset({"triu_indices", "tril_indices", "diag_indices", "indices", "tri", "unravel_index",
                              "ravel_multi_index"})
-
-
-def _is_jvp(fn) -> bool:
-    from .._ad import forward_api
-    return fn is forward_api.jvp
 
 
 def _sizes_only(args, kwargs) -> bool:
