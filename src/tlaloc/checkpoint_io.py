@@ -115,7 +115,13 @@ def save_checkpoint(path, model, opt_state=None, *, step: int = 0, metadata: dic
         raise ArgumentError(f"save_checkpoint: step must be an int, got {step!r}")
     meta = {"tlaloc.format": FORMAT, "tlaloc.step": str(int(step)),
             "tlaloc.structure": json.dumps(structures, sort_keys=True)}
+    if metadata is not None and not isinstance(metadata, dict):
+        raise ArgumentError(f"save_checkpoint: metadata must be a dict of str keys to str values, got "
+                            f"{type(metadata).__name__}")
     for k, v in (metadata or {}).items():
+        if not isinstance(k, str):
+            raise ArgumentError(f"save_checkpoint: metadata keys must be str (safetensors stores str -> str), got "
+                                f"{k!r}; e.g. metadata={{{str(k)!r}: ...}}")
         if k.startswith("tlaloc."):
             raise ArgumentError(f"save_checkpoint: metadata key {k!r} is reserved")
         meta[str(k)] = str(v)
@@ -138,7 +144,12 @@ def _atomic_write(path: str, data: bytes) -> None:
     except FileNotFoundError:
         mode = None
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)   # the umask applies, as for open()
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)   # the umask applies, as for open()
+    except OSError as e:
+        # regression: the error named the hidden temporary file, not the path the caller gave
+        raise type(e)(e.errno, f"save_checkpoint: cannot write {given!r} (a temporary file in {directory!r} "
+                               f"could not be created: {e.strerror})", given) from None
     try:
         if mode is not None:
             os.fchmod(fd, mode)

@@ -22,6 +22,12 @@ class ShapeError(TlalocError, ValueError):
     """
 
 
+class RankUnknownError(ShapeError):
+    """An operation needs the rank of an operand whose rank is not known yet (a function built
+    before its first call, with unannotated arguments). The front end then builds the function
+    again at its first call, for the arguments' shapes; elsewhere it says to annotate."""
+
+
 class DTypeError(TlalocError, TypeError):
     """Operand dtypes do not fit an operation.
 

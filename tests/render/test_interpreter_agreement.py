@@ -63,3 +63,20 @@ def test_a_negative_nan_constant_keeps_its_sign_bit():
         value, x_bar = tl.value_and_grad(log_of_a_captured_negative)(np.array([1.0]))
     assert np.isnan(value) and np.signbit(value) == np.signbit(want)
     np.testing.assert_array_equal(x_bar, [1.0])
+
+
+def _reversed_weights(x):
+    return np.sum(np.flip(x ** 2) * np.arange(float(x.shape[0])))
+
+
+def test_a_reversed_constant_view_sums_in_the_rendered_order():
+    """Regression (session 16): ``np.flip(...) * np.arange(n)`` left the graph a reversed view of the
+    constant, which np.einsum summed in another order than the rendered (C-ordered) constant: the
+    rendered gradient and the interpreter's differed by 1 ulp."""
+    x = np.array([0.3, -1.2, 2.0, 0.7, 1.1, 0.25, -3.5, 1.75])
+    g = tl.grad(_reversed_weights)
+    rendered = g(x)
+    entry = g._last_entry
+    interpreted = tl.eval_graph(entry["graphs"][0][0], x)[0]
+    assert np.asarray(rendered).tobytes() == np.asarray(interpreted).tobytes()
+    np.testing.assert_allclose(rendered, 2 * x * np.arange(8.0)[::-1], rtol=1e-15)

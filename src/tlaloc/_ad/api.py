@@ -12,9 +12,11 @@ import numpy as np
 
 from .. import _pytree
 from .._core.builder import Builder
+from .._core.graph import Graph
 from .._core.passes import dce, split
 from .._core.simplify import simplify
 from .._frontend.lower import LoweredFunction
+from .._frontend.specialise import NOTHING
 from .._prims.misc import grad_seed_p
 from ..errors import ArgumentError, GradientError
 from . import control_rules  # noqa: F401  (registers the control-flow rules)
@@ -46,6 +48,7 @@ def _fn_name(fn) -> str:
 
 class _ReverseTransform(Transformed):
     """grad / value_and_grad."""
+    same_signature = True
 
     def __init__(self, fn, argnums, has_aux, with_value):
         self.argnums, self.single = _normalize_argnums(argnums, "grad")
@@ -104,7 +107,14 @@ class _ReverseTransform(Transformed):
         g = simplify(dce(g))
         arg_names = [v.hint for v in graph.inputs]
         self._out_layout = (out_leaves, len(grads))
-        as_lowered = LoweredFunction(g, lowered.fn, lowered.arg_names, lowered.arg_trees,
+        nested = g
+        if self.has_aux and not self.with_value:
+            # the nested view returns (grads, aux) as a call does: the value leaf dropped, the
+            # gradients first (regression: tl.vmap(tl.grad(f, has_aux=True)) returned the value
+            # where the gradient belongs)
+            outs = tuple(g.outputs)                        # value (one leaf), aux leaves, gradients
+            nested = dce(Graph(g.inputs, g.nodes, outs[out_leaves:] + outs[1:out_leaves], g.name))
+        as_lowered = LoweredFunction(nested, lowered.fn, lowered.arg_names, lowered.arg_trees,
                                      lowered.closure_getters, None, lowered.src, lowered.guards)
         doc = f"Gradient of `{fname}` with respect to {', '.join(self._arg_label(lowered, a) for a in self.argnums)}."
         functions = [(g, self.name, arg_names, doc)]
@@ -129,10 +139,22 @@ class _ReverseTransform(Transformed):
     def check_structure(self, args):
         refuse_none_argnums(self.kind, self.fn, args, self.argnums)
 
+    def differentiated(self, n_args: int):
+        return {a % n_args for a in self.argnums if -n_args <= a < n_args}
+
     def check_args(self, args, trees, flat, lowered, entry):
         ranges = entry["ranges"]
         for a in self.argnums:
             for i in range(*ranges[a]):
+                if flat[i] is NOTHING:                 # an object, not an array: no gradient to give
+                    label = lowered.arg_names[a] if a < len(lowered.arg_names) else a
+                    what = (f"a {type(args[a]).__name__} object" if ranges[a][1] - ranges[a][0] == 1
+                            else "a structure holding a value that is not an array or a number")
+                    raise GradientError(
+                        f"grad: argument `{label}` (argnums={a}) is {what}: it has no gradient. Make its "
+                        f"class a @dataclasses.dataclass, whose "
+                        f"array fields are then differentiated, or pass its arrays (a dict or list) as the "
+                        f"argument, or leave it out of argnums")
                 dt = flat[i].dtype
                 if dt not in _FLOAT_DTYPES:
                     label = lowered.arg_names[a] if a < len(lowered.arg_names) else a
@@ -216,13 +238,61 @@ class _VJPFunction:
     def __init__(self, parent, residuals, entry, out_tree, arg_trees):
         self._parent, self._res, self._entry = parent, residuals, entry
         self._out_tree, self._arg_trees = out_tree, arg_trees
-        self.__tlaloc_transformed__ = parent        # tl.source(vjp_fn): the fwd/bwd module
+        # tl.source(vjp_fn): the fwd/bwd module. (Not __tlaloc_transformed__: vjp_fn takes cotangents,
+        # not the arguments of the function; regression: tl.jit(vjp_fn) compiled the forward pass.)
+        self.__tlaloc_source_of__ = parent
+        self.__name__ = f"{parent.name}_fn"
 
-    def __call__(self, ct):
+    def _structured(self, bars):
+        out, k = [], 0
+        for t in self._arg_trees:
+            out.append(_pytree.unflatten(t, list(bars[k:k + t.num_leaves])))
+            k += t.num_leaves
+        return tuple(out)
+
+    def _checked_cotangent(self, ct):
         leaves, tree = _pytree.flatten(ct)
         if tree != self._out_tree:
             raise ArgumentError(f"vjp_fn: the cotangent must have the output's structure {self._out_tree!r}, "
                                 f"got {tree!r}")
+        return leaves
+
+    def __tlaloc_lower_symbolic__(self, lowerer, args, kwargs, node):
+        """``vjp_fn(ct)`` inside a function being lowered (``tl.grad`` of it, or under ``tl.jit``): the
+        backward graph inlined, the residuals of the forward call as constants."""
+        from .._core.passes import inline
+        if kwargs or len(args) != 1:
+            raise lowerer.src.error(node, "vjp_fn takes one argument: the output cotangent")
+        try:
+            leaves = self._checked_cotangent(args[0])
+        except ArgumentError as e:
+            raise lowerer.src.error(node, str(e)) from None
+        res = [lowerer._external(r, ("vjp residual", id(self), k), lambda r=r: r, f"residual_{k}")
+               for k, r in enumerate(self._res)]
+        bwd = self._entry["graphs"][1][0]
+        return self._structured(inline(bwd, res + list(leaves)))
+
+    def __tlaloc_jit_source__(self, trees, source_type):
+        """``tl.jit(vjp_fn)``: the backward graph, taking the cotangent's leaves, then the residuals
+        (as closure values)."""
+        from .._core.graph import Graph as _Graph
+        if len(trees) != 1 or trees[0] != self._out_tree:
+            raise ArgumentError(f"jit of vjp_fn: call it with one cotangent of the output's structure "
+                                f"{self._out_tree!r}")
+        bwd = self._entry["graphs"][1][0]
+        n_res = len(self._res)
+        graph = _Graph(tuple(bwd.inputs[n_res:]) + tuple(bwd.inputs[:n_res]), bwd.nodes, bwd.outputs, bwd.name)
+
+        def finish(args, trees_, outs):
+            return self._structured(list(outs))
+
+        def check(args, trees_, leaves):
+            return None
+
+        return source_type(graph, [lambda r=r: r for r in self._res], finish, check)
+
+    def __call__(self, ct):
+        leaves = self._checked_cotangent(ct)
         for k, (c, o) in enumerate(zip(leaves, self._out_leaves)):
             c, o = np.asarray(c), np.asarray(o)
             if c.shape != o.shape or c.dtype != o.dtype:
@@ -230,11 +300,7 @@ class _VJPFunction:
                                     f"{o.shape} {o.dtype}, got {c.shape} {c.dtype}; "
                                     f"e.g. np.ones_like(out)")
         bars = self._entry["bwd"](*self._res, *[np.asarray(l) for l in leaves])
-        out, k = [], 0
-        for t in self._arg_trees:
-            out.append(_pytree.unflatten(t, list(bars[k:k + t.num_leaves])))
-            k += t.num_leaves
-        return tuple(out)
+        return self._structured(bars)
 
 
 class _VJPTransform(Transformed):
@@ -325,9 +391,18 @@ def source(f, *example_args) -> str:
     Raises:
       ArgumentError: for anything else (``tl.jit`` output: use ``.lower(...).as_text()``).
     """
-    t = getattr(f, "__tlaloc_transformed__", None)
+    t = getattr(f, "__tlaloc_transformed__", None) or getattr(f, "__tlaloc_source_of__", None)
     if t is None:
         raise ArgumentError(f"source: {getattr(f, '__name__', f)!r} is not a transformed function; pass the "
                             f"result of tl.grad / tl.vjp / tl.jvp / tl.vmap / tl.capture (for tl.jit use "
                             f"jitted.lower(*args).as_text())")
     return t.source(*example_args) if example_args else t.source()
+
+
+# a nested def/lambda passed to these inside a function being lowered is closure-converted
+# (tlaloc._frontend.local_transform)
+grad.__tlaloc_takes_local__ = True
+value_and_grad.__tlaloc_takes_local__ = True
+
+from .vjp_inline import lower_vjp as _lower_vjp  # noqa: E402  (vjp inside a lowering)
+vjp.__tlaloc_lower_symbolic__ = _lower_vjp

@@ -65,7 +65,7 @@ def _layout(name, spec, x_rank, dyn, ddims):
 def _shift_spec(spec, k: int):
     """``spec`` with dynamic operand numbers shifted by ``k``."""
     def bound(b):
-        return ("d", b[1] + k) if isinstance(b, tuple) else b
+        return (b[0], b[1] + k) + tuple(b[2:]) if isinstance(b, tuple) else b
 
     out = []
     for e in spec:

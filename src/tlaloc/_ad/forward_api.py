@@ -100,12 +100,7 @@ class _JVPTransform(Transformed):
             flat += pl
             tflat += tl_
             trees.append(pt)
-        try:
-            entry = self._entry(list(trees))
-        except ShapeNeeded:
-            entry = self.call_site_entry(trees, flat)
-            if entry is None:
-                raise
+        entry = self.entry_at_call_site(trees, flat)
         lowered = entry["lowered"]
         outs = inline(entry["graphs"][0][0], flat + self.closure_at_call(lowerer, lowered) + tflat)
         n_out = len(outs) // 2
@@ -156,10 +151,12 @@ def _lower_jvp(lowerer, args, kwargs, node):
     from .._frontend.values import LocalFunction
     if len(args) != 3 or kwargs:
         raise lowerer.src.error(node, "jvp inside a transformed function: call it as jvp(f, primals, tangents)")
-    if isinstance(args[0], LocalFunction):
-        raise lowerer.src.error(node, "tl.jvp of a function nested in the one being transformed is not supported "
-                                      "yet; define it at module level")
-    return _jvp_of(args[0]).lower_jvp_call(lowerer, args[1], args[2], node)
+    fun = args[0]
+    if isinstance(fun, LocalFunction):            # closure-converted (_frontend/local_transform.py)
+        from .._frontend.local_transform import LocalCallable
+        return _JVPTransform(LocalCallable(fun, lowerer._defaults(fun.node.args, fun))).lower_jvp_call(
+            lowerer, args[1], args[2], node)                      # not cached: one per lowering
+    return _jvp_of(fun).lower_jvp_call(lowerer, args[1], args[2], node)
 
 
 jvp.__tlaloc_lower_symbolic__ = _lower_jvp
@@ -183,7 +180,12 @@ def hessian(fun=None, argnums=0):
     """Hessian as forward over reverse: ``jacfwd(grad(f))``; shape ``x.shape + x.shape``."""
     if fun is None:
         return functools.partial(hessian, argnums=argnums)
-    if not isinstance(argnums, (int, np.integer)):
-        raise ArgumentError(f"hessian: argnums must be one int (got {argnums!r}); for blocks of a "
-                            f"Hessian use tl.jacfwd(tl.grad(f, argnums=i), argnums=j)")
+    # argnums=(0, 1): the blocks ((H00, H01), (H10, H11)), as JAX's
     return jacfwd(_grad(fun, argnums=argnums), argnums=argnums)
+
+
+# a nested def/lambda passed to these inside a function being lowered is closure-converted
+# (tlaloc._frontend.local_transform)
+jacfwd.__tlaloc_takes_local__ = True
+jacrev.__tlaloc_takes_local__ = True
+hessian.__tlaloc_takes_local__ = True

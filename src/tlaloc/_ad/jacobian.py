@@ -27,6 +27,7 @@ from .._core.aval import AbstractValue
 from .._core.builder import Builder
 from .._core.passes import dce, inline
 from .._core.verifier import verify
+from .._frontend.call_binding import check_positional_count, require_callable
 from .._frontend.lower import LoweredFunction
 from .._frontend.structure import ShapeNeeded, StructureNeeded
 from ..errors import ArgumentError, TlalocError
@@ -119,12 +120,39 @@ def _over_basis(raw, ins, in_avals, basis_av, outs, name):
     return [res[k] for k in outs]
 
 
+def _jacobians_of_every_output(graph, in_avals, wrt, mode, name):
+    """One graph: for each output of ``graph`` in turn, its Jacobians by the inputs ``wrt``."""
+    if len(graph.outputs) == 1:
+        return jacobian_graph(graph, in_avals, wrt, mode, name)
+    from .._core.graph import Graph
+    b = Builder(name=name)
+    with b.active():
+        ins = [b.new_input(av, v.hint) for av, v in zip(in_avals, graph.inputs)]
+        outs = []
+        for k, out in enumerate(graph.outputs):
+            one = dce(Graph(graph.inputs, graph.nodes, (out,), f"{graph.name}_out{k}"))
+            outs.extend(inline(jacobian_graph(one, in_avals, wrt, mode, f"{name}_out{k}"), ins))
+        g = b.finish(outs)
+    return dce(g)
+
+
+def _result_tree(out_tree, arg_trees, single):
+    """The structure of the Jacobians: the output's, each leaf holding, per argnum, the argument's
+    structure (one argnum given as an int: that structure alone)."""
+    per_output = arg_trees[0] if single else _pytree.TreeDef("tuple", None, tuple(arg_trees))
+    dummy = _pytree.unflatten(per_output, [0] * per_output.num_leaves)
+    out_tree = out_tree if out_tree is not None else _LEAF
+    return _pytree.flatten(_pytree.unflatten(out_tree, [dummy] * out_tree.num_leaves))[1]
+
+
 # -- the transform --------------------------------------------------------------------------------------
 
 class JacobianTransform(ShapeDependent):
     """``tl.jacfwd(f)`` / ``tl.jacrev(f)``: built per argument shapes (like ``vmap``)."""
+    same_signature = True
 
     def __init__(self, fn, argnums, mode):
+        require_callable(f"jac{mode}", fn)
         self.argnums, self.single = _normalize_argnums(argnums, f"jac{mode}")
         self.mode, self.kind = mode, f"jac{mode}"
         self.fn, self.name = fn, f"jac{mode}_{_fn_name(fn)}"
@@ -144,51 +172,71 @@ class JacobianTransform(ShapeDependent):
             vjp_graph(low.graph)
 
     def _built(self, trees, avals):
-        """The entry for array arguments with leaf ``avals``."""
-        if any(tr != _LEAF for tr in trees):
-            raise ArgumentError(f"{self.name}: jacfwd/jacrev/hessian take array arguments (no pytrees)")
+        """The entry for arguments with structures ``trees`` and leaf ``avals``.
+
+        Pytrees in and out, as JAX's: for each output leaf, per argnum, the argument's structure
+        with the Jacobian of that output leaf by each of its leaves (shape ``out.shape +
+        leaf.shape``); a tuple over ``argnums`` unless one int was given; all in the output's
+        structure. (Regression: dict arguments and tuple outputs were refused, and so was
+        ``hessian(f, argnums=(0, 1))``, which is jacfwd of a tuple-valued grad.)"""
         n = len(trees)
         for a in self.argnums:
             if not -n <= a < n:
                 raise ArgumentError(f"{self.kind}: argnums={a} but {n} arguments were given")
         argnums = tuple(a % n for a in self.argnums)
+        ranges, k = [], 0
+        for tr in trees:
+            ranges.append((k, k + tr.num_leaves))
+            k += tr.num_leaves
+        wrt = [i for a in argnums for i in range(*ranges[a])]
         for a in argnums:
-            if np.dtype(avals[a].dtype).kind != "f":
-                raise ArgumentError(f"{self.kind}: argument {a} has dtype {avals[a].dtype}; differentiate with "
-                                    f"respect to floating-point arguments")
+            for i in range(*ranges[a]):
+                if avals[i] is None or np.dtype(avals[i].dtype).kind != "f":
+                    raise ArgumentError(f"{self.kind}: argument {a} has a leaf of dtype "
+                                        f"{getattr(avals[i], 'dtype', type(avals[i]).__name__)}; differentiate "
+                                        f"with respect to floating-point arrays")
         low = self.primal_lowering(list(trees), list(avals))
-        if low.out_tree is not None and low.out_tree != _LEAF or len(low.graph.outputs) != 1:
-            raise ArgumentError(f"{self.name}: the function must return one array, got structure {low.out_tree!r}")
-        closure_avals = [_aval.of(np.asarray(g())) for g in low.closure_getters]
-        key = (tuple(avals), tuple(closure_avals))
+        closure_avals = [g.value.aval if getattr(g, "__tlaloc_captured__", False) else _aval.of(np.asarray(g()))
+                         for g in low.closure_getters]                    # captured: local_transform.py
+        key = (tuple(trees), tuple(avals), tuple(closure_avals))
         if key in self._entries and not self.drop_if_stale(self._entries[key]["lowered"]):
             return self._entries[key]
-        g = verify(jacobian_graph(low.graph, list(avals) + closure_avals, argnums, self.mode, self.name))
+        in_avals = list(avals) + closure_avals
+        g = verify(_jacobians_of_every_output(low.graph, in_avals, wrt, self.mode, self.name))
         arg_names = [v.hint for v in low.graph.inputs]
         doc = f"The Jacobian of `{_fn_name(self.fn)}` ({self.kind}, argnums={self.argnums!r})."
         source, namespace = render_and_load([(g, self.name, arg_names, doc)], f"{self.kind} of {_fn_name(self.fn)}",
                                             self.name)
-        out_tree = _LEAF if self.single else _pytree.TreeDef("tuple", None, tuple(_LEAF for _ in argnums))
+        out_tree = _result_tree(low.out_tree, [trees[a] for a in argnums], self.single)
         as_lowered = LoweredFunction(g, low.fn, low.arg_names, low.arg_trees, low.closure_getters, out_tree,
                                      low.src, tuple(low.guards))
         entry = {"source": source, "fn": namespace[self.name], "lowered": low,
-                 "graphs": [(g, self.name, arg_names, doc)], "as_lowered": as_lowered}
+                 "graphs": [(g, self.name, arg_names, doc)], "as_lowered": as_lowered, "out_tree": out_tree}
         self._entries[key] = entry
         return entry
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            args = self.bind_call(args, kwargs)
+        else:
+            check_positional_count(self.name, self.fn, len(args))
         refuse_none_argnums(self.kind, self.fn, args, self.argnums)
         refuse_none_arguments(self.kind, self.fn, args)
         refuse_array_subclasses(self.kind, self.fn, args)
-        flat = [_as_array(a) if not isinstance(a, (tuple, list, dict)) else a for a in args]
-        trees = [_pytree.flatten(a)[1] for a in flat]
-        entry = self._built(trees, [_aval.of(x) if isinstance(x, np.ndarray) else None for x in flat])
+        wrt = {a % len(args) for a in self.argnums if -len(args) <= a < len(args)}
+        flat, trees = [], []
+        for k, a in enumerate(args):
+            leaves, tree = _pytree.flatten(a)
+            trees.append(tree)
+            # a Python float not differentiated stays one: weak, as NumPy (NEP 50) and JAX take it
+            flat.extend(x if type(x) is float and k not in wrt else _as_array(x) for x in leaves)
+        entry = self._built(trees, [_aval.of(x) for x in flat])
         self._last = entry
         closure = [g() for g in entry["lowered"].closure_getters]
         outs = entry["fn"](*flat, *closure)
         if os.environ.get("TLALOC_CHECK_RENDER"):
             _check_against_interpreter(entry, list(flat) + closure, outs)
-        return outs[0] if self.single else tuple(outs)
+        return _pytree.unflatten(entry["out_tree"], list(outs))
 
     def as_lowered(self, arg_trees, arg_avals=None) -> LoweredFunction:
         if not known_shapes(arg_trees, arg_avals):

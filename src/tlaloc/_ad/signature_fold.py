@@ -227,4 +227,6 @@ def _constant(prim, values, params):
         return None
     if not isinstance(out, (np.ndarray, np.generic, bool, int, float)):
         return None
+    if isinstance(out, np.ndarray) and not out.flags.c_contiguous:
+        out = np.ascontiguousarray(out)          # as the rendered constant is (builder.atom)
     return Literal(out, literal_aval(out))

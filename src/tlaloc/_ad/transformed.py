@@ -23,11 +23,12 @@ from .._core.verifier import verify
 from .._frontend.lower import LoweredFunction, lower_function
 from .._frontend import typing_hooks
 from .._frontend import specialise
+from .._frontend.call_binding import bind_keywords, check_positional_count, require_callable
 from .._frontend.structure import ShapeNeeded, StructureNeeded
 from .._render.python import render_module
 from .call_checks import refuse_array_subclasses
 from .signature_code import SignatureCode
-from ..errors import ArgumentError, FenceError, TlalocError
+from ..errors import ArgumentError, FenceError, ShapeError, TlalocError
 
 _LEAF = _pytree.TreeDef("leaf")
 
@@ -39,8 +40,12 @@ class Transformed:
     (the first entry is the one called) and ``finish(args, flat_outputs)``.
     """
     kind = "transform"
+    #: whether a call takes ``fn``'s own arguments (grad, jacfwd, vmap ... but not jvp/vjp), so that
+    #: keywords bind against ``fn``'s signature (``_frontend/call_binding.py``)
+    same_signature = False
 
     def __init__(self, fn, *, name: str):
+        require_callable(self.kind, fn)
         self.fn = fn
         self.name = name
         self._entries: dict = {}
@@ -112,8 +117,11 @@ class Transformed:
 
     def __call__(self, *args, **kwargs):
         if kwargs:
-            raise ArgumentError(f"{self.name}: pass arguments positionally (got keywords "
-                                f"{', '.join(sorted(kwargs))}); parameters with defaults may be left out")
+            args = self.bind_call(args, kwargs)
+        elif self.same_signature:
+            base = self._entries.get((None, None))
+            if base is None or len(args) != base["n_args"]:
+                check_positional_count(self.name, self.fn, len(args))
         entry, trees, flat = self._select(args)
         if typing_hooks.check_call is not None:
             typing_hooks.check_call(self.fn, args)
@@ -126,7 +134,11 @@ class Transformed:
         fn = entry["fn"] if signatures is None else signatures.function(flat)
         try:
             outs = fn(*flat)
-        except TlalocError as e:
+        except (TlalocError, ValueError) as e:
+            if not isinstance(e, TlalocError):
+                # NumPy's own error for shapes that do not fit (x @ w, broadcasting) in the generated
+                # code: located at the user's line too (regression: a bare ValueError from inside tlaloc)
+                e = ShapeError(str(e))
             if fn is not entry["fn"]:
                 raise _located(e, {"source": signatures.source(fn)}) from None
             raise _located(e, entry) from None
@@ -134,8 +146,16 @@ class Transformed:
             _check_against_interpreter(entry, list(flat), outs)
         return self.finish(args, trees, list(outs), entry)
 
-    def _select(self, args):
-        """The built entry for ``args``, their trees and leaves (building it if needed)."""
+    def bind_call(self, args, kwargs) -> tuple:
+        """A call's keywords bound to positions (``_frontend/call_binding.py``)."""
+        if not self.same_signature:
+            raise ArgumentError(f"{self.name}: pass arguments positionally (got keywords "
+                                f"{', '.join(sorted(kwargs))}); parameters with defaults may be left out")
+        return bind_keywords(self.name, self.fn, args, kwargs)
+
+    def _select(self, args, retry=True):
+        """The built entry for ``args``, their trees and leaves (building it if needed); a build
+        found stale is built again once (a guard stale at once would not settle: used as built)."""
         base = self._entries.get((None, None))
         if (base is not None and len(args) == base["n_args"]
                 and all(type(a) is np.ndarray for a in args)):          # fast path: plain arrays
@@ -143,21 +163,31 @@ class Transformed:
         else:
             refuse_array_subclasses(self.kind, self.fn, args)
             self.check_structure(args)
-            raw, trees = [], []
-            for a in args:
+            raw, trees, weak = [], [], []
+            differentiated = self.differentiated(len(args))
+            for k, a in enumerate(args):
                 leaves, tree = _pytree.flatten(a)
                 raw.extend(leaves)
                 trees.append(tree)
+                weak.extend([k not in differentiated] * len(leaves))
             objects = any(specialise.is_object(x) for x in raw)
-            flat = [specialise.NOTHING if specialise.is_object(x) else _as_array(x) for x in raw]
+            # a Python float that is not differentiated stays one: weak, as NumPy (NEP 50) and
+            # JAX take it (regression: f(x32, 2.0) was refused for mixing float32 with float64)
+            flat = [specialise.NOTHING if specialise.is_object(x) else x if type(x) is float and w else _as_array(x)
+                    for x, w in zip(raw, weak)]
             entry = self._specialised(trees, raw, flat, objects)
             lowered = entry["lowered"]
             if len(args) != len(lowered.arg_trees):
                 raise ArgumentError(f"{self.name}: takes {len(lowered.arg_trees)} positional arguments "
                                     f"({', '.join(lowered.arg_names[:len(lowered.arg_trees)])}), got {len(args)}")
-        if self.drop_if_stale(entry["lowered"]):
-            return self._select(args)
+        if retry and self.drop_if_stale(entry["lowered"]):
+            return self._select(args, retry=False)
         return entry, trees, flat
+
+    def differentiated(self, n_args: int):
+        """The positions of the arguments this transform differentiates (their Python floats become
+        float64 arrays; the others' stay weak Python floats)."""
+        return range(n_args)
 
     def drop_if_stale(self, lowered) -> bool:
         """True (and every build of this transform forgotten) when a global or closure value folded
@@ -211,13 +241,17 @@ class Transformed:
         """Inline this transform's graph at a call site inside another lowering."""
         from .._core.passes import inline
         if kwargs:
-            raise lowerer.src.error(node, f"call {self.name} with positional arguments only")
+            try:
+                args = self.bind_call(tuple(args), dict(kwargs))
+            except ArgumentError as e:
+                raise lowerer.src.error(node, str(e)) from None
         flat, trees = _flatten_args(args)
         try:
             try:
                 base = self._entries.get((None, None))
-                fewer = base is not None and len(trees) < base["n_args"]      # parameters with defaults left out
-                lowered = self.as_lowered(list(trees) if fewer or any(t != _LEAF for t in trees) else None)
+                # parameters with defaults left out, or given beyond the definition-time build's
+                other = base is not None and len(trees) != base["n_args"]
+                lowered = self.as_lowered(list(trees) if other or any(t != _LEAF for t in trees) else None)
             except StructureNeeded as e:         # f(*args): the count of arguments is known here
                 if isinstance(e, ShapeNeeded):
                     raise
@@ -230,6 +264,17 @@ class Transformed:
         outs = inline(lowered.graph, flat + self.closure_at_call(lowerer, lowered))
         return _pytree.unflatten(lowered.out_tree, outs)
 
+    def entry_at_call_site(self, trees, flat):
+        """The entry for a call inside another lowering: built for the arguments' ``trees``, or,
+        where that build needs shapes, for the shapes the call site knows for the leaves ``flat``."""
+        try:
+            return self._entry(list(trees))
+        except ShapeNeeded:
+            entry = self.call_site_entry(trees, flat)
+            if entry is None:
+                raise
+            return entry
+
     def call_site_entry(self, trees, flat):
         """The entry specialised to the shapes a call site inside another lowering knows for the
         leaves ``flat``; None where it does not know them."""
@@ -240,6 +285,9 @@ class Transformed:
         """The values ``lowered`` closes over, as operands of the lowering that inlines it."""
         closure = []
         for g in lowered.closure_getters:
+            if getattr(g, "__tlaloc_captured__", False):     # the enclosing lowering's own value (local_transform.py)
+                closure.append(g.value)
+                continue
             value = None if getattr(g, "__tlaloc_call_time__", False) else g()
             closure.append(lowerer._external(value, ("transformed", id(self), id(g)), g, "closure"))
         return closure
@@ -257,14 +305,18 @@ class ShapeDependent(Transformed):
         from .._core import aval as _aval
         from .._core.passes import inline
         if kwargs:
-            raise lowerer.src.error(node, f"call {self.name} with positional arguments only")
+            try:
+                args = self.bind_call(tuple(args), dict(kwargs))
+            except ArgumentError as e:
+                raise lowerer.src.error(node, str(e)) from None
         flat, trees = _flatten_args(args)
         avals = [x.aval if hasattr(x, "var") else _aval.of(np.asarray(x)) for x in flat]
         try:
             low = self.as_lowered(trees, avals)
         except StructureNeeded as e:
             raise lowerer.src.error(node, str(e), type(e)) from None
-        closure = [lowerer._external(g(), ("transformed", id(self), id(g)), g, "closure")
+        closure = [g.value if getattr(g, "__tlaloc_captured__", False)           # local_transform.py
+                   else lowerer._external(g(), ("transformed", id(self), id(g)), g, "closure")
                    for g in low.closure_getters]
         return _pytree.unflatten(low.out_tree, inline(low.graph, flat + closure))
 
@@ -372,11 +424,15 @@ def _check_against_interpreter(entry, args, outs):
 def _as_array(x):
     if isinstance(x, np.ndarray):
         return x
+    if type(x) is int and not -2 ** 63 <= x < 2 ** 63:
+        raise ArgumentError(f"the Python int {x} does not fit in int64; pass a float, or an array of an explicit "
+                            f"dtype")
     if isinstance(x, (float, int, bool, np.generic)):
         return np.asarray(x)
     if hasattr(x, "__array__"):
         return np.asarray(x)
-    raise ArgumentError(f"expected an array or number, got {type(x).__name__}")
+    raise ArgumentError(f"expected an array or a number, got {type(x).__name__} {x!r:.40}; pass a NumPy array "
+                        f"(a str or object argument of a jitted function can be static: static_argnames)")
 
 
 def _dump(name: str, source: str) -> None:

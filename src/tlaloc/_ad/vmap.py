@@ -23,6 +23,7 @@ from .._core import aval as _aval
 from .._core.aval import AbstractValue
 from .._core.passes import dce
 from .._core.verifier import verify
+from .._frontend.call_binding import bind_with_origins, check_positional_count, require_callable
 from .._frontend.lower import LoweredFunction, lower_function
 from .._frontend.structure import ShapeNeeded
 from ..errors import ArgumentError, FenceError, TlalocError, TypeAnnotationError
@@ -71,11 +72,16 @@ def _prefix_leaves(spec, tree, where):
 
 
 class _VmapTransform(ShapeDependent):
-    """``tl.vmap(f, in_axes, out_axes)``; built per argument structure and shapes."""
+    """``tl.vmap(f, in_axes, out_axes)``; built per argument structure and shapes.
+
+    As in JAX, arguments passed by keyword are batched along their axis 0 (``in_axes`` counts
+    the positional ones); a parameter left out takes its default, unbatched."""
     kind = "vmap"
+    same_signature = True
 
     def __init__(self, fn, in_axes, out_axes):
         # No definition-time build (batching needs ranks): see ``_batched``.
+        require_callable("vmap", fn)
         if in_axes is not None and not isinstance(in_axes, (int, np.integer, tuple, list, dict)):
             raise ArgumentError(f"vmap: in_axes must be an int, None or a tuple, got {in_axes!r}")
         _check_axes_spec(in_axes, "in_axes")
@@ -91,15 +97,19 @@ class _VmapTransform(ShapeDependent):
         _refuse_at_definition(fn)
 
     # -- axes -----------------------------------------------------------------------------
-    def _leaf_axes(self, trees, avals, names):
+    def _leaf_axes(self, trees, avals, names, origins=None):
         spec = self.in_axes
+        positional = len(trees) if origins is None else origins.count("position")
         if isinstance(spec, (tuple, list)):
-            if len(spec) != len(trees):
+            if len(spec) != positional:
                 raise ArgumentError(f"vmap: in_axes has {len(spec)} entries but {self.name} was called with "
-                                    f"{len(trees)} positional arguments")
+                                    f"{positional} positional arguments")
             per_arg = list(spec)
         else:
-            per_arg = [spec] * len(trees)
+            per_arg = [spec] * positional
+        if origins is not None:           # keywords: axis 0 (JAX's rule); defaults filled in: not batched
+            given = iter(per_arg)
+            per_arg = [next(given) if o == "position" else 0 if o == "keyword" else None for o in origins]
         axes = []
         for k, (s, t) in enumerate(zip(per_arg, trees)):
             axes.extend(_prefix_leaves(s, t, f"in_axes[{k}]" if isinstance(spec, (tuple, list)) else "in_axes"))
@@ -164,9 +174,10 @@ class _VmapTransform(ShapeDependent):
             raise type(e)(f"{e.msg[len(e.where) + 2:] if e.where else e.msg} (per example, under {self.name}: "
                           f"the batch axis removed)", e.filename, e.lineno, e.offset) from None
 
-    def _batched(self, trees, avals, names):
-        """The entry for arguments with ``trees`` and (batched) leaf ``avals``."""
-        axes = self._leaf_axes(trees, avals, names)
+    def _batched(self, trees, avals, names, origins=None):
+        """The entry for arguments with ``trees`` and (batched) leaf ``avals``; ``origins``: per
+        argument, how the call gave it (``call_binding.bind_with_origins``), for its axis."""
+        axes = self._leaf_axes(trees, avals, names, origins)
         size = self._axis_size(axes, avals, names)
         ex_avals = [av if a is None else AbstractValue(av.dtype, av.shape[:a] + av.shape[a + 1:])
                     for a, av in zip(axes, avals)]
@@ -180,11 +191,12 @@ class _VmapTransform(ShapeDependent):
                 raise FenceError(f"{what} runs at call time and is not supported under {self.name}: it "
                                  f"would run once for the whole batch, not once per example; draw the "
                                  f"noise outside and pass it in (or use tlaloc.random with split keys)")
-        closure = [_as_array(g()) for g in low.closure_getters]
-        c_avals = [_aval.of(c) for c in closure]
+        # a captured value of an enclosing lowering (local_transform.py) has only its aval here
+        c_avals = [g.value.aval if getattr(g, "__tlaloc_captured__", False) else _aval.of(_as_array(g()))
+                   for g in low.closure_getters]
         key = (tuple(trees), tuple(avals), tuple(axes), tuple(c_avals))
         if key not in self._entries:
-            self._entries[key] = self._build(low, list(axes) + [None] * len(closure), list(avals) + c_avals,
+            self._entries[key] = self._build(low, list(axes) + [None] * len(c_avals), list(avals) + c_avals,
                                              size)
         return self._entries[key]
 
@@ -223,21 +235,37 @@ class _VmapTransform(ShapeDependent):
                 "graphs": [(g, self.name, arg_names, doc)], "as_lowered": as_lowered}
 
     # -- the Transformed protocol ---------------------------------------------------------------
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        origins = params = None
+        if kwargs:
+            args, origins, params = bind_with_origins(self.name, self.fn, args, kwargs)
+        else:
+            check_positional_count(self.name, self.fn, len(args))
         refuse_array_subclasses("vmap", self.fn, args)
         flat, trees, names = [], [], []
         for k, a in enumerate(args):
             leaves, tree = _pytree.flatten(a)
-            flat.extend(_as_array(x) for x in leaves)
+            flat.extend(x if type(x) is float else _as_array(x) for x in leaves)    # a Python float: weak
             trees.append(tree)
-            names.extend([f"arg {k}"] * len(leaves))
-        entry = self._batched(trees, [_aval.of(x) for x in flat], names)
+            names.extend([f"arg {k}" if params is None else params[k]] * len(leaves))
+        try:
+            entry = self._batched(trees, [_aval.of(x) for x in flat], names, origins)
+        except ArgumentError as e:
+            if origins is None or "keyword" not in origins:
+                raise
+            raise ArgumentError(f"{e} (arguments passed by keyword are batched along axis 0, as in JAX; to "
+                                f"share one value across the batch, pass it positionally with in_axes None, "
+                                f"or close over it)") from None
         self._last = entry
         closure = [g() for g in entry["lowered"].closure_getters]
         outs = entry["fn"](*flat, *closure)
         if os.environ.get("TLALOC_CHECK_RENDER"):
             _check_against_interpreter(entry, flat + closure, outs)
         return _pytree.unflatten(entry["lowered"].out_tree, list(outs))
+
+    def bind_call(self, args, kwargs):
+        raise ArgumentError(f"{self.name}: inside a transformed function, pass the arguments of a vmapped "
+                            f"function positionally (got keywords {', '.join(sorted(kwargs))})")
 
     def as_lowered(self, arg_trees, arg_avals=None) -> LoweredFunction:
         if not known_shapes(arg_trees, arg_avals):
@@ -308,3 +336,8 @@ def vmap(fun=None, in_axes=0, out_axes=0):
     if fun is None:
         return functools.partial(vmap, in_axes=in_axes, out_axes=out_axes)
     return _VmapTransform(fun, in_axes, out_axes)
+
+
+# a nested def/lambda passed to these inside a function being lowered is closure-converted
+# (tlaloc._frontend.local_transform)
+vmap.__tlaloc_takes_local__ = True

@@ -67,11 +67,20 @@ class Builder:
             if getattr(_state, "user_operands", None):
                 raise NoneOperand("None is not an array operand")
             return Literal(None, _aval.UNKNOWN)
+        if isinstance(x, np.ndarray) and not x.flags.c_contiguous:
+            # a constant is rendered as a C-ordered array: keep it so here too, so that the rendered code
+            # and the interpreter sum in the same order (regression: np.flip(...) * np.arange(6.0) left a
+            # reversed view, which np.einsum summed in another order: 1 ulp between them)
+            x = np.ascontiguousarray(x)
         if isinstance(x, (bool, int, float, np.generic)) or isinstance(x, np.ndarray):
             return Literal(x, _aval.of(x))
         if hasattr(x, "__array__") and not isinstance(x, (str, bytes)):
             arr = np.asarray(x)
             return Literal(arr, _aval.of(arr))
+        if isinstance(x, (list, tuple)) and _numbers_only(x):
+            arr = np.asarray(x)          # `x * [1.0, 2.0]`, `np.concatenate([x, [1.0]])`: NumPy's conversion
+            if arr.dtype.kind in "biuf":
+                return Literal(arr, _aval.of(arr))
         raise TypeError(f"cannot use {type(x).__name__} {x!r} as an array operand")
 
     def _capture(self, x: "Value") -> Var:
@@ -321,3 +330,16 @@ class Value:
 
     def __hash__(self):
         return id(self)
+
+
+def _numbers_only(items, depth=0) -> bool:
+    """A (nested) list or tuple of Python or NumPy numbers only, the kind NumPy turns into an array."""
+    if depth > 32:
+        return False
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            if not _numbers_only(item, depth + 1):
+                return False
+        elif not isinstance(item, (bool, int, float, np.generic)):
+            return False
+    return True

@@ -203,7 +203,11 @@ def _fold_spec(spec, dyn):
 
     def bound(b):
         if isinstance(b, tuple):
-            return int(dyn[b[1]]) if static_int(b[1]) else ref(b[1])
+            offset = b[2] if b[0] == "o" else 0           # a window's stop, x[i:i + c] (indexing.py)
+            if static_int(b[1]):
+                return int(dyn[b[1]]) + offset
+            r = ref(b[1])
+            return ("o", r[1], offset) if b[0] == "o" else r
         return b
 
     out = []

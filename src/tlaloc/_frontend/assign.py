@@ -52,7 +52,7 @@ class AssignLowerer:
             return
         try:
             ann = eval(compile(ast.Expression(annotation), self.src.filename, "eval"),
-                       self.scope.globals, dict(self.scope.closure))
+                       self.scope.globals, _values(self.scope.closure))
         except Exception:
             return                      # not a value we can read statically: nothing to check
         msg = typing_hooks.bound_violation(ann, value, f"`{ast.unparse(node.target)}`")
@@ -96,6 +96,18 @@ class AssignLowerer:
                     # v goes in as an argument, so that an array computed here is refused by name
                     # (regression: `LOG["s"] += np.sum(w)` on a global dict failed with no location)
                     self.external_mutation(update, [v], {}, node)
+                return
+            if (is_symbolic(idx) and idx.aval.dtype is None and _scalar_value(v) and self.ctx.specialisable
+                    and not isinstance(base, (list, dict))):
+                from .structure import ShapeNeeded         # a mask or an index array: known at the first call
+                raise self.src.error(t, "the dtype of this index is read here", ShapeNeeded)
+            if _is_mask(idx) and _scalar_value(v):
+                # y[y < 0] *= 0.1: every selected element changes alike, so it is a where, which
+                # compiled and batched code can express (regression: refused there, as the masked
+                # read has a size known only at run time)
+                from .. import numpy as tnp
+                new = tnp.where(idx, binop(type(node.op), base, v), base)
+                self._store_subscript_base(t.value, new)
                 return
             if isinstance(node.op, ast.Add) and _scalar_index(idx):
                 # one element or a slice: NumPy's read-add-write is an add in place
@@ -342,6 +354,12 @@ class AssignLowerer:
         would change that array in NumPy, and later reads of ``W`` would see it: refused."""
         name = name or node.id
         for key, val in self.ctx.closure_keys.items():
+            if val is value and key[0] == "attribute":        # obj.W, read at each call (expr.object_attribute)
+                raise self.src.error(node, f"`{name}` is (or shares memory with) an array read from an object "
+                                           f"outside the function; NumPy would change that array in place, for "
+                                           f"the caller too, which a differentiated function does not do. Write "
+                                           f"into a copy (`{name} = {name}.copy()` first), or return the new "
+                                           f"value and update the object outside")
             if val is value and key[-1] != name:
                 raise self.src.error(node, f"`{name}` is the array `{key[-1]}` from outside the function; "
                                            f"NumPy would change `{key[-1]}` in place. Copy it first "
@@ -406,3 +424,25 @@ def _scalar_index(idx) -> bool:
             continue
         return False
     return True
+
+
+def _values(closure) -> dict:
+    """A scope's closure as a plain dict of values (``lowerer.ClosureCells`` reads its cells)."""
+    snapshot = getattr(closure, "snapshot", None)
+    return snapshot() if snapshot is not None else dict(closure)
+
+
+def _is_mask(idx) -> bool:
+    """A boolean array index (one, not in a tuple), symbolic or concrete."""
+    if is_symbolic(idx):
+        return idx.aval.dtype is not None and idx.aval.dtype.kind == "b"
+    return isinstance(idx, np.ndarray) and idx.dtype.kind == "b"
+
+
+def _scalar_value(v) -> bool:
+    """A Python number or a 0-d array: the same value for every selected element."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return True
+    if is_symbolic(v):
+        return v.aval.shape == ()
+    return isinstance(v, (np.ndarray, np.generic)) and np.ndim(v) == 0

@@ -126,6 +126,9 @@ def scipy_equivalent(fn):
 def _qualified_name(fn) -> str:
     """``scipy.integrate.odeint``, ``numpy.fft.fft``: the public module path and name of ``fn``."""
     name = getattr(fn, "__name__", None) or type(fn).__name__
+    owner = _scipy_owner(fn)
+    if owner is not fn and getattr(owner, "name", None) and getattr(type(owner), "__module__", "").startswith("scipy.stats"):
+        return f"scipy.stats.{owner.name}.{name}"          # laplace.logpdf, not "scipy.stats.logpdf"
     if isinstance(fn, np.ufunc):
         return f"{'scipy.special' if is_scipy_callable(fn) else 'numpy'}.{name}"
     mod = getattr(fn, "__module__", None) or "numpy"
@@ -209,6 +212,13 @@ def builtin_call(fn, args, kwargs):
     if fn is builtins.pow and len(args) == 2 and any(is_symbolic(a) for a in args):
         return True, args[0] ** args[1]
     return False, None
+
+
+def is_user_class(cls) -> bool:
+    """A class defined in the user's code (not tlaloc's, NumPy's, SciPy's or a builtin)."""
+    mod = getattr(cls, "__module__", "") or ""
+    return not (mod.startswith("tlaloc") or mod.startswith("numpy") or mod.startswith("scipy")
+                or mod in ("builtins", "warnings", "collections", "typing", "abc"))
 
 
 def is_user_function(fn) -> bool:

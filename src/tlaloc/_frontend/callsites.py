@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import numpy as tnp
 from .._core.builder import NoneOperand, Value, user_operands
-from ..errors import FenceError, TlalocError
+from ..errors import FenceError, RankUnknownError, TlalocError
 from . import call_time, calls, host, math_calls, odeint
 from .structure import ShapeNeeded
 from .values import LocalFunction, Undefined, is_symbolic, maybe_int
@@ -55,6 +55,10 @@ class CallLowerer:
             return self.call(fn.func, list(fn.args) + list(args), {**fn.keywords, **kwargs}, node)
         if fn is functools.partial:
             return functools.partial(*args, **kwargs)
+        if fn is np.vectorize:
+            raise self.src.error(node, "np.vectorize runs a Python function once per element, which tlaloc does "
+                                       "not differentiate; write the function with array operations (np.where "
+                                       "for an `if`), or map it over an axis with tl.vmap")
         if fn is builtins.map and args:                 # map(f, xs, ...): one lowered call per item
             columns = [self._iterate_static(a, node) for a in args[1:]]
             return iter([self.call(args[0], list(items), {}, node) for items in zip(*columns)])
@@ -142,10 +146,39 @@ class CallLowerer:
             return math_calls.lower_math_call(self, fn, args, kwargs, node)
         if isinstance(getattr(fn, "__self__", None), np.ufunc):   # np.add.reduce(x), np.multiply.accumulate(x)
             return self._ufunc_method(fn.__self__, fn.__name__, args, kwargs, node)
+        if isinstance(fn, type) and calls.is_user_class(fn):       # Lin(W), Params(W, b), NT(a, b)
+            return self.construct_object(fn, args, kwargs, node)
         name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
         raise self.src.error(node, f"cannot differentiate through `{name}` (from {mod or 'unknown'}): "
                                    f"it is not Python source tlaloc can read; use tlaloc.numpy, or wrap it "
                                    f"with tl.custom_vjp")
+
+    def construct_object(self, cls, args, kwargs, node):
+        """An instance of a class of the user's, made inside the function from its values: a
+        dataclass or namedtuple by its own constructor (which only stores the fields); another
+        class by ``object.__new__`` and its ``__init__`` lowered inline, whose ``self.attr = v``
+        then sets the new object's attribute (``effects.py``). Its methods and ``__call__`` are
+        inlined where called, as for any object. (Regression: refused as "not Python source
+        tlaloc can read".)"""
+        import dataclasses
+        if dataclasses.is_dataclass(cls) or (issubclass(cls, tuple) and hasattr(cls, "_fields")):
+            try:
+                return cls(*args, **kwargs)
+            except TlalocError:
+                raise
+            except Exception as e:
+                raise self.src.error(node, f"making a `{cls.__name__}` from arrays computed here failed "
+                                           f"({type(e).__name__}: {e})") from None
+        init = cls.__init__
+        if cls.__new__ is not object.__new__ or not calls.is_user_function(init):
+            raise self.src.error(node, f"making a `{cls.__qualname__}` inside a differentiated function: its "
+                                       f"{'__new__' if cls.__new__ is not object.__new__ else '__init__'} is "
+                                       f"not Python source tlaloc can read; make it a @dataclasses.dataclass, "
+                                       f"or build it outside and pass its arrays in")
+        obj = object.__new__(cls)
+        self.ctx.local_objects[id(obj)] = obj
+        self.inline_call(init, [obj] + list(args), kwargs, node)
+        return obj
 
     def _ufunc_method(self, ufunc, method, args, kwargs, node):
         """``np.<ufunc>.reduce`` / ``.accumulate`` with an array: the tlaloc.numpy reduction or
@@ -176,8 +209,13 @@ class CallLowerer:
     def _checked(self, fn, args, kwargs, node):
         # a nested def/lambda handed to a tlaloc function (tl.cond, tl.scan ...) is
         # called by it: lower its source inline at that point
+        takes_local = getattr(fn, "__tlaloc_takes_local__", False)     # tl.grad, tl.vmap ... (local_transform.py)
+
         def callable_(a):
             if isinstance(a, LocalFunction):
+                if takes_local:
+                    from .local_transform import LocalCallable
+                    return LocalCallable(a, self._defaults(a.node.args, a))
                 return lambda *xs, **kw: self.inline_call(a, list(xs), kw, node)
             return a
         args = [callable_(a) for a in args]
@@ -194,6 +232,8 @@ class CallLowerer:
         except TlalocError as e:
             msg = str(e)
             loc = self.src.loc(node)
+            if isinstance(e, RankUnknownError) and self.ctx.specialisable:   # built again for the shapes
+                raise self.src.error(node, msg, ShapeNeeded) from None
             if msg.startswith(str(loc)):
                 raise
             raise type(e)(f"{loc}: {msg}") from None

@@ -3,6 +3,8 @@
 that only change how NumPy reports floating-point events (see ``host.py``)."""
 from __future__ import annotations
 
+import ast
+
 import warnings
 
 import numpy as np
@@ -61,8 +63,20 @@ class EffectsLowerer:
         return v
 
     def _attribute_effect(self, target, value, node, op=None):
-        """``self.n_calls += 1`` / ``obj.attr = v``: made at call time, in order (host.py)."""
+        """``self.n_calls += 1`` / ``obj.attr = v``: made at call time, in order (host.py); on an
+        object made in the function (``callsites.construct_object``), set now."""
         obj = self.expr(target.value)
+        if id(obj) in self.ctx.local_objects and self.ctx.local_objects[id(obj)] is obj:
+            if self.b is not self.ctx.root:
+                from .structure import StaticMutation
+                raise self.src.error(node, f"setting `{ast.unparse(target)}` inside an `if` or loop on an array "
+                                           f"value; compute the value with np.where and set it after",
+                                     StaticMutation)
+            if op is not None:
+                from .expr import binop
+                value = binop(op, getattr(obj, target.attr), value)
+            setattr(obj, target.attr, value)
+            return
         if is_symbolic(obj) or is_symbolic(value):
             raise self.src.error(node, "assignment to an Attribute of an array, or of an array computed "
                                        "inside a differentiated function, is not supported (objects are "

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import ast
 import operator
+import os
+import sys
+import sysconfig
 
 import numpy as np
 
@@ -226,6 +229,10 @@ class ExprLowerer:
                     raise self.src.error(node, "the dtype of this array is read here; it is known at the "
                                                "first call", ShapeNeeded)
                 return getattr(obj, node.attr)
+            if node.attr in ("real", "imag"):          # attributes, not methods (regression: `x.real` was a function)
+                return getattr(tnp, node.attr)(obj)
+            if node.attr == "conjugate":
+                return lambda: tnp.conj(obj)
             if node.attr == "item":                    # x.item(): its one number, as float(x)
                 from . import math_calls
                 return math_calls.lower_item(self, obj, node)
@@ -244,9 +251,45 @@ class ExprLowerer:
             raise self.src.error(node, f"arrays have no attribute `{node.attr}` inside a differentiated "
                                        f"function; use the tlaloc.numpy function instead")
         try:
-            return self.outside(getattr(obj, node.attr))     # self.history: a container outside f
+            value = getattr(obj, node.attr)
         except AttributeError:
             raise self.src.error(node, f"{type(obj).__name__} has no attribute `{node.attr}`") from None
+        return self.object_attribute(obj, node.attr, value, node)
+
+    def object_attribute(self, obj, attr, value, node):
+        """``obj.attr`` of an object from outside the function (``self.w`` in a bound method, ``cfg.k``
+        of a global namespace), read as a global is: arrays become graph inputs read at each call,
+        numbers and strings are guarded, helper objects are guarded by identity, so that a later
+        ``obj.attr = ...`` or ``obj.attr[:] = ...`` is seen (regression: an attribute's value at the
+        first build was folded into every later call)."""
+        if (not _plain_object(obj) or any(is_symbolic(v) for v in _attribute_leaves(value))
+                or getattr(value, "__self__", None) is obj):          # obj.method: obj itself is what changes
+            return self.outside(value)
+        result = self._external(value, ("attribute", id(obj), attr), lambda: getattr(obj, attr),
+                                ast.unparse(node))
+        if isinstance(value, np.ndarray):
+            self.outside(value)            # an in-place write into it is still refused (effects.py)
+        return result
+
+    def _index_concatenate(self, obj, idx, node):
+        """``np.r_[x, 1.0, y]`` (the items joined along their first axis, each at least 1-d) and
+        ``np.c_[a, b]`` (1-d items as columns, then joined along the last axis) with arrays and
+        numbers as items; slices (``np.r_[0:3]``) and string directives are refused by name.
+        (Regression: NumPy's own code ran on the symbolic items and failed on their rank.)"""
+        items = list(idx) if isinstance(idx, tuple) else [idx]
+        name = "np.r_" if obj is np.r_ else "np.c_"
+        if any(isinstance(i, (slice, str)) for i in items):
+            raise self.src.error(node, f"{name}[...] with a slice or a string directive is not supported; "
+                                       f"use np.concatenate / np.arange")
+        if obj is np.r_:
+            return tnp.concatenate([tnp.atleast_1d(i) for i in items], axis=0)
+        cols = []
+        for i in items:
+            rank = tnp.ndim(i) if is_symbolic(i) else np.ndim(i)
+            if not isinstance(rank, int):
+                raise self.src.error(node, f"{name}[...] needs the rank of its items", ShapeNeeded)
+            cols.append(tnp.reshape(i, (-1, 1)) if rank <= 1 else i)
+        return tnp.concatenate(cols, axis=-1)
 
     def expr_Subscript(self, node):
         obj = self.expr(node.value)
@@ -259,6 +302,8 @@ class ExprLowerer:
             return tnp._getitem(obj, idx)
         if isinstance(obj, tnp._SymbolicShape) and not isinstance(idx, int) and self.ctx.specialisable:
             raise self.src.error(node, "slicing a shape of unknown rank", ShapeNeeded)
+        if (obj is np.r_ or obj is np.c_) and _has_symbolic(idx):
+            return self._index_concatenate(obj, idx, node)
         if _has_symbolic(idx):
             if isinstance(obj, np.ndarray):
                 return tnp._getitem(obj, idx)
@@ -277,10 +322,40 @@ class ExprLowerer:
 
     def index(self, node):
         if isinstance(node, ast.Slice):
+            window = self._window(node)
+            if window is not None:
+                return window
             return slice(*(None if p is None else self.expr(p) for p in (node.lower, node.upper, node.step)))
         if isinstance(node, ast.Tuple):
             return tuple(self.index(e) for e in node.elts)
         return self.expr(node)
+
+    def _window(self, node):
+        """``x[i:i + c]`` (or ``i:c + i``) with an array ``i`` and a static int ``c``: a slice of size
+        ``c`` whatever ``i`` (``_prims/indexing.py``), which compiled and batched code can take.
+        (Regression: its size counted as unknown, so under tl.jit / tl.vmap a sliding window in a
+        loop was refused, "its size depends on the value of the integer argument `i`".)"""
+        up = node.upper
+        if node.lower is None or node.step is not None or not (isinstance(up, ast.BinOp) and isinstance(up.op, ast.Add)):
+            return None
+        same = ast.dump(node.lower)
+        if ast.dump(up.left) == same:
+            offset_node = up.right
+        elif ast.dump(up.right) == same:
+            offset_node = up.left
+        else:
+            return None
+        lower = self.expr(node.lower)
+        if not is_symbolic(lower):
+            return slice(lower, self.expr(up), None)
+        offset = self.expr(offset_node)
+        if is_symbolic(offset) and self.ctx.specialisable:       # x[i:i + x.shape[1]]: known once shapes are
+            raise self.src.error(node, "the size of a window x[i:i + n] is read here; it is known at the first "
+                                       "call", ShapeNeeded)
+        if type(offset) is not int or offset < 0:
+            return slice(lower, tnp.add(lower, offset), None)
+        from .._prims.indexing import Offset
+        return slice(lower, Offset(lower, offset), None)
 
     def expr_Starred(self, node):
         raise self.src.error(node, "a starred expression is only supported in a call or a list/tuple")
@@ -368,3 +443,49 @@ def _has_symbolic(idx) -> bool:
     if isinstance(idx, slice):
         return any(is_symbolic(p) for p in (idx.start, idx.stop, idx.step))
     return is_symbolic(idx)
+
+
+def _plain_object(obj) -> bool:
+    """An object whose attributes the user's code may change between calls: an instance of a
+    Python class, a SimpleNamespace, a class of the user's, a module of the user's (a config
+    module); not NumPy's, SciPy's, tlaloc's or the standard library's modules and classes,
+    whose attributes are read once (``np.pi``, ``np.float32``)."""
+    import types
+    if isinstance(obj, types.ModuleType):
+        return _user_module(obj)
+    if isinstance(obj, type):
+        module = sys.modules.get(obj.__module__)
+        return module is not None and _user_module(module)
+    if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, np.ndarray, np.generic, np.dtype, np.ufunc)):
+        return False
+    if type(obj).__module__.split(".")[0] in ("tlaloc", "numpy", "scipy"):     # e.g. a frozen distribution
+        return False
+    state = getattr(obj, "__dict__", None)
+    if isinstance(state, dict) and any(is_symbolic(v) for item in state.values() for v in _attribute_leaves(item)):
+        return False                    # made inside the function, from its values
+    return state is not None or hasattr(type(obj), "__slots__")
+
+
+def _user_module(module) -> bool:
+    """A module loaded from a file outside the standard library and installed packages."""
+    from .source import installed_package
+    filename = getattr(module, "__file__", None)
+    if not filename or module.__name__.split(".")[0] in ("tlaloc", "numpy", "scipy"):
+        return False
+    if installed_package(filename) is not None:
+        return False
+    return not os.path.abspath(filename).startswith(_STDLIB)
+
+
+_STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
+
+
+def _attribute_leaves(value) -> list:
+    """The leaves of an attribute's value when it is a list, tuple or dict (else the value)."""
+    from .. import _pytree
+    if isinstance(value, (list, tuple, dict)):
+        try:
+            return _pytree.leaves(value)
+        except Exception:
+            return [value]
+    return [value]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import random as _pyrandom
+import types
 
 import numpy as np
 
@@ -184,6 +185,36 @@ class Guard:
         except Exception:
             return False
         return _snapshot(now) == self.snapshot
+
+
+class IdentityGuard:
+    """True while a global, closure variable or object attribute read when the function was
+    lowered is still the same object: a helper function, a class or an object whose own
+    attributes are read in turn (regression: rebinding a helper ``def`` or an object that the
+    function reads, after the first call, left every later call on the first one)."""
+
+    __slots__ = ("getter", "value", "name")
+
+    def __init__(self, getter, value, name):
+        self.getter, self.value, self.name = getter, value, name
+
+    def __call__(self) -> bool:
+        try:
+            now = self.getter()
+        except Exception:
+            return False
+        if now is self.value:
+            return True
+        if isinstance(now, types.MethodType) and isinstance(self.value, types.MethodType):
+            return now.__func__ is self.value.__func__ and now.__self__ is self.value.__self__
+        return False
+
+
+def identity_guarded(value) -> bool:
+    """Values whose identity is guarded (``IdentityGuard``) where a global, a closure variable or an
+    object's attribute holds them: anything but a module or an array (a data value has a ``Guard``).
+    A name rebound to another function (``act = np.sin`` after ``np.tanh``) is then seen."""
+    return not isinstance(value, (types.ModuleType, np.ndarray))
 
 
 class ShapeGuard:

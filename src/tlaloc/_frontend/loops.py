@@ -325,7 +325,15 @@ class LoopLowerer:
             outer, self.in_loop = self.in_loop, True
             self.block(node.body)
             self.in_loop = outer
-        self.lower_while(node)
+        from .structure import ShapeNeeded, StaticMutation
+        try:
+            self.lower_while(node)
+        except StaticMutation as e:
+            # `while i < len(x): vals.append(...)`: a condition on a size not known yet; built again
+            # once it is, where the loop runs in Python as it does in plain Python (regression: refused)
+            if not self.ctx.specialisable:
+                raise
+            raise self.src.error(node, f"{e.args[0]} (a `while` on a condition not known yet)", ShapeNeeded) from None
 
     def lower_while(self, node):
         body = node.body

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
 from typing import Any, Callable
 
@@ -20,6 +21,7 @@ from .._core.aval import UNKNOWN as _UNKNOWN
 from .._core.builder import Builder
 from .._core.graph import Graph
 from ..errors import FenceError
+from .local_transform import LocalCallable
 from .lowerer import Context, Lowerer, Scope, _closure_dict, _is_generator, _python_defaults
 from .source import FunctionSource, installed_package, read_source
 from .specialise import FinalAvals, StaticValue
@@ -69,33 +71,59 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
     """
     from .. import typing as _typing  # noqa: F401  (installs the typed-tensor hooks)
     bound_self = None
-    if not hasattr(fn, "__code__") and not inspect.ismethod(fn):
+    fn, partial_args, partial_keywords = _unwrap_partial(fn)
+    local = isinstance(fn, LocalCallable)      # a nested def/lambda given to a transform (local_transform.py)
+    if not local and not hasattr(fn, "__code__") and not inspect.ismethod(fn):
         from .calls import is_numpy_callable
         if is_numpy_callable(fn):         # tl.grad(np.sqrt): lowered as a call to it
             fn = _numpy_function(fn)
     if inspect.ismethod(fn):              # obj.method: `self` is a static object
         bound_self, fn = fn.__self__, fn.__func__
-    src = read_source(fn)
+    src = fn.source(FunctionSource) if local else read_source(fn)
     fnode = src.node
     a = fnode.args
     params = [p.arg for p in a.posonlyargs + a.args]
     if bound_self is not None:
         self_name, params = params[0], params[1:]
+    if len(partial_args) > len(params):
+        raise src.error(fnode, f"functools.partial gives `{fn.__name__}` {len(partial_args)} positional arguments; "
+                               f"it takes {len(params)}")
+    bound_by_partial = dict(zip(params, partial_args))        # functools.partial(f, a, ...): f's first ones
+    params = params[len(partial_args):]
+    keyword_names = [p.arg for p in a.kwonlyargs]
+    if a.vararg is None:
+        # keyword-only parameters are passed after the positional ones (call_binding.py). As in
+        # inspect.signature(functools.partial(f, b=3.0)), a parameter a partial gives by keyword,
+        # and every one after it, can then only be given by keyword: it is keyword-only too
+        first = next((i for i, p in enumerate(params) if p in partial_keywords), len(params))
+        keyword_names = params[first:] + keyword_names
+        params = params[:first]
+    positional = len(params)
+    if a.vararg is None:
+        params += keyword_names
     root = Builder(name=name or fn.__name__)
-    ctx = Context(root, [], {}, [fn.__code__])
+    ctx = Context(root, [], {}, [fn.key if local else fn.__code__])
     ctx.specialisable = arg_avals is None or not isinstance(arg_avals, FinalAvals)
     ctx.specialised = arg_avals is not None and all(
         isinstance(a, StaticValue) or getattr(a, "is_concrete", False) for a in arg_avals)
-    scope = Scope(fn.__globals__, _closure_dict(fn))
-    defaults = _python_defaults(fn)
+    scope = fn.scope_for(ctx, Scope) if local else Scope(fn.__globals__, _closure_dict(fn))
+    # partial(f, b=3.0): b's default is 3.0
+    defaults = {**(fn.defaults if local else _python_defaults(fn)), **partial_keywords}
     count_unknown = arg_trees is None and a.vararg is not None    # f(x, *args) before its first call
-    if arg_trees is None:
-        arg_trees = [_pytree.TreeDef("leaf") for _ in params]
-    if arg_avals is None and all(t is not None and t.kind == "leaf" for t in arg_trees):
+    if arg_trees is None:               # built before any call: keyword-only parameters take their defaults,
+        # and so do trailing parameters whose default is not a number or an array (a function, a
+        # string, None, a bool flag): regression, `def loss(p, rhs=lotka_volterra)` made `rhs` an array
+        # input and tl.grad(loss) failed where it was applied; a call that passes one builds again
+        built = positional
+        while built > 0 and params[built - 1] in defaults and _static_default(defaults[params[built - 1]]):
+            built -= 1
+        arg_trees = [_pytree.TreeDef("leaf") for _ in params[:built]]
+    if not local and arg_avals is None and all(t is not None and t.kind == "leaf" for t in arg_trees):
         from . import typing_hooks
         if typing_hooks.avals_from_annotations is not None:
             arg_avals = typing_hooks.avals_from_annotations(fn, params[:len(arg_trees)])
     env = {} if bound_self is None else {self_name: bound_self}
+    env.update(bound_by_partial)
     leaf_index = 0
     extra = len(arg_trees) - len(params)
     star = [f"*{a.vararg.arg}{k}" for k in range(max(extra, 0))] if a.vararg else []    # env keys
@@ -116,7 +144,7 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
                     leaves.append(root.new_input(aval or _UNKNOWN, hint))
                 leaf_index += 1
             env[pname] = _pytree.unflatten(tree, leaves)
-        for pname in params[len(arg_trees):]:
+        for pname in params[len(arg_trees):positional]:
             if pname not in defaults:
                 raise src.error(fnode, f"parameter `{pname}` has no argument")
             env[pname] = defaults[pname]
@@ -128,15 +156,21 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
             env[a.vararg.arg] = tuple(env.pop(name) for name in star if name in env)
         if a.kwarg:
             env[a.kwarg.arg] = {}
-        for p in a.kwonlyargs:
-            if p.arg not in (fn.__kwdefaults__ or {}):
-                raise src.error(fnode, f"keyword-only parameter `{p.arg}` needs a default")
-            env[p.arg] = fn.__kwdefaults__[p.arg]
+        covered = set(params[:len(arg_trees)])        # given (static ones are read from the globals)
+        for pname in keyword_names:
+            if pname in env or pname in covered:
+                continue
+            if pname not in defaults:
+                raise src.error(fnode, f"keyword-only parameter `{pname}` has no argument: pass it by keyword "
+                                       f"(or give it a default)")
+            env[pname] = defaults[pname]
         if not isinstance(fnode, ast.Lambda) and _is_generator(fnode):
             first = next(n for n in ast.walk(fnode) if isinstance(n, (ast.Yield, ast.YieldFrom)))
             raise src.error(first, f"`{fn.__name__}` is a generator (`yield`); a transformed function must "
                                    f"return arrays: collect the items in a list and return it")
         low = Lowerer(src, scope, ctx, root, env)
+        if not local:
+            _read_array_defaults_at_call(low, fn, env, defaults, partial_keywords, params[len(arg_trees):])
         low.annotate_arguments(fnode, env)
         try:
             result = low.run_body(fnode)
@@ -155,6 +189,35 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
     graph = root.finish(out_leaves, name or fn.__name__)
     return LoweredFunction(graph, fn, params + star_names, list(arg_trees), [g for g, _, _ in ctx.closure_inputs],
                            out_tree, src, tuple(ctx.guards))
+
+
+def _static_default(value) -> bool:
+    """A default that is not data to differentiate: a callable, a string, None, a bool, a type."""
+    return value is None or isinstance(value, (str, bool, type)) or callable(value) and not isinstance(value, np.ndarray)
+
+
+def _read_array_defaults_at_call(low, fn, env, defaults, partial_keywords, names):
+    """A default holding arrays (``def f(x, A=TABLE)``) is read at each call, as a global array is:
+    NumPy code sees ``TABLE[:] = ...`` made after the first call (regression: the first value was
+    folded into every later call)."""
+    for pname in names:
+        value = env.get(pname)
+        if pname in partial_keywords or pname not in defaults or value is not defaults[pname]:
+            continue
+        leaves = _pytree.leaves(value) if isinstance(value, (list, tuple, dict)) else [value]
+        if any(isinstance(leaf, np.ndarray) for leaf in leaves):
+            env[pname] = low._external(value, ("default", id(fn), pname),
+                                       lambda name=pname: _python_defaults(fn)[name], pname)
+
+
+def _unwrap_partial(fn):
+    """``(function, positional arguments, keywords)`` of ``functools.partial(function, ...)``
+    (nested partials merged, as calling them would); a plain function comes back with none."""
+    args, keywords = (), {}
+    while isinstance(fn, functools.partial):
+        args, keywords = fn.args + args, {**fn.keywords, **keywords}
+        fn = fn.func
+    return fn, args, keywords
 
 
 def _library_function_refusal(e, fn, src):

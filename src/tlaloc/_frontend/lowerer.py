@@ -61,6 +61,7 @@ class Context:
     specialised: bool = False       # built for concrete argument avals (closure arrays get theirs)
     may_share: dict = dataclasses.field(default_factory=dict)  # var id -> values it may share memory with (views.py)
     outside_arrays: list = dataclasses.field(default_factory=list)  # objects' arrays read by attribute (effects.py)
+    local_objects: dict = dataclasses.field(default_factory=dict)   # id -> object made in the function (callsites.py)
 
 
 class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLowerer, EffectsLowerer, ViewLowerer):
@@ -128,6 +129,9 @@ class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLower
             if key not in self.ctx.closure_keys and host.wants_guard(value):
                 self.ctx.closure_keys[key] = value
                 self.ctx.guards.append(host.Guard(getter, value, name))
+            elif key not in self.ctx.closure_keys and host.identity_guarded(value):
+                self.ctx.closure_keys[key] = value
+                self.ctx.guards.append(host.IdentityGuard(getter, value, name))
             return self.outside(value)
         if key in self.ctx.closure_keys:
             return self.ctx.closure_keys[key]
@@ -239,9 +243,12 @@ class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLower
             scope = Scope(fn.__globals__, _closure_dict(fn))
             defaults = _python_defaults(fn)
         if self.ctx.stack.count(key) >= _MAX_RECURSION:
-            # recursion on Python structure (a list, then its items) unrolls; on array values it never ends
+            # recursion on Python structure (a list, then its items) unrolls; on array values it never ends.
+            # Its base case may test a size not known yet (`if len(c) == 1`): built again once it is
+            from .structure import ShapeNeeded
             raise self.src.error(node, f"recursive call to `{getattr(fnode, 'name', 'lambda')}` cannot be "
-                                       f"lowered (deeper than {_MAX_RECURSION} calls); rewrite it as a loop")
+                                       f"lowered (deeper than {_MAX_RECURSION} calls); rewrite it as a loop",
+                                 ShapeNeeded if self.ctx.specialisable else FenceError)
         if len(self.ctx.stack) > _MAX_INLINE_DEPTH:
             raise self.src.error(node, "calls nested too deeply")
         env = bind_arguments(src, fnode, args, kwargs, defaults, node_for_errors=node, caller=self.src)
@@ -321,16 +328,31 @@ def _is_generator(fnode) -> bool:
     return False
 
 
+class ClosureCells(dict):
+    """A function's closure, name -> cell, read through the cell each time: a getter made from it
+    sees a later ``nonlocal`` rebinding (regression: a snapshot of the values kept the value of
+    the first build, and a rebound closure variable was silently ignored). An empty cell (a
+    name assigned later in the enclosing function) is not in it."""
+
+    def __getitem__(self, name):
+        return dict.__getitem__(self, name).cell_contents
+
+    def __contains__(self, name):
+        try:
+            self[name]
+        except (KeyError, ValueError):
+            return False
+        return True
+
+    def snapshot(self) -> dict:
+        """The names' values now."""
+        return {name: self[name] for name in dict.keys(self) if name in self}
+
+
 def _closure_dict(fn) -> dict:
     if not fn.__closure__:
         return {}
-    out = {}
-    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
-        try:
-            out[name] = cell.cell_contents
-        except ValueError:
-            pass
-    return out
+    return ClosureCells(zip(fn.__code__.co_freevars, fn.__closure__))
 
 
 def _cell_getter(scope, name):

@@ -206,9 +206,31 @@ def lower_odeint(lowerer, args, kwargs, node):
     avals = [_aval.AbstractValue(np.dtype(np.float64), (n,)), _aval.AbstractValue(np.dtype(np.float64), ())]
     avals += [x.aval if is_symbolic(x) else _aval.of(np.asarray(x)) for x in leaves]
     lowered, closure = lower_region(lowerer, func, [leaf, leaf, *trees], avals, node, "odeint's `func`")
+    lowered = _stacked_output(lowered)
     if lowered.out_tree != leaf:
         raise src.error(node, f"odeint: `{func.__name__}` must return one array dy/dt, got {lowered.out_tree!r}")
     return odeint_p.bind(y0, t, *leaves, *closure, dynamics=lowered.graph, n_args=len(leaves), **options)
+
+
+def _stacked_output(lowered):
+    """A right-hand side returning a list or tuple of numbers (``return [dx, dy]``, the SciPy
+    cookbook's style) as one returning their stack, as ``scipy.integrate.odeint`` reads it.
+    (Regression: refused, "must return one array dy/dt, got list".)"""
+    import dataclasses
+    from .. import numpy as tnp
+    from .._core.builder import Builder
+    from .._core.passes import inline
+    tree = lowered.out_tree
+    if tree is None or tree.kind not in ("list", "tuple") or any(c.kind != "leaf" for c in tree.children):
+        return lowered
+    g = lowered.graph
+    b = Builder(name=g.name)
+    with b.active():
+        ins = [b.new_input(v.aval, v.hint) for v in g.inputs]
+        outs = inline(g, ins)
+        stacked = tnp.stack([tnp.asarray(o).astype(np.float64) for o in outs])
+        new = b.finish([stacked], g.name)
+    return dataclasses.replace(lowered, graph=new, out_tree=_pytree.TreeDef("leaf"))
 
 
 def _static_size(y0) -> int:

@@ -44,6 +44,7 @@ from .._ad.call_checks import refuse_array_subclasses
 from .._core.interpreter import eval_graph
 from .._core.specialize import specialize
 from .._core.specialize_control import while_capacity
+from .._frontend.call_binding import bind_keywords, check_positional_count, require_callable, static_positions
 from .._frontend.structure import ShapeNeeded
 from ..errors import ArgumentError, FenceError, TlalocError
 from . import bounded, bounded_export, dispatch, residuals
@@ -63,7 +64,8 @@ class Jitted:
     """The callable ``tl.jit`` returns; see the module docstring."""
 
     def __init__(self, fun, backend="xla", static_argnums=(), donate_argnums=(), platform=None, mesh=None,
-                 in_shardings=None, out_shardings=None, recognize=True, buckets=None):
+                 in_shardings=None, out_shardings=None, recognize=True, buckets=None, static_argnames=()):
+        require_callable("jit", fun)
         if backend not in _BACKENDS:
             raise ArgumentError(f"jit: backend must be one of {_BACKENDS}, got {backend!r}")
         if backend == "iree":
@@ -75,6 +77,12 @@ class Jitted:
         self.backend = backend
         self.platform = platform            # None: "cuda" where that PJRT backend exists, else "cpu"
         self.static_argnums = as_tuple(static_argnums, "static_argnums")
+        # names -> positions as call_binding binds them; a keyword-only one exists only where the call
+        # passes keyword-only arguments (else it keeps its default, folded), hence kept apart
+        self._named_statics = static_positions(fun, static_argnames)
+        self.static_argnums = tuple(dict.fromkeys(self.static_argnums + tuple(
+            k for k, kwonly in self._named_statics if not kwonly)))
+        self._named_statics = tuple(k for k, kwonly in self._named_statics if kwonly)
         self.donate_argnums = as_tuple(donate_argnums, "donate_argnums")
         if set(self.static_argnums) & set(self.donate_argnums):
             raise ArgumentError("jit: an argument cannot be both static and donated")
@@ -112,7 +120,12 @@ class Jitted:
 
     # -- signature ------------------------------------------------------------------------
     def _split(self, args):
-        return split_args(args, self.static_argnums, self.__name__)
+        n = len(args)
+        given = {a % n for a in self.static_argnums if -n <= a < n}
+        # a string is never an array: static (one program per value), as static_argnums would make it
+        extra = tuple(k for k in self._named_statics if k < n) + tuple(
+            k for k, a in enumerate(args) if type(a) is str and k not in given)
+        return split_args(args, self.static_argnums + tuple(k for k in extra if k not in given), self.__name__)
 
     def _source(self, statics, trees, flat_avals) -> Source:
         shaped = shape_dependent(self.fun) or getattr(self, "_needs_shapes", False)
@@ -211,9 +224,8 @@ class Jitted:
                        recognize=self.recognize)
 
     def __call__(self, *args, **kwargs):
-        if kwargs:
-            raise ArgumentError(f"jit: pass the arguments of {self.__name__} positionally "
-                                f"(got keywords {sorted(kwargs)})")
+        if kwargs:                  # bound to positions as Python binds them (_frontend/call_binding.py)
+            args = bind_keywords(f"jit of {self.__name__}", self.fun, args, kwargs)
         if self._plan is not None:
             return bounded.call(self, self._plan, args)
         if self._guards and not all(g() for g in self._guards):
@@ -232,6 +244,8 @@ class Jitted:
                         out = dispatch.Hit.MISS     # the slow path grows the residual stacks
                     if out is not dispatch.Hit.MISS:
                         return out
+        if not kwargs:
+            check_positional_count(f"jit of {self.__name__}", self.fun, len(args))
         refuse_array_subclasses("jit", self.__wrapped__, args)      # a masked array or np.matrix: refused by name
         if self._check is not None:
             self._check(args)                       # a new signature: the arguments against the annotations
@@ -291,7 +305,7 @@ class Jitted:
 
 
 def jit(fun=None, *, backend: str = "xla", static_argnums=(), donate_argnums=(), platform=None, mesh=None,
-        in_shardings=None, out_shardings=None, recognize=True, buckets=None):
+        in_shardings=None, out_shardings=None, recognize=True, buckets=None, static_argnames=()):
     """Compile ``fun`` with XLA (or IREE), once per argument signature.
 
     Args:
@@ -303,7 +317,8 @@ def jit(fun=None, *, backend: str = "xla", static_argnums=(), donate_argnums=(),
         cannot link, e.g. ``tanh``, is refused by name), or ``"interpreter"``
         (the NumPy reference on the same DXIR, for checking).
       static_argnums: positional arguments passed as Python values (hashable);
-        each new value compiles anew.
+        each new value compiles anew. A ``str`` argument is always static.
+      static_argnames: the same, by parameter name (keyword-only parameters too).
       donate_argnums: positional arguments whose buffers the program may
         overwrite (in place where an output has the same type); a donated
         device array cannot be used again.
@@ -341,7 +356,7 @@ def jit(fun=None, *, backend: str = "xla", static_argnums=(), donate_argnums=(),
     """
     opts = dict(backend=backend, static_argnums=static_argnums, donate_argnums=donate_argnums, platform=platform,
                 mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings, recognize=recognize,
-                buckets=buckets)
+                buckets=buckets, static_argnames=static_argnames)
     if fun is None:
         return functools.partial(jit, **opts)
     return Jitted(fun, **opts)

@@ -10,6 +10,7 @@ the function's globals, so ``range(n)``, ``x.reshape(shape)`` or ``if mode ==
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import types
 from typing import Callable
@@ -56,7 +57,12 @@ class _Globals(dict):
 
 
 def _with_statics(fn, statics: dict):
-    names = fn.__code__.co_varnames[:fn.__code__.co_argcount]
+    if isinstance(fn, functools.partial):          # positions count after the partial's own arguments
+        shift = len(fn.args)
+        return functools.partial(_with_statics(fn.func, {k + shift: v for k, v in statics.items()}),
+                                 *fn.args, **fn.keywords)
+    code = fn.__code__
+    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]     # then keyword-only ones
     by_name = {names[k]: v for k, v in statics.items()}
     g = types.FunctionType(fn.__code__, _Globals(fn.__globals__, by_name), fn.__name__,
                            fn.__defaults__, fn.__closure__)
@@ -71,6 +77,11 @@ def source_for(fun, trees, statics: dict, arg_avals=None) -> Source:
     (``None`` for a static argument, whose value is in ``statics``) and, for
     transforms whose graph depends on shapes (vmap, Jacobians), leaf avals
     ``arg_avals``."""
+    own = getattr(fun, "__tlaloc_jit_source__", None)        # e.g. tl.vjp's vjp_fn
+    if own is not None:
+        if statics:
+            raise ArgumentError(f"jit: static arguments of {getattr(fun, '__name__', fun)!r} are not supported")
+        return own(list(trees), Source)
     t = getattr(fun, "__tlaloc_transformed__", None)
     if t is not None:
         if statics:
@@ -79,11 +90,14 @@ def source_for(fun, trees, statics: dict, arg_avals=None) -> Source:
         src = transformed_source(t, trees, arg_avals, Source)
         return src if src is not None else _transformed_source(t, trees, statics, arg_avals)
     from .._frontend.lower import lower_function
-    if not hasattr(fun, "__code__"):
+    if not hasattr(fun, "__code__") and not isinstance(fun, functools.partial):
         raise ArgumentError(f"jit: expected a Python function, got {type(fun).__name__}")
     target = _with_statics(fun, statics) if statics else fun
     lowered = lower_function(target, arg_trees=list(trees), arg_avals=arg_avals)
-    n_params = fun.__code__.co_argcount
+    # positional parameters, then keyword-only ones (_frontend/call_binding.py); any number with *args
+    code = getattr(fun, "__code__", None)
+    n_params = (None if code is None or code.co_flags & inspect.CO_VARARGS
+                else code.co_argcount + code.co_kwonlyargcount)
     out_tree = lowered.out_tree
 
     if out_tree == _LEAF:
@@ -96,7 +110,7 @@ def source_for(fun, trees, statics: dict, arg_avals=None) -> Source:
             return rebuild(outs)
 
     def check(args, trees, leaves):
-        if len(args) > n_params:
+        if n_params is not None and len(args) > n_params:
             raise ArgumentError(f"{fun.__name__}: takes {n_params} positional arguments, got {len(args)}")
 
     return Source(lowered.graph, list(lowered.closure_getters), finish, check, out_tree, _guards(lowered))
@@ -108,8 +122,10 @@ def _static_transformed_source(t, trees, statics, arg_avals=None) -> Source:
     once it needs them (``_frontend/specialise.py``); one program per static value, as in JAX.
     The graph keeps an unused input per static leaf, dropped here."""
     if getattr(t, "kind", None) not in ("grad", "value_and_grad"):
-        raise ArgumentError(f"jit: static_argnums with `{t.name}` ({t.kind}) is not supported; close over "
-                            f"the value instead (static arguments work with tl.grad and tl.value_and_grad)")
+        raise ArgumentError(f"jit: static arguments (static_argnums/static_argnames, and every str argument: "
+                            f"positions {sorted(statics)}) of `{t.name}` ({t.kind}) are not supported; close over "
+                            f"the value instead, e.g. functools.partial (static arguments work with tl.grad and "
+                            f"tl.value_and_grad)")
     from .._core import aval as _aval
     from .._frontend.specialise import StaticValue
     if any(a in statics for a in t.argnums):
@@ -158,8 +174,10 @@ def _transformed_source(t, trees, statics, arg_avals=None) -> Source:
                              f"value") from None
     else:
         base = t._entries.get((None, None))
-        fewer = base is not None and len(trees) < base["n_args"]    # parameters with defaults left out
-        entry = t._entry(list(trees) if fewer or not all(tr == _LEAF for tr in trees) else None)
+        # parameters with defaults left out, or keyword-only ones given (call_binding.py): built for them
+        # (no base: f(*xs) is built once the count is known)
+        other = base is None or len(trees) != base["n_args"]
+        entry = t._entry(list(trees) if other or not all(tr == _LEAF for tr in trees) else None)
     graph = entry["graphs"][0][0]
     lowered = entry["lowered"]
     takes_entry = len(inspect.signature(t.check_args).parameters) >= 5

@@ -48,6 +48,10 @@ def as_tuple(nums, name: str) -> tuple:
 def leaf_aval(x) -> AbstractValue:
     """The aval of one argument leaf: an array's dtype and shape, or a weak scalar for a Python number."""
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        if type(x) is int and not -2 ** 63 <= x < 2 ** 63:
+            # regression: 2**63 wrapped to -2**63 + 1 silently, and 2**64 + 5 became an object array
+            raise ArgumentError(f"jit: the Python int {x} does not fit in int64; pass a float, or an array of an "
+                                f"explicit dtype")
         # a Python number is weak, as in the interpreter: it adopts the other operand's dtype
         return AbstractValue(np.asarray(x).dtype, (), weak=True)
     if hasattr(x, "dtype") and hasattr(x, "shape"):

@@ -175,6 +175,11 @@ def input_dtype_message(dtype, *, who, what, **_) -> str | None:
 
 
 def _input_shape_impl(x, **params):
+    if isinstance(x, (list, tuple)):
+        # regression: np.result_type read a nested list as a structured dtype spec ("Field elements
+        # must be 2- or 3-tuples")
+        raise ArgumentError(f"{params.get('who', 'layer')}: the input must be an array {params.get('what', '')}, "
+                            f"got a Python {type(x).__name__}; convert it first, e.g. np.asarray(x, np.float32)")
     msg = input_dtype_message(np.result_type(x), **params)
     if msg is not None:
         raise ArgumentError(msg)

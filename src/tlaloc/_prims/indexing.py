@@ -7,7 +7,11 @@ An index is split into a static ``spec`` (a tuple kept in the node's params)
 and dynamic operands (arrays and symbolic scalars). Spec entries:
 
 * ``("i", k)``: a static integer;  ``("d", j)``: dynamic operand ``j``;
-* ``("s", start, stop, step)``: a slice whose bounds are ints, ``None`` or ``("d", j)``;
+* ``("s", start, stop, step)``: a slice whose bounds are ints, ``None`` or ``("d", j)``; a
+  window ``x[i:i + c]`` (``c`` a static int) has ``start = ("d", j)`` and ``stop = ("o", j, c)``:
+  its size is ``c`` whatever ``i`` (``is_window``), so compiled code can slice it
+  (``stablehlo.dynamic_slice``, whose start is clamped into range where NumPy would
+  return a shorter slice);
 * ``("n",)``: ``None`` (new axis);  ``("e",)``: ``...``.
 """
 from __future__ import annotations
@@ -31,6 +35,21 @@ def is_mask(aval) -> bool:
     return aval.dtype is not None and aval.dtype.kind == "b"
 
 
+class Offset:
+    """The stop of a window ``x[i:i + c]``: ``base`` (the slice's start, a symbolic integer) plus
+    the static int ``c`` (the front end makes it where the source reads ``i:i + c``)."""
+    __slots__ = ("base", "c")
+
+    def __init__(self, base, c: int):
+        self.base, self.c = base, int(c)
+
+
+def is_window(e) -> bool:
+    """A spec slice entry ``x[i:i + c]`` (see the module docstring)."""
+    return (e[0] == "s" and isinstance(e[1], tuple) and e[1][0] == "d" and isinstance(e[2], tuple)
+            and e[2][0] == "o" and e[2][1] == e[1][1] and e[3] is None)
+
+
 def split_index(idx):
     """Python index -> (spec, dynamic operands)."""
     if not isinstance(idx, tuple):
@@ -40,6 +59,12 @@ def split_index(idx):
     def bound(b):
         if b is None or isinstance(b, (int, np.integer)) and not isinstance(b, bool):
             return None if b is None else int(b)
+        if isinstance(b, Offset):
+            j = next((k for k, d in enumerate(dyn) if d is b.base), None)
+            if j is None:
+                dyn.append(b.base)
+                j = len(dyn) - 1
+            return ("o", j, b.c)
         dyn.append(b)
         return ("d", len(dyn) - 1)
 
@@ -64,7 +89,7 @@ def build_index(spec, dyn):
     """(spec, dynamic values) -> a NumPy index tuple."""
     def bound(b):
         if isinstance(b, tuple):
-            return int(dyn[b[1]])
+            return int(dyn[b[1]]) + (b[2] if b[0] == "o" else 0)
         return b
 
     out = []
@@ -96,6 +121,8 @@ def _getitem_shape(x, *dyn, spec):
         return None
     if any(d.shape is None or any(type(s) is not int for s in d.shape) for d in dyn):
         return None
+    if any(is_window(e) for e in spec):           # x[i:i + c]: c along that axis, as x[0:c]
+        spec = _windows_at_zero(spec, x.shape)
     if any(e[0] == "s" and any(isinstance(b, tuple) for b in e[1:]) for e in spec):
         return None
     dummy = np.broadcast_to(np.empty((), np.int8), x.shape)
@@ -107,6 +134,25 @@ def _getitem_shape(x, *dyn, spec):
         except IndexError as e:
             raise ShapeError(f"indexing an array of shape {x.shape}: {e}") from None
     return _masked_shape(dummy, dyn, masks, spec)
+
+
+def _windows_at_zero(spec, shape):
+    """``spec`` with each window ``x[i:i + c]`` as ``x[0:c]`` (for its shape); a window longer than
+    its axis is refused."""
+    out, axis = [], 0
+    consumed = sum(1 for e in spec if e[0] in ("i", "s", "d"))
+    for e in spec:
+        if e[0] == "e":
+            axis += len(shape) - consumed
+        if is_window(e):
+            if axis < len(shape) and e[2][2] > shape[axis]:
+                raise ShapeError(f"indexing: the window x[i:i + {e[2][2]}] is longer than axis {axis} "
+                                 f"(size {shape[axis]})")
+            e = ("s", 0, e[2][2], None)
+        out.append(e)
+        if e[0] in ("i", "s", "d"):
+            axis += 1
+    return tuple(out)
 
 
 def _mask_sample(shape, count):
@@ -162,16 +208,22 @@ def _has_advanced(spec, dyn):
 def _index_add_impl(x, v, *dyn, spec):
     out = np.array(x, copy=True)
     idx = build_index(spec, dyn)
-    if _has_advanced(spec, dyn):
-        np.add.at(out, idx, v)
-    else:
-        out[idx] += v
+    try:
+        if _has_advanced(spec, dyn):
+            np.add.at(out, idx, v)
+        else:
+            out[idx] += v
+    except IndexError as e:             # located at the user's line, as a read out of range is
+        raise ShapeError(f"indexing: {e}") from None
     return out
 
 
 def _index_set_impl(x, v, *dyn, spec):
     out = np.array(x, copy=True)
-    out[build_index(spec, dyn)] = v
+    try:
+        out[build_index(spec, dyn)] = v
+    except IndexError as e:
+        raise ShapeError(f"indexing: {e}") from None
     return out
 
 

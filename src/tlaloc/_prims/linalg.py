@@ -352,11 +352,20 @@ def dot_general(x, y, contracting, batch=((), ()), preferred_element_type=None):
     return dot_general_p.bind(x, y, **params)
 
 
+def _rank_dtype(v):
+    """(rank, dtype) of a symbolic value or of a constant operand (a NumPy array made in the function,
+    ``np.tensordot(x, np.ones(3), 1)``: regression, its missing ``aval`` crashed the rule)."""
+    if hasattr(v, "aval"):
+        return v.aval.rank, v.aval.dtype
+    return np.ndim(v), np.asarray(v).dtype
+
+
 def _dot_general_vjp(g, x, y, out, contracting, batch, preferred_element_type=None):
-    if x.aval.rank is None or y.aval.rank is None:
+    (x_rank, x_dtype), (y_rank, y_dtype) = _rank_dtype(x), _rank_dtype(y)
+    if x_rank is None or y_rank is None:
         raise NoRuleError("no VJP rule for `dot_general` with operands of unknown rank; "
                           "use matmul or einsum, or annotate the argument ranks")
-    spec = _dot_general_spec(x.aval.rank, y.aval.rank, contracting, batch)
+    spec = _dot_general_spec(x_rank, y_rank, contracting, batch)
     if preferred_element_type is None:
         return _einsum_vjp(g, x, y, out=out, spec=spec)
     if not np.issubdtype(np.dtype(preferred_element_type), np.floating):
@@ -365,7 +374,7 @@ def _dot_general_vjp(g, x, y, out, contracting, batch, preferred_element_type=No
     # the cotangents in float32 (x and y widened exactly), rounded once to the operands' dtype
     want = np.dtype(preferred_element_type)
     gx, gy = _einsum_vjp(g, convert(x, want), convert(y, want), out=out, spec=spec)
-    return convert(gx, x.aval.dtype), convert(gy, y.aval.dtype)
+    return convert(gx, x_dtype), convert(gy, y_dtype)
 
 
 def _dot_general_jvp(t, x, y, out, contracting, batch, preferred_element_type=None):

@@ -85,6 +85,8 @@ def render_literal(value) -> str:
         return f"{_dtype(value.dtype)}.type({inner})"
     if isinstance(value, np.ndarray):
         dt = _dtype(value.dtype)
+        if value.size == 0:          # regression: (0, 0) rendered as np.asarray([]), of shape (0,)
+            return f"np.zeros({tuple(value.shape)!r}, dtype={dt})"
         if value.size <= _SMALL_ARRAY and value.dtype.kind in "biuf" and value.dtype.itemsize >= 4 \
                 or value.dtype.kind == "b" and value.size <= _SMALL_ARRAY:
             body = _nested(value.tolist())

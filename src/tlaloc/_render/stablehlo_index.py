@@ -10,8 +10,11 @@ computed (``iota`` for slices, the index arrays for advanced axes, placed by
 NumPy's rule: together where the advanced indices are adjacent, else first).
 
 Differences from NumPy that compiled code cannot avoid: an out-of-range
-run-time index is clamped (gather, ``dynamic_slice``) or dropped (scatter)
-instead of raising ``IndexError``; ``x[i] = v`` with repeated indices keeps
+run-time index is clamped into range instead of raising ``IndexError``, for reads
+(gather, ``dynamic_slice``) and writes (scatter) alike, so that ``x[i]``, its gradient
+and ``x[i] = v`` touch the same element (regression: the scatter dropped the write, and
+the gradient of a clamped read was 0); a window ``x[i:i + c]`` past an end is moved
+back into range, where NumPy returns a shorter slice; ``x[i] = v`` with repeated indices keeps
 one of the writes, not necessarily the last.
 """
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._core.graph import Literal
-from .._prims.indexing import MASK_REFUSAL
+from .._prims.indexing import MASK_REFUSAL, is_window
 from ..errors import NoRuleError
 from .stablehlo import BOOL, I64, Val, i64s, ints, out_aval
 from .stablehlo_structural import slice_
@@ -35,7 +38,9 @@ def _index_val(em, x, dim):
     if v.name in em.non_negative:
         return v
     neg = em.compare("LT", v, em.const(0, I64, v.shape))
-    return em.select(neg, em.binary("stablehlo.add", v, em.const(dim, I64, v.shape)), v)
+    wrapped = em.select(neg, em.binary("stablehlo.add", v, em.const(dim, I64, v.shape)), v)
+    return em.op("stablehlo.clamp", [em.const(0, I64, ()), wrapped, em.const(max(dim - 1, 0), I64, ())],
+                 (I64, wrapped.shape))
 
 
 def _entries(spec, dyn, rank):
@@ -76,7 +81,12 @@ def _resolve(entries, shape):
     """Static slices to (start, step, n); static ints wrapped."""
     res = []
     for e in entries:
-        if e[0] == "s":
+        if e[0] == "s" and is_window(("s",) + tuple(e[2:])):   # x[i:i + c]: ("win", axis, j, c)
+            _, axis, lo, hi, _ = e
+            if hi[2] > shape[axis]:
+                raise NoRuleError(f"the window x[i:i + {hi[2]}] is longer than axis {axis} (size {shape[axis]})")
+            res.append(("win", axis, lo[1], hi[2]))
+        elif e[0] == "s":
             _, axis, lo, hi, st = e
             if any(isinstance(b, tuple) for b in (lo, hi, st)):
                 raise NoRuleError("a slice with a bound known only at run time (x[i:j]) has a size known only "
@@ -112,7 +122,7 @@ def _basic(em, v, entries):
             starts.append(e[2])
             limits.append(e[2] + 1)
             strides.append(1)
-        elif e[0] == "dint":
+        elif e[0] in ("dint", "win"):
             starts.append(0)
             limits.append(v.shape[e[1]])
             strides.append(1)
@@ -144,7 +154,7 @@ def _coords(em, entries, shape, dyn):
     if has_arrays and not adjacent:
         layout.append(("B",))
     for k, e in enumerate(entries):
-        if e[0] == "slice":
+        if e[0] in ("slice", "win"):
             layout.append(("slice", e))
         elif has_arrays and adjacent and k == adv_pos[0]:
             layout.append(("B",))
@@ -154,7 +164,7 @@ def _coords(em, entries, shape, dyn):
             b_at = len(R)
             R.extend(b_shape)
         else:
-            R.append(item[1][4])
+            R.append(item[1][3] if item[1][0] == "win" else item[1][4])
     R = tuple(R)
     coords = [None] * len(shape)
     pos = 0
@@ -162,8 +172,16 @@ def _coords(em, entries, shape, dyn):
         if item[0] == "B":
             pos += len(b_shape)
             continue
-        _, axis, start, step, n = item[1]
         io = em.op("stablehlo.iota", [], (I64, R), attrs={"iota_dimension": f"{pos} : i64"})
+        if item[1][0] == "win":           # x[i:i + c]: i clamped into [0, dim - c], as dynamic_slice does
+            _, axis, j, c = item[1]
+            start = _index_val(em, dyn[j], shape[axis])
+            start = em.op("stablehlo.clamp", [em.const(0, I64, ()), start, em.const(shape[axis] - c, I64, ())],
+                          (I64, ()))
+            coords[axis] = em.binary("stablehlo.add", io, em.broadcast(start, R, []))
+            pos += 1
+            continue
+        _, axis, start, step, n = item[1]
         coords[axis] = em.binary("stablehlo.add", em.binary("stablehlo.multiply", io, em.const(step, I64, R)),
                                  em.const(start, I64, R))
         pos += 1
@@ -238,13 +256,13 @@ def _getitem(em, node, x, *dyn):
         R, coords = _coords(em, [e for e in entries if e[0] != "new"], v.shape, dyn)
         return em.reshape(gather_points(em, v, coords, R), sh)
     out = _basic(em, v, entries)
-    dints = [e for e in entries if e[0] == "dint"]
+    dints = [e for e in entries if e[0] in ("dint", "win")]
     if dints:
         starts = [em.const(0, I64, ())] * len(out.shape)
         sizes = list(out.shape)
         for e in dints:
             starts[e[1]] = _index_val(em, dyn[e[2]], v.shape[e[1]])
-            sizes[e[1]] = 1
+            sizes[e[1]] = 1 if e[0] == "dint" else e[3]      # a window: its start clamped into range
         out = em.op("stablehlo.dynamic_slice", [out] + starts, (dt, tuple(sizes)),
                     attrs={"slice_sizes": i64s(sizes)})
     return em.reshape(out, sh)

@@ -19,7 +19,7 @@ from .._prims import shape_ops as _sh
 from .._prims import indexing as _ix
 from .._prims import selection as _sel
 from .._prims import misc as _misc
-from ..errors import ShapeError
+from ..errors import RankUnknownError, ShapeError
 from . import lax  # noqa: F401
 from ._pad import pad  # noqa: F401
 
@@ -161,7 +161,7 @@ def _rank(x, op):
     if _is_symbolic(x):
         r = x.aval.rank
         if r is None:
-            raise ShapeError(f"{op}: the rank of an operand is unknown at definition time; "
+            raise RankUnknownError(f"{op}: the rank of an operand is unknown at definition time; "
                              f"annotate the argument (e.g. F64['n', 'm'])")
         return r
     return _np.ndim(x)
@@ -169,9 +169,10 @@ def _rank(x, op):
 
 # -- shapes ----------------------------------------------------------------------
 
-def reshape(a, shape=None, *more, newshape=None, copy=None):
+def reshape(a, shape=None, *more, newshape=None, copy=None, order="C"):
     """``a`` with a new shape (static ints, one of them may be -1); ``newshape=`` is
-    NumPy's older keyword."""
+    NumPy's older keyword. ``order="F"``: read and write in Fortran (first index fastest) order,
+    as the transposes around a C-order reshape."""
     newshape = shape if newshape is None else newshape
     if more:
         newshape = (newshape,) + more
@@ -180,11 +181,21 @@ def reshape(a, shape=None, *more, newshape=None, copy=None):
     if _builtins.any(_is_symbolic(d) for d in newshape):
         raise ShapeError("reshape: sizes must be Python ints at definition time; "
                          "use -1 for the one size to infer")
-    return _sh.reshape(a, tuple(int(d) for d in newshape))
+    newshape = tuple(int(d) for d in newshape)
+    if order == "F":
+        return _sh.transpose(_sh.reshape(_sh.transpose(a, None), newshape[::-1]), None)
+    if order not in ("C", "A"):
+        raise ValueError(f"reshape: order must be 'C' or 'F', got {order!r}")
+    return _sh.reshape(a, newshape)
 
 
-def ravel(a):
-    """``a`` as one axis (a view of ``a`` in NumPy where its layout allows)."""
+def ravel(a, order="C"):
+    """``a`` as one axis (a view of ``a`` in NumPy where its layout allows); ``order="F"`` reads
+    it first index fastest."""
+    if order == "F":
+        return _sh.reshape(_sh.transpose(a, None), (-1,))
+    if order not in ("C", "A", "K"):
+        raise ValueError(f"ravel: order must be 'C' or 'F', got {order!r}")
     return _sh.reshape(a, (-1,))
 
 
@@ -238,6 +249,9 @@ def broadcast_to(a, shape):
 
 
 def concatenate(arrays, axis=0):
+    """NumPy's ``concatenate``; ``axis=None`` joins the arrays flattened."""
+    if axis is None:
+        return _sh.concatenate([ravel(a) for a in arrays], 0)
     return _sh.concatenate(list(arrays), axis)
 
 
@@ -249,10 +263,19 @@ def flip(a, axis=None):
     return _sh.flip(a, axis)
 
 
-def take(a, indices, axis=None):
-    if axis is None:
-        return _ix.gather(ravel(a), indices, 0)
-    return _ix.gather(a, indices, axis)
+def take(a, indices, axis=None, mode="raise"):
+    """NumPy's ``take``; ``mode="clip"`` clips the indices into range and ``mode="wrap"`` wraps them,
+    both before indexing (the axis's size must be known)."""
+    if mode not in ("raise", "clip", "wrap"):
+        raise ValueError(f"take: mode must be 'raise', 'clip' or 'wrap', got {mode!r}")
+    src = ravel(a) if axis is None else a
+    ax = 0 if axis is None else axis
+    if mode != "raise":
+        n = shape(src)[ax]
+        if _is_symbolic(n):
+            raise ShapeError(f"take(mode={mode!r}): the size of the axis is not known yet")
+        indices = clip(indices, 0, n - 1) if mode == "clip" else remainder(indices, n)
+    return _ix.gather(src, indices, ax)
 
 
 def tril(m, k=0):
@@ -328,6 +351,10 @@ from ._quantiles import (quantile, percentile, median, nanquantile, nanpercentil
                          nanmedian)
 from ._nan_reductions import nansum, nanprod, nanmean, nanvar, nanstd, nanmax, nanmin  # noqa: E402,F401
 from ._interp import interp  # noqa: E402,F401
+from ._more_numpy import (cbrt, nan_to_num, ptp, fmax, fmin, heaviside, isclose, allclose,  # noqa: E402,F401
+                          append, select, block, array_split, diagflat, ediff1d, conjugate)
+from ._more_numpy_stats import (average, cov, corrcoef, trapezoid, polyval, vander,  # noqa: E402,F401
+                                convolve, correlate)
 from . import linalg, fft  # noqa: E402,F401
 
 # Symbolic values (DXIR) get NumPy's operators and methods from this module.

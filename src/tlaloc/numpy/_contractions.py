@@ -57,11 +57,45 @@ def outer(a, b):
     return multiply(expand_dims(ravel(a), 1), expand_dims(ravel(b), 0))
 
 
-def einsum(subscripts, *operands):
+def einsum(subscripts, *operands, optimize=False):
     """Einstein summation, NumPy's subscripts: an explicit output (``'ij,jk->ik'``), or NumPy's
     implicit one (``'ij,jk'``: the indices that appear once, in alphabetical order, after the
-    broadcast ``...`` axes). Regression: the implicit form was refused."""
-    return _la.einsum(_explicit_output(subscripts), *operands)
+    broadcast ``...`` axes). Regression: the implicit form was refused.
+
+    An index repeated within one operand (``'ii'``, ``'ii->i'``, ``'bii->b'``) takes that operand's
+    diagonal first (as NumPy does), so it differentiates. ``optimize`` (NumPy's contraction-order
+    search) is accepted and changes nothing: tlaloc contracts in its own fixed order."""
+    spec = _explicit_output(subscripts)
+    ins, out = spec.split("->")
+    parts = ins.split(",")
+    if len(parts) != len(operands):
+        raise ValueError(f"einsum: {len(parts)} operand subscripts in {subscripts!r} but {len(operands)} operands")
+    new_parts, new_ops = [], []
+    for part, x in zip(parts, operands):
+        part, x = _take_repeated_diagonals(part, x)
+        new_parts.append(part)
+        new_ops.append(x)
+    return _la.einsum(",".join(new_parts) + "->" + out, *new_ops)
+
+
+def _take_repeated_diagonals(part: str, x):
+    """``(subscripts, operand)`` with each index repeated in ``part`` replaced by the diagonal over
+    its two axes (moved last, as tnp.diagonal puts it)."""
+    if "..." in part:
+        return part, x
+    while True:
+        seen = {}
+        pair = None
+        for k, c in enumerate(part):
+            if c in seen:
+                pair = (seen[c], k, c)
+                break
+            seen[c] = k
+        if pair is None:
+            return part, x
+        p, q, c = pair
+        x = diagonal(x, 0, p, q)
+        part = part[:p] + part[p + 1:q] + part[q + 1:] + c
 
 
 def _explicit_output(subscripts: str) -> str:

@@ -1,5 +1,5 @@
 """``tlaloc.numpy.linalg``: solve, cholesky, inv, det, slogdet, eigh, eigvalsh, svd,
-svdvals, qr, pinv, lstsq, norm, matrix_norm, vector_norm, and the Array API's
+svdvals, qr, pinv, lstsq, norm, matrix_norm, vector_norm, multi_dot, and the Array API's
 matmul, matrix_transpose, diagonal, trace, outer, vecdot, tensordot, cross,
 matrix_power, matrix_rank.
 
@@ -329,6 +329,76 @@ def matrix_power(a, n):
         if n:
             base = tnp.matmul(base, base)
     return result
+
+
+def multi_dot(arrays, *, out=None):
+    """``arrays[0] @ arrays[1] @ ... @ arrays[-1]`` in the cheapest order (``numpy.linalg.multi_dot``):
+    a 1-d first array is a row vector and a 1-d last one a column vector (their axis is dropped
+    from the result); the others must be 2-d. Two arrays: ``dot``. The order is NumPy's (the
+    matrix-chain optimum, so the same rounding) when the sizes are known, else left to right.
+    Derivative: that of the matmuls.
+
+    Raises:
+      ValueError: fewer than two arrays, ``out=``. LinAlgError: an inner array not 2-d."""
+    tnp = _tnp()
+    if out is not None:
+        raise ValueError("multi_dot: out= is not supported (tlaloc values are immutable); use the result")
+    arrays = [tnp.asarray(a) for a in arrays]
+    n = len(arrays)
+    if n < 2:
+        raise ValueError("multi_dot: Expecting at least two arrays.")
+    if n == 2:
+        return tnp.dot(arrays[0], arrays[1])
+    first, last = tnp.ndim(arrays[0]), tnp.ndim(arrays[-1])
+    if first == 1:
+        arrays[0] = tnp.expand_dims(arrays[0], 0)
+    if last == 1:
+        arrays[-1] = tnp.expand_dims(arrays[-1], 1)
+    for a in arrays:
+        if tnp.ndim(a) != 2:
+            raise LinAlgError(f"{tnp.ndim(a)}-dimensional array given. Array must be two-dimensional")
+    dims = [tnp.shape(a)[0] for a in arrays] + [tnp.shape(arrays[-1])[1]]
+    if all(type(d) is int for d in dims):
+        order = _chain_order(dims)
+        result = _chain(arrays, order, 0, n - 1)
+    else:
+        result = arrays[0]
+        for a in arrays[1:]:
+            result = tnp.matmul(result, a)
+    if first == 1 and last == 1:
+        return result[0, 0]
+    if first == 1 or last == 1:
+        return tnp.ravel(result)
+    return result
+
+
+def _chain_order(p):
+    """NumPy's matrix-chain order (``_multi_dot_three`` for three, else the dynamic program):
+    ``s[i][j]`` is where the product of arrays i..j splits."""
+    n = len(p) - 1
+    if n == 3:
+        cost1 = p[0] * p[2] * (p[1] + p[3])          # (AB)C
+        cost2 = p[1] * p[3] * (p[0] + p[2])          # A(BC)
+        split = 1 if cost1 < cost2 else 0
+        return {(0, 2): split, (0, 1): 0, (1, 2): 1}
+    m = {(i, i): 0.0 for i in range(n)}
+    s = {}
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            m[i, j] = float("inf")
+            for k in range(i, j):
+                q = m[i, k] + m[k + 1, j] + p[i] * p[k + 1] * p[j + 1]
+                if q < m[i, j]:
+                    m[i, j], s[i, j] = q, k
+    return s
+
+
+def _chain(arrays, order, i, j):
+    if i == j:
+        return arrays[i]
+    k = order[i, j]
+    return _tnp().matmul(_chain(arrays, order, i, k), _chain(arrays, order, k + 1, j))
 
 
 def triangular_solve(a, b, lower=True, transpose_a=False):

@@ -1,4 +1,5 @@
-"""``tlaloc.scipy.linalg``: Cholesky factors and solves, triangular solves, ``expm``.
+"""``tlaloc.scipy.linalg``: general and structured solves, ``inv``, ``det``, Cholesky factors
+and solves, triangular solves, ``expm``, ``sqrtm``, ``logm``.
 
 Matrices are ``(..., n, n)`` float arrays (batch axes lead); right-hand sides
 ``(..., n)`` or ``(..., n, k)``. Derivatives come from the primitives
@@ -11,11 +12,118 @@ squaring) whose derivatives converge to the Fréchet derivatives.
 """
 from __future__ import annotations
 
+import numpy as _np
+
 from .. import numpy as tnp
 from .._prims import decompositions as _dec
 from ..errors import ArgumentError
 
-__all__ = ["cholesky", "cho_factor", "cho_solve", "solve_triangular", "expm", "sqrtm", "logm"]
+__all__ = ["solve", "inv", "det", "cholesky", "cho_factor", "cho_solve", "solve_triangular", "expm", "sqrtm",
+           "logm"]
+
+
+def _finite(op, *arrays):
+    """SciPy's ``check_finite`` (eagerly; symbolic values are not checked)."""
+    for x in arrays:
+        if not tnp._is_symbolic(x) and not _np.all(_np.isfinite(x)):
+            raise ValueError(f"{op}: array must not contain infs or NaNs")
+
+
+_SYMMETRIC = ("sym", "symmetric", "her", "hermitian", "pos", "positive definite")
+
+
+def _read_as(op, a, assume_a, lower, allowed):
+    """The matrix SciPy's solver for ``assume_a`` reads: the whole of ``a`` (general, banded), the
+    ``lower``/upper triangle mirrored (sym, her, pos), a triangle, the diagonal or the three
+    central diagonals."""
+    if assume_a not in allowed:
+        raise NotImplementedError(f"{op}: assume_a={assume_a!r} is not supported; use one of "
+                                  f"{', '.join(repr(x) for x in allowed)}")
+    if tnp._is_symbolic(lower):
+        raise ArgumentError(f"{op}: lower must be a Python bool (static), not an array value")
+    lower = bool(lower)
+    if not tnp._is_symbolic(a) and _np.iscomplexobj(a) and assume_a in ("her", "hermitian"):
+        raise NotImplementedError(f"{op}: assume_a={assume_a!r} with complex input is not supported")
+    if assume_a in _SYMMETRIC:
+        t = tnp.tril(a) if lower else tnp.triu(a)
+        strict = tnp.tril(a, -1) if lower else tnp.triu(a, 1)
+        return tnp.add(t, _dec.mT(strict))
+    if assume_a == "upper triangular":
+        return tnp.triu(a)
+    if assume_a == "lower triangular":
+        return tnp.tril(a)
+    if assume_a == "diagonal":
+        return tnp.where(_dec.diag_mask_p.bind(a), a, 0.0)
+    if assume_a == "tridiagonal":
+        return tnp.triu(tnp.tril(a, 1), -1)
+    return a
+
+
+def _positive_definite(op, a, assume_a):
+    if assume_a in ("pos", "positive definite") and not tnp._is_symbolic(a):
+        try:
+            _np.linalg.cholesky(a)
+        except _np.linalg.LinAlgError:
+            raise _np.linalg.LinAlgError(f"{op}: the leading minor of the matrix is not positive "
+                                         f"definite (assume_a={assume_a!r})") from None
+
+
+_SOLVE_KINDS = (None, "gen", "general", "banded", "sym", "symmetric", "her", "hermitian", "pos",
+                "positive definite", "diagonal", "tridiagonal", "upper triangular", "lower triangular")
+
+
+def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True, assume_a=None,
+          transposed=False):
+    """``x`` with ``a @ x = b`` (``a.T @ x = b`` with ``transposed``), as ``scipy.linalg.solve``:
+    ``a`` ``(..., n, n)``, ``b`` ``(n,)``, ``(..., n)`` with ``b.ndim == 1`` only, or ``(..., n, k)``.
+
+    ``assume_a`` picks which entries of ``a`` are read, as SciPy's dedicated solvers do: all of
+    them (None, 'gen', 'banded'), the upper (``lower=False``) or lower triangle mirrored ('sym',
+    'her', 'pos'), one triangle ('upper triangular', 'lower triangular'), the diagonal
+    ('diagonal') or the three central diagonals ('tridiagonal'). That matrix is then solved by
+    ``tlaloc.numpy.linalg.solve`` (LU; SciPy's structured LAPACK routines agree to rounding), so the
+    derivative is that of SciPy's function: nothing flows to the entries it ignores. 'pos' on a
+    concrete matrix that is not positive definite raises ``LinAlgError``, as SciPy.
+
+    Raises:
+      NotImplementedError: an unknown ``assume_a``, 'her' with complex input.
+      ValueError: (eagerly, ``check_finite``) infs or NaNs. LinAlgError: a singular matrix."""
+    if check_finite:
+        _finite("solve", a, b)
+    m = _read_as("solve", a, assume_a, lower, _SOLVE_KINDS)
+    _positive_definite("solve", m, assume_a)
+    if transposed:
+        if not tnp._is_symbolic(a) and _np.iscomplexobj(a):
+            raise NotImplementedError("solve: transposed=True with a complex matrix (as SciPy)")
+        m = _dec.mT(m)
+    return tnp.linalg.solve(m, b)
+
+
+_INV_KINDS = (None, "gen", "general", "sym", "her", "pos", "upper triangular", "lower triangular")
+
+
+def inv(a, overwrite_a=False, check_finite=True, *, assume_a=None, lower=False):
+    """The inverse of ``a`` ``(..., n, n)``, as ``scipy.linalg.inv``; ``assume_a`` ('sym', 'her',
+    'pos': the ``lower``/upper triangle mirrored; 'upper triangular', 'lower triangular') picks
+    the entries read, as in ``solve``. Derivative ``-a⁻ᵀ ḡ a⁻ᵀ`` on those entries.
+
+    Raises:
+      NotImplementedError: another ``assume_a``. ValueError: (eagerly) infs or NaNs.
+      LinAlgError: a singular matrix."""
+    if check_finite:
+        _finite("inv", a)
+    m = _read_as("inv", a, assume_a, lower, _INV_KINDS)
+    _positive_definite("inv", m, assume_a)
+    return tnp.linalg.inv(m)
+
+
+def det(a, overwrite_a=False, check_finite=True):
+    """The determinant of ``a`` ``(..., n, n)`` -> ``(...)``, as ``scipy.linalg.det`` (0 for a
+    singular matrix); ``sign * exp(log|det|)``, so within a few ulp of LAPACK's LU product.
+    Derivative ``det(a) a⁻ᵀ``."""
+    if check_finite:
+        _finite("det", a)
+    return tnp.linalg.det(a)
 
 
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
