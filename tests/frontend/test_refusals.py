@@ -25,7 +25,7 @@ CASES = [
     (rc.uses_set_comprehension, "setcomp", ["set comprehension"]),
     (rc.uses_float_on_array, "float", ["float", "astype"]),
     (rc.uses_generator, "yield", ["yield"]),
-    (rc.uses_unknown_numpy, "numpy without equivalent", ["correlate", "tlaloc"]),
+    (rc.uses_unknown_numpy, "numpy without equivalent", ["unwrap", "tlaloc"]),
     (rc.uses_class, "class", ["class"]),
     (rc.uses_match, "match", ["`match`", "if/elif"]),
     (rc.uses_undefined_after_branch, "maybe undefined", ["`y`", "undefined"]),

@@ -83,11 +83,18 @@ def test_hessian_of_matmul_tanh():
         np.testing.assert_allclose(h, h.T, rtol=1e-12, atol=1e-12)        # symmetric
 
 
-def test_jacobians_refuse_pytree_arguments():
+def test_jacobians_take_pytree_arguments():
+    """Once refused ("array arguments"); now JAX's structure: a dict of Jacobians, one per leaf."""
     r = _r()
     params = {"w": r.normal(size=(3, 2)), "b": r.normal(size=2)}
-    with pytest.raises(tl.ArgumentError, match="array arguments"):
-        tl.jit(tl.jacfwd(lambda_free_loss))(params, r.normal(size=(4, 3)))
+    x = r.normal(size=(4, 3))
+    jac = tl.jit(tl.jacfwd(lambda_free_loss))(params, x)
+    eager = tl.jacrev(lambda_free_loss)(params, x)
+    assert set(jac) == {"w", "b"}
+    out_shape = np.shape(lambda_free_loss(params, x))
+    for k in params:
+        assert np.shape(jac[k]) == out_shape + params[k].shape
+        np.testing.assert_allclose(np.asarray(jac[k]), eager[k], rtol=1e-12, atol=1e-12)
 
 
 def lambda_free_loss(params, x):

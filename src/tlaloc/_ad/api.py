@@ -336,7 +336,11 @@ class _VJPTransform(Transformed):
         lowered = entry["lowered"]
         n_out, n_res, n_main = self._layout
         primal = _pytree.unflatten(lowered.out_tree, outs[:n_out])
-        residuals = outs[n_out:]
+        # a residual that is (a view of) an argument is copied, as JAX's inputs are immutable: a later
+        # in-place change to the argument must not reach vjp_fn (regression: half the result used it)
+        given = [x for x in _pytree.leaves(list(args)) if isinstance(x, np.ndarray)]
+        residuals = [np.array(r, copy=True) if isinstance(r, np.ndarray) and any(
+            r is x or np.shares_memory(r, x) for x in given) else r for r in outs[n_out:]]
         entry.setdefault("bwd", entry["namespace"][entry["graphs"][1][1]])
         out_tree = lowered.out_tree.children[0] if self.has_aux else lowered.out_tree
         fn = _VJPFunction(self, residuals, entry, out_tree, lowered.arg_trees)

@@ -27,6 +27,7 @@ from .._core.aval import AbstractValue
 from .._core.builder import Builder
 from .._core.passes import dce, inline
 from .._core.verifier import verify
+from .._frontend import specialise
 from .._frontend.call_binding import check_positional_count, require_callable
 from .._frontend.lower import LoweredFunction
 from .._frontend.structure import ShapeNeeded, StructureNeeded
@@ -201,7 +202,7 @@ class JacobianTransform(ShapeDependent):
         key = (tuple(trees), tuple(avals), tuple(closure_avals))
         if key in self._entries and not self.drop_if_stale(self._entries[key]["lowered"]):
             return self._entries[key]
-        in_avals = list(avals) + closure_avals
+        in_avals = [a.aval if isinstance(a, specialise.StaticValue) else a for a in avals] + closure_avals
         g = verify(_jacobians_of_every_output(low.graph, in_avals, wrt, self.mode, self.name))
         arg_names = [v.hint for v in low.graph.inputs]
         doc = f"The Jacobian of `{_fn_name(self.fn)}` ({self.kind}, argnums={self.argnums!r})."
@@ -224,13 +225,21 @@ class JacobianTransform(ShapeDependent):
         refuse_none_arguments(self.kind, self.fn, args)
         refuse_array_subclasses(self.kind, self.fn, args)
         wrt = {a % len(args) for a in self.argnums if -len(args) <= a < len(args)}
-        flat, trees = [], []
+        flat, trees, avals = [], [], []
         for k, a in enumerate(args):
             leaves, tree = _pytree.flatten(a)
             trees.append(tree)
-            # a Python float not differentiated stays one: weak, as NumPy (NEP 50) and JAX take it
-            flat.extend(x if type(x) is float and k not in wrt else _as_array(x) for x in leaves)
-        entry = self._built(trees, [_aval.of(x) for x in flat])
+            for x in leaves:
+                if specialise.is_object(x) and k not in wrt:
+                    # a function or model object: static, as under tl.grad (regression: refused,
+                    # "expected an array or a number, got function")
+                    flat.append(specialise.NOTHING)
+                    avals.append(specialise.StaticValue(x, _aval.of(specialise.NOTHING)))
+                    continue
+                # a Python float not differentiated stays one: weak, as NumPy (NEP 50) and JAX take it
+                flat.append(x if type(x) is float and k not in wrt else _as_array(x))
+                avals.append(_aval.of(flat[-1]))
+        entry = self._built(trees, avals)
         self._last = entry
         closure = [g() for g in entry["lowered"].closure_getters]
         outs = entry["fn"](*flat, *closure)

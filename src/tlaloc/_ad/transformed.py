@@ -282,7 +282,11 @@ class Transformed:
         return None if avals is None else self._entry(list(trees), avals)
 
     def closure_at_call(self, lowerer, lowered):
-        """The values ``lowered`` closes over, as operands of the lowering that inlines it."""
+        """The values ``lowered`` closes over, as operands of the lowering that inlines it; its guards
+        (globals and attributes it folded) become the inlining lowering's, so that a change to one
+        rebuilds the outer function too (regression: a nested transform kept a rebound global's old
+        value under the outer tl.grad and tl.jit)."""
+        lowerer.ctx.guards.extend(g for g in lowered.guards if g not in lowerer.ctx.guards)
         closure = []
         for g in lowered.closure_getters:
             if getattr(g, "__tlaloc_captured__", False):     # the enclosing lowering's own value (local_transform.py)
@@ -315,6 +319,7 @@ class ShapeDependent(Transformed):
             low = self.as_lowered(trees, avals)
         except StructureNeeded as e:
             raise lowerer.src.error(node, str(e), type(e)) from None
+        lowerer.ctx.guards.extend(g for g in low.guards if g not in lowerer.ctx.guards)   # see closure_at_call
         closure = [g.value if getattr(g, "__tlaloc_captured__", False)           # local_transform.py
                    else lowerer._external(g(), ("transformed", id(self), id(g)), g, "closure")
                    for g in low.closure_getters]

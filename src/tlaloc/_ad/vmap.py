@@ -78,6 +78,7 @@ class _VmapTransform(ShapeDependent):
     the positional ones); a parameter left out takes its default, unbatched."""
     kind = "vmap"
     same_signature = True
+    keywords_through = False     # a transform around it cannot bind keywords for it (call_binding.user_function)
 
     def __init__(self, fn, in_axes, out_axes):
         # No definition-time build (batching needs ranks): see ``_batched``.

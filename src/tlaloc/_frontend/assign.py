@@ -77,7 +77,7 @@ class AssignLowerer:
             self.env[t.id] = new
         elif isinstance(t, ast.Subscript):
             base = self.expr(t.value)
-            idx = self.index(t.slice)
+            idx = self.index(t.slice, base)
             v = self.expr(node.value)
             if isinstance(base, (list, dict)) and not is_symbolic(idx):      # counts[k] += 1
                 if not self.is_outside(base):
@@ -98,7 +98,7 @@ class AssignLowerer:
                     self.external_mutation(update, [v], {}, node)
                 return
             if (is_symbolic(idx) and idx.aval.dtype is None and _scalar_value(v) and self.ctx.specialisable
-                    and not isinstance(base, (list, dict))):
+                    and not self.ctx.specialised and not isinstance(base, (list, dict))):
                 from .structure import ShapeNeeded         # a mask or an index array: known at the first call
                 raise self.src.error(t, "the dtype of this index is read here", ShapeNeeded)
             if _is_mask(idx) and _scalar_value(v):
@@ -125,6 +125,36 @@ class AssignLowerer:
         else:
             raise self.src.error(node, f"augmented assignment to {type(t).__name__} is not supported; "
                                        f"assign to a name or a subscript")
+
+    def inplace_method(self, call) -> bool:
+        """``b.sort()`` / ``b.sort(axis=0)`` as a statement, on an array computed here: NumPy sorts
+        ``b`` in place, so ``b`` (and the names bound to it) is rebound to the sorted array, as for
+        ``b[...] = v``. The other in-place methods (``fill``, ``put``, ``partition``, ``resize``,
+        ``itemset``) are refused by name. False where ``call`` is not such a call. (Regression:
+        ``b.sort()`` returned a sorted copy that was dropped: the code went on with ``b`` unsorted.)"""
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and call.func.attr in _INPLACE_METHODS):
+            return False
+        obj = self.expr(call.func.value)
+        if not is_symbolic(obj):
+            return False                # a constant array sorts itself, as NumPy does
+        if call.func.attr != "sort":
+            raise self.src.error(call, f"`{ast.unparse(call.func)}` changes the array in place; write the new "
+                                       f"value instead (e.g. `b = np.full_like(b, v)` for fill, "
+                                       f"`b = np.partition(b, k)`)")
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            raise self.src.error(call, "b.sort(...) with unpacked arguments is not supported; pass axis= directly")
+        args = [self.expr(a) for a in call.args]
+        kwargs = {k.arg: self.expr(k.value) for k in call.keywords}
+        axis = args[0] if args else kwargs.pop("axis", -1)
+        if len(args) > 1 or set(kwargs) - {"kind", "stable", "order"} or kwargs.get("order") is not None:
+            raise self.src.error(call, "b.sort(axis, kind=..., stable=...) is supported (not order=)")
+        from .. import numpy as tnp
+        new = tnp.sort(obj, axis=axis)
+        if isinstance(call.func.value, ast.Name):
+            self._augassign_aliases(call.func.value, obj, new)
+        self._store_subscript_base(call.func.value, new)
+        return True
 
     def ufunc_at(self, call) -> bool:
         """``np.add.at(a, indices, b)`` / ``np.subtract.at``: NumPy's unbuffered in-place update
@@ -174,7 +204,7 @@ class AssignLowerer:
         elif isinstance(target, ast.Subscript):
             from .._prims.indexing import index_set
             base = self.expr(target.value)
-            idx = self.index(target.slice)
+            idx = self.index(target.slice, base)
             if isinstance(base, (list, dict)) and not is_symbolic(idx):      # d[k] = v, lst[0] = v
                 self._store_item(base, idx, value, target)
                 return
@@ -446,3 +476,7 @@ def _scalar_value(v) -> bool:
     if is_symbolic(v):
         return v.aval.shape == ()
     return isinstance(v, (np.ndarray, np.generic)) and np.ndim(v) == 0
+
+
+#: ndarray methods that change the array in place (``assign.inplace_method``)
+_INPLACE_METHODS = frozenset({"sort", "fill", "put", "partition", "resize", "itemset"})

@@ -32,6 +32,11 @@ def user_function(fn):
             return fn
         if not getattr(t, "same_signature", False):
             return None
+        if not getattr(t, "keywords_through", True):
+            # a vmap inside another transform: its keywords are batched along axis 0, which binding
+            # them to positions would lose (regression: tl.jit(tl.vmap(f, in_axes=1))(X, w=W) batched
+            # `w` along axis 1, silently wrong)
+            return None
         fn = t.fn
         seen += 1
     return None
@@ -57,7 +62,8 @@ def bind_with_origins(who: str, fn, args: tuple, kwargs: dict) -> tuple:
     name = getattr(base, "__name__", who)
     if base is None:
         raise ArgumentError(f"{who}: pass its arguments positionally (got keywords {', '.join(sorted(kwargs))}): "
-                            f"this transform's arguments are not those of the function it wraps")
+                            f"this transform's arguments are not those of the function it wraps, or a tl.vmap "
+                            f"inside it would batch keyword arguments along axis 0")
     try:
         sig = inspect.signature(base)
     except (TypeError, ValueError):

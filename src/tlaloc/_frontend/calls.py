@@ -35,12 +35,15 @@ def numpy_equivalent(fn):
     if name is None:
         return None
     mod = getattr(fn, "__module__", None) or ""
-    if isinstance(fn, np.ufunc) or mod.startswith("numpy"):
-        if "linalg" in mod:
-            return getattr(tnp.linalg, name, None)
-        if mod.startswith("numpy.fft"):
-            return getattr(tnp.fft, name, None)
+    if isinstance(fn, np.ufunc) or mod == "numpy":
         return getattr(tnp, name, None)
+    if mod == "numpy.linalg":
+        return getattr(tnp.linalg, name, None)
+    if mod == "numpy.fft":
+        return getattr(tnp.fft, name, None)
+    # another NumPy module's function of the same name is another function: np.polynomial.polynomial.polyval
+    # takes (x, c) in increasing order, np.emath.sqrt is complex for negatives (regression: both were run
+    # as np.polyval / np.sqrt, silently wrong); refused by name instead
     return None
 
 

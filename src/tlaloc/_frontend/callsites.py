@@ -19,7 +19,7 @@ from .._core.builder import NoneOperand, Value, user_operands
 from ..errors import FenceError, RankUnknownError, TlalocError
 from . import call_time, calls, host, math_calls, odeint
 from .structure import ShapeNeeded
-from .values import LocalFunction, Undefined, is_symbolic, maybe_int
+from .values import LocalFunction, SymbolicRange, Undefined, is_symbolic, maybe_int
 
 
 class CallLowerer:
@@ -55,6 +55,8 @@ class CallLowerer:
             return self.call(fn.func, list(fn.args) + list(args), {**fn.keywords, **kwargs}, node)
         if fn is functools.partial:
             return functools.partial(*args, **kwargs)
+        if fn is builtins.super and not args and not kwargs:
+            return self._zero_argument_super(node)
         if fn is np.vectorize:
             raise self.src.error(node, "np.vectorize runs a Python function once per element, which tlaloc does "
                                        "not differentiate; write the function with array operations (np.where "
@@ -89,12 +91,18 @@ class CallLowerer:
                 return self._static_call(fn, args, kwargs, node)
             handled, out = calls.builtin_call(fn, args, kwargs)
             if handled:
+                if fn is builtins.len and is_symbolic(out):
+                    self.ctx.read_sizes = True          # a size not known yet (lowerer.inline_call)
                 return out
             if (symbolic and fn in (builtins.slice, builtins.int) and self.ctx.specialisable
                     and any(maybe_int(a) for a in args)):
                 self._value_needed(args, kwargs, node, None)       # slice(i * b, ...), range-like uses
             if symbolic and fn is builtins.float and len(args) == 1 and not kwargs:   # float(loss): the number
                 return math_calls.lower_float(self, args[0], node)
+            if symbolic and fn is builtins.int and len(args) == 1 and not kwargs and is_symbolic(args[0]):
+                return math_calls.lower_int(self, args[0], node)     # int(np.argmax(d)): an index
+            if fn is builtins.reversed and len(args) == 1 and isinstance(args[0], SymbolicRange):
+                return _reversed_range(args[0], self, node)
             if symbolic:
                 name = getattr(fn, "__name__", repr(fn))
                 hint = {"float": "keep it an array (x.astype(np.float64))",
@@ -152,6 +160,23 @@ class CallLowerer:
         raise self.src.error(node, f"cannot differentiate through `{name}` (from {mod or 'unknown'}): "
                                    f"it is not Python source tlaloc can read; use tlaloc.numpy, or wrap it "
                                    f"with tl.custom_vjp")
+
+    def _zero_argument_super(self, node):
+        """``super()`` in a method lowered inline: Python's implicit form, ``super(__class__, self)``
+        (the method's ``__class__`` cell and its first argument). (Regression: refused with
+        "super(): __class__ cell not found".)"""
+        fnode = self.src.node
+        params = [a.arg for a in fnode.args.posonlyargs + fnode.args.args] if hasattr(fnode, "args") else []
+        scope = self.scope
+        cls = None
+        while scope is not None and cls is None:
+            if "__class__" in scope.closure:
+                cls = scope.closure["__class__"]
+            scope = scope.outer_scope
+        if cls is None or not params or params[0] not in self.env:
+            raise self.src.error(node, "super() without arguments is supported in a method of a class (with "
+                                       "its first argument); write super(Class, self)")
+        return super(cls, self.env[params[0]])
 
     def construct_object(self, cls, args, kwargs, node):
         """An instance of a class of the user's, made inside the function from its values: a
@@ -242,6 +267,14 @@ class CallLowerer:
             raise self.src.error(node, f"bad call: {e}") from None
 
     def _static_call(self, fn, args, kwargs, node):
+        # a nested def/lambda handed to a Python function (`pairs.sort(key=lambda p: p[1])`): called
+        # through its inlined body (regression: "'LocalFunction' object is not callable")
+        def callable_(a):
+            if isinstance(a, LocalFunction):
+                return lambda *xs, **kw: self.inline_call(a, list(xs), kw, node)
+            return a
+        args = [callable_(a) for a in args]
+        kwargs = {k: callable_(v) for k, v in kwargs.items()}
         try:
             return fn(*args, **kwargs)
         except Exception as e:
@@ -319,3 +352,15 @@ def _convert(x, /, dtype):
     (Regression: refused as "bad call: 'numpy.dtypes.Float64DType' object is not callable".)"""
     from .. import numpy as tnp
     return tnp.astype(tnp.asarray(x), dtype)
+
+
+def _reversed_range(r, lowerer, node):
+    """``reversed(range(a, b, s))`` with a bound known only at run time (``reversed(range(len(r)))``,
+    the discounted-returns loop): ``range(last, a - 1, -s)`` for a static step ``s > 0``, where
+    ``last = a + (b - a - 1) // s * s``. (Regression: "'SymbolicRange' object is not reversible".)"""
+    from .expr import binop
+    if type(r.step) is not int or r.step <= 0:
+        raise lowerer.src.error(node, "reversed(range(...)) needs a static positive step; write range(b - 1, a - 1, -1)")
+    span = binop(ast.Sub, binop(ast.Sub, r.stop, r.start), 1)
+    last = binop(ast.Add, r.start, binop(ast.Mult, binop(ast.FloorDiv, span, r.step), r.step))
+    return SymbolicRange(last, binop(ast.Sub, r.start, 1), -r.step)

@@ -23,6 +23,26 @@ _BINOPS = {
     ast.Pow: (operator.pow, tnp.power), ast.MatMult: (operator.matmul, tnp.matmul),
     ast.FloorDiv: (operator.floordiv, tnp.floor_divide), ast.Mod: (operator.mod, tnp.remainder),
 }
+
+
+def _bitwise(logical, bitwise):
+    """``a & b`` (``|``, ``^``): the logical operation on booleans (masks: ``(x < 0) | (x > 1)``), the
+    bitwise one on integers, as NumPy. (Regression: refused, "use + - * / ** @ // %".)"""
+    def op(a, b):
+        kinds = {getattr(getattr(v, "aval", None), "dtype", None) if is_symbolic(v) else np.result_type(v)
+                 for v in (a, b)}
+        if all(k is None or np.dtype(k).kind == "b" for k in kinds):   # None: a comparison not typed yet
+            return logical(a, b)
+        return bitwise(a, b)
+    return op
+
+
+_BINOPS.update({
+    ast.BitAnd: (operator.and_, _bitwise(tnp.logical_and, tnp.bitwise_and)),
+    ast.BitOr: (operator.or_, _bitwise(tnp.logical_or, tnp.bitwise_or)),
+    ast.BitXor: (operator.xor, _bitwise(tnp.logical_xor, tnp.bitwise_xor)),
+    ast.LShift: (operator.lshift, tnp.bitwise_left_shift), ast.RShift: (operator.rshift, tnp.bitwise_right_shift),
+})
 _CMPOPS = {
     ast.Lt: (operator.lt, tnp.less), ast.LtE: (operator.le, tnp.less_equal),
     ast.Gt: (operator.gt, tnp.greater), ast.GtE: (operator.ge, tnp.greater_equal),
@@ -113,6 +133,11 @@ class ExprLowerer:
     # -- operators ----------------------------------------------------------------
     def expr_BinOp(self, node):
         a, b = self.expr(node.left), self.expr(node.right)
+        if (isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift)) and self.ctx.specialisable
+                and not self.ctx.specialised and any(is_symbolic(v) and v.aval.dtype is not None and v.aval.dtype.kind in "iu" for v in (a, b))):
+            # `n & 1` with n = x.shape[0]: a size known at the first call, where it is a Python int
+            raise self.src.error(node, "a bit operation on an integer read here; its value is known at the first "
+                                       "call", ShapeNeeded)
         try:
             return binop(type(node.op), a, b)
         except KeyError:
@@ -221,6 +246,8 @@ class ExprLowerer:
             if node.attr == "var":          # x.var() (the slot `var` holds the DXIR Var)
                 return lambda *a, **k: tnp.var(obj, *a, **k)
             if node.attr in ("shape", "ndim", "dtype", "T", "mT", "size", "aval"):
+                if obj.aval.shape is None or any(type(d) is not int for d in obj.aval.shape):
+                    self.ctx.read_sizes = True          # a size not known yet (lowerer.inline_call)
                 if node.attr == "size":
                     return tnp.size(obj)
                 if node.attr == "dtype" and obj.aval.dtype is None:
@@ -229,6 +256,12 @@ class ExprLowerer:
                     raise self.src.error(node, "the dtype of this array is read here; it is known at the "
                                                "first call", ShapeNeeded)
                 return getattr(obj, node.attr)
+            if node.attr in ("sort", "fill", "put", "partition", "resize", "itemset"):
+                def in_place(*a, **k):          # b.sort() as a statement is assign.inplace_method
+                    raise self.src.error(node, f"`{ast.unparse(node)}(...)` changes the array in place and "
+                                               f"returns None; call it as a statement (`b.sort()`), or use "
+                                               f"`np.{'sort' if node.attr == 'sort' else node.attr}` for a new array")
+                return in_place
             if node.attr in ("real", "imag"):          # attributes, not methods (regression: `x.real` was a function)
                 return getattr(tnp, node.attr)(obj)
             if node.attr == "conjugate":
@@ -293,7 +326,7 @@ class ExprLowerer:
 
     def expr_Subscript(self, node):
         obj = self.expr(node.value)
-        idx = self.index(node.slice)
+        idx = self.index(node.slice, obj)
         if is_symbolic(obj):
             if isinstance(idx, str):
                 from .structure import StructureNeeded
@@ -320,42 +353,75 @@ class ExprLowerer:
         except Exception as e:                   # static indexing of a static object
             raise self.src.error(node, f"indexing failed: {e}") from None
 
-    def index(self, node):
+    def index(self, node, base=None, axis=0):
         if isinstance(node, ast.Slice):
-            window = self._window(node)
+            window = self._window(node, base, axis)
             if window is not None:
                 return window
             return slice(*(None if p is None else self.expr(p) for p in (node.lower, node.upper, node.step)))
         if isinstance(node, ast.Tuple):
-            return tuple(self.index(e) for e in node.elts)
+            out, ax = [], axis
+            for e in node.elts:
+                item = self.index(e, base if ax is not None else None, ax)
+                out.append(item)
+                if ax is not None:
+                    ax = None if item is Ellipsis else ax + (item is not None)
+            return tuple(out)
         return self.expr(node)
 
-    def _window(self, node):
-        """``x[i:i + c]`` (or ``i:c + i``) with an array ``i`` and a static int ``c``: a slice of size
-        ``c`` whatever ``i`` (``_prims/indexing.py``), which compiled and batched code can take.
-        (Regression: its size counted as unknown, so under tl.jit / tl.vmap a sliding window in a
-        loop was refused, "its size depends on the value of the integer argument `i`".)"""
-        up = node.upper
-        if node.lower is None or node.step is not None or not (isinstance(up, ast.BinOp) and isinstance(up.op, ast.Add)):
+    def _window(self, node, base=None, axis=0):
+        """``x[i:i + c]`` (or ``i:c + i``) with a loop index ``i`` and a static int ``c``, where every
+        value ``i`` takes keeps the window inside ``x``'s axis (``i`` in ``range(a, b, s)``, all
+        static): a slice of size ``c`` (``_prims/indexing.py``), which compiled and batched code can
+        take. A window that may run past the end (a last minibatch ``x[i:i + bs]`` that is shorter)
+        stays NumPy's slice of run-time size. (Regression: a sliding window in a loop was refused
+        under tl.jit / tl.vmap, "its size depends on the value of the integer argument `i`".)"""
+        if node.lower is None or node.upper is None:
             return None
-        same = ast.dump(node.lower)
-        if ast.dump(up.left) == same:
-            offset_node = up.right
-        elif ast.dump(up.right) == same:
-            offset_node = up.left
-        else:
+        lo, up = _index_and_offset(node.lower), _index_and_offset(node.upper)
+        if ast.dump(lo[0]) != ast.dump(up[0]):
+            return None                   # x[i:j]: not a window
+        index = self.expr(lo[0])
+        if not is_symbolic(index):
             return None
-        lower = self.expr(node.lower)
-        if not is_symbolic(lower):
-            return slice(lower, self.expr(up), None)
+        offsets = [self._static_offset(p, node) for p in (lo, up)]
+        step = 1 if node.step is None else self.expr(node.step)
+        if None in offsets or type(step) is not int or step < 1 or offsets[1] < offsets[0]:
+            return None
+        first, size = offsets[0], offsets[1] - offsets[0]
+        proved = self._window_in_range(index, first, size, base, axis)
+        if proved is None and self.ctx.specialisable and not self.ctx.specialised:
+            raise self.src.error(node, "whether the window x[i:i + c] stays inside the array depends on sizes "
+                                       "known at the first call", ShapeNeeded)
+        if not proved:
+            return None
+        from .._prims.indexing import Offset
+        start = index if first == 0 else tnp.add(index, first)
+        return slice(start, Offset(start, size), None if step == 1 else step)
+
+    def _static_offset(self, part, node):
+        """The int ``±c`` of a bound ``i ± c`` (0 for ``i``); None where it is not a static int."""
+        _, offset_node, sign = part
+        if offset_node is None:
+            return 0
         offset = self.expr(offset_node)
-        if is_symbolic(offset) and self.ctx.specialisable:       # x[i:i + x.shape[1]]: known once shapes are
+        if is_symbolic(offset) and self.ctx.specialisable and not self.ctx.specialised:   # x[i:i + x.shape[1]]
             raise self.src.error(node, "the size of a window x[i:i + n] is read here; it is known at the first "
                                        "call", ShapeNeeded)
-        if type(offset) is not int or offset < 0:
-            return slice(lower, tnp.add(lower, offset), None)
-        from .._prims.indexing import Offset
-        return slice(lower, Offset(lower, offset), None)
+        return sign * offset if type(offset) is int else None
+
+    def _window_in_range(self, index, first, size, base, axis):
+        """Whether every value the loop index takes keeps ``x[index + first:index + first + size]``
+        inside axis ``axis`` of ``base``: True, False, or None where the loop's range or the axis's
+        size is not known yet (``index`` is not a loop index: False)."""
+        hit = self.ctx.loop_ranges.get(id(index))
+        if hit is None or hit[0] is not index or axis is None or base is None:
+            return False
+        shape = getattr(getattr(base, "aval", None), "shape", None) if is_symbolic(base) else np.shape(base)
+        if shape is None or axis >= len(shape) or type(shape[axis]) is not int or hit[1] is None:
+            return None
+        values = hit[1]
+        return len(values) == 0 or (min(values) + first >= 0 and max(values) + first + size <= shape[axis])
 
     def expr_Starred(self, node):
         raise self.src.error(node, "a starred expression is only supported in a call or a list/tuple")
@@ -489,3 +555,15 @@ def _attribute_leaves(value) -> list:
         except Exception:
             return [value]
     return [value]
+
+
+def _index_and_offset(bound):
+    """``(index expression, offset expression or None, sign)`` of a slice bound ``i``, ``i + c``,
+    ``c + i`` or ``i - c`` (``expr._window``)."""
+    if isinstance(bound, ast.BinOp) and isinstance(bound.op, ast.Add):
+        if isinstance(bound.left, ast.Constant):
+            return bound.right, bound.left, 1
+        return bound.left, bound.right, 1
+    if isinstance(bound, ast.BinOp) and isinstance(bound.op, ast.Sub):
+        return bound.left, bound.right, -1
+    return bound, None, 1

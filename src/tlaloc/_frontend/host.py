@@ -217,6 +217,35 @@ def identity_guarded(value) -> bool:
     return not isinstance(value, (types.ModuleType, np.ndarray))
 
 
+class ContainerGuard:
+    """True while a list/tuple/dict that holds arrays (read at each call, leaf by leaf) keeps its
+    structure and its other items: the numbers and strings beside the arrays are folded as
+    constants (regression: `CFG = {"k": 2.0, "w": np.ones(2)}` then `CFG["k"] = 3.0` was not
+    seen, while a dict of numbers only was)."""
+
+    __slots__ = ("getter", "value", "name", "tree", "others")
+
+    def __init__(self, getter, value, name):
+        from .. import _pytree
+        leaves, self.tree = _pytree.flatten(value)
+        self.getter, self.value, self.name = getter, value, name
+        self.others = [(_snapshot(x), x) for x in leaves if not isinstance(x, np.ndarray)]
+
+    def __call__(self) -> bool:
+        from .. import _pytree
+        try:
+            leaves, tree = _pytree.flatten(self.getter())
+        except Exception:
+            return False
+        if tree != self.tree:
+            return False
+        others = [x for x in leaves if not isinstance(x, np.ndarray)]
+        if len(others) != len(self.others):
+            return False
+        return all((snap is _UNCHECKED and x is old) or (snap is not _UNCHECKED and _snapshot(x) == snap)
+                   for (snap, old), x in zip(self.others, others))
+
+
 class ShapeGuard:
     """True while a closure array has the shape and dtype it had when the function was lowered."""
 

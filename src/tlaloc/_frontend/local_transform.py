@@ -59,13 +59,44 @@ class _CaptureEnv:
         return self[name] if name in self else default
 
 
+def capture_symbolic(ctx, value, name, memo):
+    """``value`` with each symbolic value of an enclosing lowering in it (a leaf of a list, tuple,
+    dict or dataclass, or an attribute of an object made in that function) replaced by an input of
+    ``ctx``'s graph, recorded with a ``Captured`` getter (one input per value: ``memo``)."""
+    if isinstance(value, Value):
+        if id(value) not in memo:
+            inner = ctx.root.new_input(value.aval, name)
+            ctx.closure_inputs.append((Captured(value), inner, name))
+            memo[id(value)] = (value, inner)
+        return memo[id(value)][1]
+    if isinstance(value, (list, tuple, dict)) or dataclasses.is_dataclass(value) and not isinstance(value, type):
+        leaves, tree = _pytree.flatten(value)
+        if tree.kind != "leaf":
+            if not any(is_symbolic(x) for x in leaves):
+                return value
+            return _pytree.unflatten(tree, [capture_symbolic(ctx, x, f"{name}_{k}", memo)
+                                            for k, x in enumerate(leaves)])
+    state = getattr(value, "__dict__", None)
+    if isinstance(state, dict) and not isinstance(value, type) and any(
+            is_symbolic(x) for v in state.values() for x in (_pytree.leaves(v) if isinstance(v, (list, tuple, dict))
+                                                             else [v])):
+        # an object made in the enclosing function (Model(W)): a shallow copy holding the captures
+        import copy
+        twin = copy.copy(value)
+        for k, v in state.items():
+            object.__setattr__(twin, k, capture_symbolic(ctx, v, f"{name}_{k}", memo))
+        return twin
+    return value
+
+
 class LocalCallable:
     """A ``LocalFunction`` handed to a transform (``tl.grad(inner)``): lowered standalone, as
     ``lower.lower_function`` does for a Python function (see the module docstring)."""
 
     def __init__(self, fn: LocalFunction, defaults: dict):
         self.fn = fn
-        self.defaults = defaults
+        self.outer_defaults = defaults      # evaluated in the enclosing lowering
+        self.defaults = defaults            # as the build under way reads them (scope_for)
         self.__name__ = self.__qualname__ = fn.name if fn.name != "<lambda>" else "lambda"
         self.__doc__ = None
         self.__annotations__ = {}
@@ -89,21 +120,7 @@ class LocalCallable:
             if isinstance(value, LocalFunction):
                 return LocalFunction(value.node, value.src, _CaptureEnv(value.env, capture),
                                      wrap(value.scope), value.name)
-            leaves, tree = _pytree.flatten(value) if isinstance(value, (list, tuple, dict)) else ([value], None)
-            if not any(is_symbolic(x) for x in leaves):
-                return value
-            out = []
-            for k, leaf in enumerate(leaves):
-                if isinstance(leaf, Value):
-                    if id(leaf) not in memo:
-                        hint = name if tree is None else f"{name}_{k}"
-                        inner = ctx.root.new_input(leaf.aval, hint)
-                        ctx.closure_inputs.append((Captured(leaf), inner, name))
-                        memo[id(leaf)] = (leaf, inner)
-                    out.append(memo[id(leaf)][1])
-                else:
-                    out.append(leaf)
-            return out[0] if tree is None else _pytree.unflatten(tree, out)
+            return capture_symbolic(ctx, value, name, memo)
 
         wrapped = {}
 
@@ -115,5 +132,5 @@ class LocalCallable:
                 wrapped[id(scope)] = scope_type(scope.globals, scope.closure, outer_env, wrap(scope.outer_scope))
             return wrapped[id(scope)]
 
-        self.defaults = {k: capture(v, k) for k, v in self.defaults.items()}   # evaluated in the enclosing one
+        self.defaults = {k: capture(v, k) for k, v in self.outer_defaults.items()}   # per build
         return scope_type(self.fn.scope.globals, {}, _CaptureEnv(self.fn.env, capture), wrap(self.fn.scope))

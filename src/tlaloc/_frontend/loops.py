@@ -111,6 +111,10 @@ class LoopLowerer:
             self.env[BROKE] = carry_values.get(BROKE, False) if breaks else False
             self.env[CONT] = False
             i = child.new_input(AbstractValue(np.dtype(np.int64), (), weak=True), target_name)
+            # the values the index takes (None: not known yet): a window x[i:i + c] is proved in range
+            # from them (expr._window)
+            static = all(type(b) is int for b in (start, stop, step))
+            self.ctx.loop_ranges[id(i)] = (i, range(start, stop, step) if static else None)
             if iterate_over is None:
                 self.env[target_name] = i
             else:

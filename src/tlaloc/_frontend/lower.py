@@ -170,7 +170,8 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
                                    f"return arrays: collect the items in a list and return it")
         low = Lowerer(src, scope, ctx, root, env)
         if not local:
-            _read_array_defaults_at_call(low, fn, env, defaults, partial_keywords, params[len(arg_trees):])
+            _read_bound_values_at_call(low, fn, env, defaults, partial_keywords, bound_by_partial,
+                                       params[len(arg_trees):])
         low.annotate_arguments(fnode, env)
         try:
             result = low.run_body(fnode)
@@ -196,18 +197,27 @@ def _static_default(value) -> bool:
     return value is None or isinstance(value, (str, bool, type)) or callable(value) and not isinstance(value, np.ndarray)
 
 
-def _read_array_defaults_at_call(low, fn, env, defaults, partial_keywords, names):
-    """A default holding arrays (``def f(x, A=TABLE)``) is read at each call, as a global array is:
-    NumPy code sees ``TABLE[:] = ...`` made after the first call (regression: the first value was
-    folded into every later call)."""
-    for pname in names:
-        value = env.get(pname)
-        if pname in partial_keywords or pname not in defaults or value is not defaults[pname]:
+def _read_bound_values_at_call(low, fn, env, defaults, partial_keywords, bound_by_partial, names):
+    """Defaults (``def f(x, A=TABLE, k=2.0)``) and the values a ``functools.partial`` binds are read
+    as globals are: arrays at each call, numbers and functions folded and guarded. NumPy code sees
+    ``TABLE[:] = ...``, ``f.__defaults__ = ...`` or a change to an array a partial holds, made after
+    the first call (regression: the first values were folded into every later call). A partial
+    made inside an enclosing lowering binds that lowering's values: captured, as a nested
+    function's are (``local_transform.capture_symbolic``)."""
+    from .local_transform import capture_symbolic
+    memo = {}
+    for pname in list(bound_by_partial) + [n for n in names if n not in bound_by_partial]:
+        if pname not in env:
             continue
-        leaves = _pytree.leaves(value) if isinstance(value, (list, tuple, dict)) else [value]
-        if any(isinstance(leaf, np.ndarray) for leaf in leaves):
-            env[pname] = low._external(value, ("default", id(fn), pname),
-                                       lambda name=pname: _python_defaults(fn)[name], pname)
+        value = env[pname]
+        by_partial = pname in bound_by_partial or pname in partial_keywords
+        if not by_partial and (pname not in defaults or value is not defaults[pname]):
+            continue
+        if any(is_symbolic(x) for x in (_pytree.leaves(value) if isinstance(value, (list, tuple, dict)) else [value])):
+            env[pname] = capture_symbolic(low.ctx, value, pname, memo)
+            continue
+        getter = (lambda v=value: v) if by_partial else (lambda name=pname: _python_defaults(fn)[name])
+        env[pname] = low._external(value, ("bound", id(fn), pname), getter, pname)
 
 
 def _unwrap_partial(fn):

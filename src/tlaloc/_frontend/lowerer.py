@@ -62,6 +62,8 @@ class Context:
     may_share: dict = dataclasses.field(default_factory=dict)  # var id -> values it may share memory with (views.py)
     outside_arrays: list = dataclasses.field(default_factory=list)  # objects' arrays read by attribute (effects.py)
     local_objects: dict = dataclasses.field(default_factory=dict)   # id -> object made in the function (callsites.py)
+    loop_ranges: dict = dataclasses.field(default_factory=dict)     # id(loop index) -> (index, its static range)
+    read_sizes: bool = False        # the code read a size not known yet (len(x), x.shape): see inline_call
 
 
 class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLowerer, EffectsLowerer, ViewLowerer):
@@ -135,6 +137,8 @@ class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLower
             return self.outside(value)
         if key in self.ctx.closure_keys:
             return self.ctx.closure_keys[key]
+        if tree is not None:              # its structure and its numbers are folded: guarded
+            self.ctx.guards.append(host.ContainerGuard(getter, value, name))
         outs = []
         for k, leaf in enumerate(leaves):
             if isinstance(leaf, np.ndarray):
@@ -202,6 +206,8 @@ class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLower
             return                      # docstring or bare constant
         if self.ufunc_at(node.value):
             return                      # np.add.at(a, i, v): rebinds a
+        if self.inplace_method(node.value):
+            return                      # b.sort(): rebinds b
         self.expr(node.value)
 
     def stmt_Pass(self, node):
@@ -244,11 +250,13 @@ class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLower
             defaults = _python_defaults(fn)
         if self.ctx.stack.count(key) >= _MAX_RECURSION:
             # recursion on Python structure (a list, then its items) unrolls; on array values it never ends.
-            # Its base case may test a size not known yet (`if len(c) == 1`): built again once it is
+            # Where the code read a size not known yet, its base case may test it (`if len(c) == 1`):
+            # built again once the sizes are known
             from .structure import ShapeNeeded
+            deferred = self.ctx.specialisable and self.ctx.read_sizes and not self.ctx.specialised
             raise self.src.error(node, f"recursive call to `{getattr(fnode, 'name', 'lambda')}` cannot be "
                                        f"lowered (deeper than {_MAX_RECURSION} calls); rewrite it as a loop",
-                                 ShapeNeeded if self.ctx.specialisable else FenceError)
+                                 ShapeNeeded if deferred else FenceError)
         if len(self.ctx.stack) > _MAX_INLINE_DEPTH:
             raise self.src.error(node, "calls nested too deeply")
         env = bind_arguments(src, fnode, args, kwargs, defaults, node_for_errors=node, caller=self.src)

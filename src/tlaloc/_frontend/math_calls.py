@@ -124,6 +124,24 @@ def lower_float(lowerer, x, node):
     return lowerer._checked(_float64_scalar, [x], {}, node)
 
 
+def lower_int(lowerer, x, node):
+    """The builtin ``int(x)`` of a one-number array value (``int(np.argmax(d))``): that number as a 0-d
+    int64, truncated towards zero from a float as Python does (no derivative flows through it)."""
+    _check(lowerer, x, "int", node, instead="x.astype(np.int64)")
+    dtype = x.aval.dtype
+    if dtype is None and lowerer.ctx.specialisable:
+        from .structure import ShapeNeeded
+        raise lowerer.src.error(node, "`int(x)` needs the dtype of the array; it is known at the first call",
+                                ShapeNeeded)
+
+    def as_int(v):
+        v = v if v.aval.shape == () else tnp.reshape(v, ())
+        if v.aval.dtype is not None and v.aval.dtype.kind == "f":
+            v = tnp.trunc(tnp.stop_gradient(v))
+        return v.astype(np.int64)
+    return lowerer._checked(as_int, [x], {}, node)
+
+
 def lower_item(lowerer, x, node):
     """``x.item`` of an array value: a function giving its one number (a 0-d float64 for a float
     array, as Python's float is; an integer or bool array's 0-d value as it is)."""

@@ -54,6 +54,12 @@ def leaf_aval(x) -> AbstractValue:
                                 f"explicit dtype")
         # a Python number is weak, as in the interpreter: it adopts the other operand's dtype
         return AbstractValue(np.asarray(x).dtype, (), weak=True)
+    if isinstance(x, (str, bytes)):
+        # regression: a str in a dict argument leaked an internal ShapeNeeded, one in a dataclass
+        # "no StableHLO type for dtype <U1"
+        raise ArgumentError(f"jit: the str {x!r:.40} is inside an argument's structure (a dict, list or dataclass "
+                            f"field); a compiled program takes arrays there. Pass it as an argument of its own "
+                            f"(a str argument is static), or close over it")
     if hasattr(x, "dtype") and hasattr(x, "shape"):
         return AbstractValue(np.dtype(x.dtype), tuple(int(d) for d in x.shape))
     try:

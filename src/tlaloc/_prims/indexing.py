@@ -47,7 +47,7 @@ class Offset:
 def is_window(e) -> bool:
     """A spec slice entry ``x[i:i + c]`` (see the module docstring)."""
     return (e[0] == "s" and isinstance(e[1], tuple) and e[1][0] == "d" and isinstance(e[2], tuple)
-            and e[2][0] == "o" and e[2][1] == e[1][1] and e[3] is None)
+            and e[2][0] == "o" and e[2][1] == e[1][1] and (e[3] is None or type(e[3]) is int and e[3] >= 1))
 
 
 def split_index(idx):
@@ -109,7 +109,30 @@ def build_index(spec, dyn):
     return tuple(out)
 
 
+def _check_windows(spec, dyn, shape):
+    """A window ``x[i:i + c]`` must lie inside its axis: NumPy would return a shorter (or, for a
+    negative ``i``, an unrelated) slice, while the window's size is ``c`` in the graph and compiled
+    code moves it into range. Refused by name here rather than computed differently from tl.jit
+    (regression: 8.03 eagerly, 9.88 compiled, and a broadcast error in the Jacobians)."""
+    consumed = sum(1 for e in spec if e[0] in ("i", "s", "d"))
+    axis = 0
+    for e in spec:
+        if e[0] == "e":
+            axis += len(shape) - consumed
+            continue
+        if is_window(e):
+            i, c, n = int(dyn[e[1][1]]), e[2][2], shape[axis]
+            if not 0 <= i <= n - c:
+                raise ShapeError(f"indexing: the window x[i:i + {c}] with i = {i} runs outside axis {axis} "
+                                 f"(size {n}); NumPy would return a shorter slice, which compiled code cannot. "
+                                 f"Keep i in [0, {n - c}] (e.g. loop over range(len(x) - {c - 1})), or pad x")
+        if e[0] in ("i", "s", "d"):
+            axis += 1
+
+
 def _getitem_impl(x, *dyn, spec):
+    if any(is_window(e) for e in spec):
+        _check_windows(spec, dyn, np.shape(x))
     try:
         return np.asarray(x)[build_index(spec, dyn)]
     except IndexError as e:
@@ -148,7 +171,7 @@ def _windows_at_zero(spec, shape):
             if axis < len(shape) and e[2][2] > shape[axis]:
                 raise ShapeError(f"indexing: the window x[i:i + {e[2][2]}] is longer than axis {axis} "
                                  f"(size {shape[axis]})")
-            e = ("s", 0, e[2][2], None)
+            e = ("s", 0, e[2][2], e[3])
         out.append(e)
         if e[0] in ("i", "s", "d"):
             axis += 1
@@ -206,6 +229,8 @@ def _has_advanced(spec, dyn):
 
 
 def _index_add_impl(x, v, *dyn, spec):
+    if any(is_window(e) for e in spec):
+        _check_windows(spec, dyn, np.shape(x))
     out = np.array(x, copy=True)
     idx = build_index(spec, dyn)
     try:
@@ -219,6 +244,8 @@ def _index_add_impl(x, v, *dyn, spec):
 
 
 def _index_set_impl(x, v, *dyn, spec):
+    if any(is_window(e) for e in spec):
+        _check_windows(spec, dyn, np.shape(x))
     out = np.array(x, copy=True)
     try:
         out[build_index(spec, dyn)] = v

@@ -189,8 +189,10 @@ def _parse_einsum(spec: str, n: int):
 
 def _einsum_shape(*xs, spec):
     ins, out = _parse_einsum(spec, len(xs))
-    if any(x.shape is None for x in xs) or "." in spec:
+    if any(x.shape is None for x in xs):
         return None
+    if "." in spec:
+        return _einsum_ellipsis_shape(xs, ins, out)
     sizes = {}
     for sub, x in zip(ins, xs):
         if len(sub) != len(x.shape):
@@ -200,6 +202,37 @@ def _einsum_shape(*xs, spec):
                 raise ShapeError(f"einsum: index '{c}' has sizes {sizes[c]} and {d}")
             if c not in sizes or sizes[c] == 1:
                 sizes[c] = d
+    return tuple(sizes[c] for c in out)
+
+
+def _einsum_ellipsis_shape(xs, ins, out):
+    """The shape of an einsum with ``...``: the named indices' sizes, and the operands' ``...`` axes
+    broadcast (right-aligned, as NumPy). (Regression: unknown, so tl.jit refused every ``...``.)"""
+    ell, sizes = [], {}
+    for sub, x in zip(ins, xs):
+        if "..." in sub:
+            before, after = sub.split("...")
+            k = len(x.shape) - len(before) - len(after)
+            if k < 0:
+                raise ShapeError(f"einsum: operand '{sub}' has rank {len(x.shape)}, fewer than its indices")
+            ell.append(tuple(x.shape[len(before):len(before) + k]))
+            named = list(zip(before, x.shape[:len(before)])) + list(zip(after, x.shape[len(before) + k:]))
+        else:
+            if len(sub) != len(x.shape):
+                raise ShapeError(f"einsum: operand '{sub}' has rank {len(x.shape)}, not {len(sub)}")
+            named = list(zip(sub, x.shape))
+        for c, d in named:
+            if c not in sizes or sizes[c] == 1:
+                sizes[c] = d
+    if any(type(d) is not int for shape in ell for d in shape) or any(type(d) is not int for d in sizes.values()):
+        return None
+    try:
+        broadcast = tuple(np.broadcast_shapes(*ell)) if ell else ()
+    except ValueError:
+        raise ShapeError(f"einsum: the '...' axes {ell} do not broadcast together") from None
+    if "..." in out:
+        before, after = out.split("...")
+        return tuple(sizes[c] for c in before) + broadcast + tuple(sizes[c] for c in after)
     return tuple(sizes[c] for c in out)
 
 

@@ -81,11 +81,11 @@ def _resolve(entries, shape):
     """Static slices to (start, step, n); static ints wrapped."""
     res = []
     for e in entries:
-        if e[0] == "s" and is_window(("s",) + tuple(e[2:])):   # x[i:i + c]: ("win", axis, j, c)
-            _, axis, lo, hi, _ = e
+        if e[0] == "s" and is_window(("s",) + tuple(e[2:])):   # x[i:i + c:s]: ("win", axis, j, c, s)
+            _, axis, lo, hi, st = e
             if hi[2] > shape[axis]:
                 raise NoRuleError(f"the window x[i:i + {hi[2]}] is longer than axis {axis} (size {shape[axis]})")
-            res.append(("win", axis, lo[1], hi[2]))
+            res.append(("win", axis, lo[1], hi[2], st or 1))
         elif e[0] == "s":
             _, axis, lo, hi, st = e
             if any(isinstance(b, tuple) for b in (lo, hi, st)):
@@ -164,7 +164,7 @@ def _coords(em, entries, shape, dyn):
             b_at = len(R)
             R.extend(b_shape)
         else:
-            R.append(item[1][3] if item[1][0] == "win" else item[1][4])
+            R.append(len(range(0, item[1][3], item[1][4])) if item[1][0] == "win" else item[1][4])
     R = tuple(R)
     coords = [None] * len(shape)
     pos = 0
@@ -173,12 +173,13 @@ def _coords(em, entries, shape, dyn):
             pos += len(b_shape)
             continue
         io = em.op("stablehlo.iota", [], (I64, R), attrs={"iota_dimension": f"{pos} : i64"})
-        if item[1][0] == "win":           # x[i:i + c]: i clamped into [0, dim - c], as dynamic_slice does
-            _, axis, j, c = item[1]
+        if item[1][0] == "win":           # x[i:i + c:s]: i clamped into [0, dim - c], as dynamic_slice does
+            _, axis, j, c, step = item[1]
             start = _index_val(em, dyn[j], shape[axis])
             start = em.op("stablehlo.clamp", [em.const(0, I64, ()), start, em.const(shape[axis] - c, I64, ())],
                           (I64, ()))
-            coords[axis] = em.binary("stablehlo.add", io, em.broadcast(start, R, []))
+            coords[axis] = em.binary("stablehlo.add", em.binary("stablehlo.multiply", io, em.const(step, I64, R)),
+                                     em.broadcast(start, R, []))
             pos += 1
             continue
         _, axis, start, step, n = item[1]
@@ -265,6 +266,12 @@ def _getitem(em, node, x, *dyn):
             sizes[e[1]] = 1 if e[0] == "dint" else e[3]      # a window: its start clamped into range
         out = em.op("stablehlo.dynamic_slice", [out] + starts, (dt, tuple(sizes)),
                     attrs={"slice_sizes": i64s(sizes)})
+        strides = [1] * len(out.shape)
+        for e in dints:
+            if e[0] == "win":
+                strides[e[1]] = e[4]
+        if any(s != 1 for s in strides):          # a strided window x[i:i + c:s]: every s-th of the c
+            out = slice_(em, out, [0] * len(out.shape), list(out.shape), strides)
     return em.reshape(out, sh)
 
 

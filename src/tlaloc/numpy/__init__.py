@@ -199,10 +199,10 @@ def ravel(a, order="C"):
     return _sh.reshape(a, (-1,))
 
 
-def flatten(a):
+def flatten(a, order="C"):
     """``a.flatten()``: ``a`` as one axis, always a copy in NumPy (later writes into ``a`` do not
-    change it)."""
-    out = ravel(a)
+    change it); ``order="F"`` reads it first index fastest."""
+    out = ravel(a, order)
     return _misc.copy_p.bind(out) if _is_symbolic(out) else _np.array(out, copy=True)
 
 

@@ -197,7 +197,8 @@ def unstack(x, /, *, axis=0):
     tnp = _tnp()
     n = tnp.shape(x)[axis]
     if type(n) is not int:
-        raise ArgumentError("unstack: the axis length is unknown at definition time; annotate the argument")
+        from ..errors import RankUnknownError     # the front end builds again at the first call
+        raise RankUnknownError("unstack: the axis length is unknown at definition time; annotate the argument")
     lead = (slice(None),) * axis if axis >= 0 else (Ellipsis,)
     tail = () if axis >= 0 else (slice(None),) * (-axis - 1)
     return tuple(tnp._getitem(x, lead + (i,) + tail) for i in range(n))

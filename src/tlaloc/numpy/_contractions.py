@@ -65,7 +65,7 @@ def einsum(subscripts, *operands, optimize=False):
     An index repeated within one operand (``'ii'``, ``'ii->i'``, ``'bii->b'``) takes that operand's
     diagonal first (as NumPy does), so it differentiates. ``optimize`` (NumPy's contraction-order
     search) is accepted and changes nothing: tlaloc contracts in its own fixed order."""
-    spec = _explicit_output(subscripts)
+    spec = _expand_ellipsis(_explicit_output(subscripts), operands)
     ins, out = spec.split("->")
     parts = ins.split(",")
     if len(parts) != len(operands):
@@ -76,6 +76,30 @@ def einsum(subscripts, *operands, optimize=False):
         new_parts.append(part)
         new_ops.append(x)
     return _la.einsum(",".join(new_parts) + "->" + out, *new_ops)
+
+
+def _expand_ellipsis(spec: str, operands) -> str:
+    """``spec`` with ``...`` written out as index letters it does not use, where the operands' ranks
+    are known (compiled code takes named indices only); unchanged where there is no ``...``. A rank not
+    known yet raises RankUnknownError (the front end builds again at the first call)."""
+    if "..." not in spec:
+        return spec
+    ins, out = spec.split("->")
+    parts = ins.split(",")
+    ranks = []
+    for p, x in zip(parts, operands):
+        r = x.aval.rank if hasattr(x, "aval") else _np.ndim(x)
+        if r is None:
+            from ..errors import RankUnknownError
+            raise RankUnknownError("einsum: the rank of an operand with '...' is unknown at definition time; "
+                                   "annotate the argument (e.g. F64['n', 'm'])")
+        ranks.append(r - len(p.replace("...", "")) if "..." in p else 0)
+    if any(k < 0 for k in ranks):
+        raise ValueError(f"einsum: an operand of {spec!r} has fewer axes than its indices")
+    width = max(ranks, default=0)
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in spec][:width]
+    new = [p.replace("...", "".join(free[width - k:])) for p, k in zip(parts, ranks)]
+    return ",".join(new) + "->" + out.replace("...", "".join(free))
 
 
 def _take_repeated_diagonals(part: str, x):
