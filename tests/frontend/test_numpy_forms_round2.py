@@ -180,3 +180,78 @@ def test_function_arguments_to_hessian_and_strings_in_jitted_pytrees():
     np.testing.assert_allclose(h, fd, rtol=1e-6)
     with pytest.raises(ArgumentError, match="is inside an argument's structure"):
         tl.jit(lambda p: np.sum(p["w"]))({"w": np.ones(2), "n": "a"})
+
+
+def test_max_min_sorted_of_numbers_computed_here():
+    """Regression: max([a, b]) / sorted([...]) of 0-d values were refused ("the builtin `max` cannot
+    take an array"). Oracle: JAX on the same order statistics."""
+    x = np.array([0.3, -1.2, 2.0])
+
+    def f(x, xp=np):
+        items = [x[0] * 2, x[1] ** 2, x[2]]
+        if xp is np:
+            return max(items) + min(items) + sorted(items)[1] * 3 + sorted(items, reverse=True)[0]
+        s = xp.sort(xp.stack(items))
+        return xp.max(s) + xp.min(s) + s[1] * 3 + s[-1]
+
+    np.testing.assert_allclose(tl.grad(f)(x), np.asarray(jax.grad(lambda x: f(x, jnp))(x)), rtol=1e-15)
+
+
+def test_ufunc_out_writes_in_place():
+    """Regression: ``np.multiply(b, 2, out=b)`` was refused ("unexpected keyword argument 'out'").
+    NumPy writes into ``b`` (and every name bound to it sees the write); oracle: NumPy itself and JAX."""
+    def f(x):
+        b = x * 1.0
+        c = b
+        np.multiply(b, 2, out=b)
+        np.exp(b, out=b)
+        r = np.add(b, 1.0, out=b)
+        return np.sum(c * r)
+
+    x = np.array([0.3, -1.2, 2.0])
+    value, g = tl.value_and_grad(f)(x)
+    assert float(value) == pytest.approx(f(x.copy()), rel=1e-15)
+    np.testing.assert_allclose(g, np.asarray(jax.grad(lambda x: jnp.sum((jnp.exp(2 * x) + 1) ** 2))(x)), rtol=1e-14)
+    assert float(tl.jit(f)(x)) == pytest.approx(f(x.copy()), rel=1e-15)
+
+
+def test_and_or_return_an_operand_as_python_does():
+    """Regression (round 3): ``a or b`` / ``a and b`` on computed values returned True/False (and a zero
+    gradient), where Python returns one of the operands. Oracle: plain Python/NumPy and the gradient
+    of the operand it picks."""
+    x = np.array([-0.3, 0.5, 0.7, -0.6])
+    cases = [
+        (lambda x: (x[0] > 0) & (x[1] > 0) and 1.0 * x[2] or 2.0 * x[3], [0, 0, 0, 2.0]),
+        (lambda x: x[0] * 0 or x[3], [0, 0, 0, 1.0]),
+        (lambda x: x[0] and x[3], [0, 0, 0, 1.0]),
+    ]
+    for f, grad in cases:
+        assert float(tl.jit(f)(x)) == f(x)
+        np.testing.assert_array_equal(tl.grad(f)(x), grad)
+    assert bool(tl.jit(lambda x: (x[1] > 0) and (x[2] > 0))(x)) is True
+
+
+def test_digitize_with_decreasing_edges():
+    bins, x = np.array([1.0, 0.5, 0.0, -1.0]), np.array([-2.0, -0.5, 0.2, 0.7, 3.0])
+    for right in (False, True):
+        want = np.digitize(x, bins, right=right)
+        np.testing.assert_array_equal(np.asarray(tl.jit(lambda x: np.digitize(x, bins, right=right))(x)), want)
+        np.testing.assert_array_equal(np.asarray(tl.jit(lambda x, b: np.digitize(x, b, right=right))(x, bins)), want)
+
+
+def test_int_of_a_computed_index_and_a_masked_update_by_an_argument():
+    x = np.array([0.3, -1.2, 2.0, 0.5])
+
+    def pick(x):
+        return x[int(np.argmin(x))] * 2 + x[int(np.sum(x > 0))]
+
+    assert float(tl.jit(pick)(x)) == pick(x)
+    np.testing.assert_array_equal(np.asarray(tl.vmap(pick)(np.stack([x, -x]))), [pick(x), pick(-x)])
+    np.testing.assert_array_equal(tl.jacrev(pick)(x), [0.0, 2.0, 0.0, 1.0])
+
+    def scaled(y, c):
+        y = y * 1.0
+        y[y > 1] *= c
+        return np.sum(y ** 2)
+
+    assert float(tl.jit(scaled)(x, 1.7)) == pytest.approx(scaled(x, 1.7), rel=1e-15)

@@ -100,3 +100,38 @@ def test_keywords_to_a_vmap_inside_jit_are_refused_not_misbatched():
     np.testing.assert_array_equal(tl.vmap(f, in_axes=1)(xs, w=ws), [4.0, 15.0])     # JAX's values
     with pytest.raises(ArgumentError, match="vmap inside it would batch keyword arguments along axis 0"):
         tl.jit(tl.vmap(f, in_axes=1))(xs, w=ws)
+
+
+class FreshConfig:
+    def __init__(self, k):
+        self.k = k
+
+
+class WithProperty:
+    def __init__(self):
+        self.base = 2.0
+        self.w = np.ones(2)
+
+    @property
+    def cfg(self):
+        return FreshConfig(self.base)                 # a fresh object at every access
+
+    def loss(self, x):
+        return np.sum(self.w * x ** 2) * self.cfg.k
+
+
+def test_a_property_making_fresh_objects_is_read_through_not_rebuilt(caplog):
+    """Regression: the fresh object's identity guard failed at every call, so tl.grad rebuilt and
+    tl.jit recompiled each time. Its attributes are now read through the property at each call."""
+    import logging
+    m = WithProperty()
+    g, j = tl.grad(m.loss), tl.jit(m.loss)
+    g(X), j(X)
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(3):
+            np.testing.assert_array_equal(g(X), [4.0, 8.0])
+            assert float(j(X)) == 10.0
+    assert not [r for r in caplog.records if "again" in r.getMessage() or "compiled" in r.getMessage()]
+    m.base = 5.0
+    np.testing.assert_array_equal(g(X), [10.0, 20.0])                 # control: a change is seen
+    assert float(j(X)) == 25.0

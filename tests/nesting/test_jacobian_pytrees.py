@@ -53,3 +53,15 @@ def test_tuple_outputs_and_hessian_blocks():
     blocks = tl.hessian(loss, argnums=(0, 1))(X, 2 * X)
     _same(blocks, jax.hessian(lambda a, b: loss(a, b, jnp), argnums=(0, 1))(X, 2 * X))
     assert not np.allclose(blocks[0][0], blocks[1][1])                                   # control
+
+
+def with_aux(x, xp=np):
+    return xp.sin(x) * x, {"n": xp.sum(x ** 2), "c": x * 2}
+
+
+@pytest.mark.parametrize("mode", ["fwd", "rev"])
+@pytest.mark.parametrize("wrap", [lambda f: f, tl.jit], ids=["eager", "jit"])
+def test_jacobians_with_aux(mode, wrap):
+    """Regression: jacfwd/jacrev took no has_aux (JAX's ``(jacobian, aux)``)."""
+    ours, theirs = (tl.jacfwd, jax.jacfwd) if mode == "fwd" else (tl.jacrev, jax.jacrev)
+    _same(wrap(ours(with_aux, has_aux=True))(X), theirs(lambda x: with_aux(x, jnp), has_aux=True)(X))

@@ -162,18 +162,20 @@ def _lower_jvp(lowerer, args, kwargs, node):
 jvp.__tlaloc_lower_symbolic__ = _lower_jvp
 
 
-def jacfwd(fun=None, argnums=0):
-    """Jacobian by forward mode: shape ``f(x).shape + x.shape``."""
+def jacfwd(fun=None, argnums=0, has_aux=False):
+    """Jacobian by forward mode: shape ``f(x).shape + x.shape``. With ``has_aux``, ``fun`` returns
+    ``(out, aux)`` and the result is ``(jacobian of out, aux)``, as JAX's."""
     if fun is None:
-        return functools.partial(jacfwd, argnums=argnums)
-    return JacobianTransform(fun, argnums, "fwd")
+        return functools.partial(jacfwd, argnums=argnums, has_aux=has_aux)
+    return JacobianTransform(fun, argnums, "fwd", has_aux)
 
 
-def jacrev(fun=None, argnums=0):
-    """Jacobian by reverse mode: shape ``f(x).shape + x.shape``."""
+def jacrev(fun=None, argnums=0, has_aux=False):
+    """Jacobian by reverse mode: shape ``f(x).shape + x.shape``. With ``has_aux``, ``fun`` returns
+    ``(out, aux)`` and the result is ``(jacobian of out, aux)``, as JAX's."""
     if fun is None:
-        return functools.partial(jacrev, argnums=argnums)
-    return JacobianTransform(fun, argnums, "rev")
+        return functools.partial(jacrev, argnums=argnums, has_aux=has_aux)
+    return JacobianTransform(fun, argnums, "rev", has_aux)
 
 
 def hessian(fun=None, argnums=0):

@@ -121,18 +121,23 @@ def _over_basis(raw, ins, in_avals, basis_av, outs, name):
     return [res[k] for k in outs]
 
 
-def _jacobians_of_every_output(graph, in_avals, wrt, mode, name):
-    """One graph: for each output of ``graph`` in turn, its Jacobians by the inputs ``wrt``."""
-    if len(graph.outputs) == 1:
+def _jacobians_of_every_output(graph, in_avals, wrt, mode, name, n_main=None):
+    """One graph: for each of the first ``n_main`` outputs of ``graph`` (all by default) in turn, its
+    Jacobians by the inputs ``wrt``; then the other outputs as they are (``has_aux``'s aux)."""
+    n_main = len(graph.outputs) if n_main is None else n_main
+    if len(graph.outputs) == 1 and n_main == 1:
         return jacobian_graph(graph, in_avals, wrt, mode, name)
     from .._core.graph import Graph
     b = Builder(name=name)
     with b.active():
         ins = [b.new_input(av, v.hint) for av, v in zip(in_avals, graph.inputs)]
         outs = []
-        for k, out in enumerate(graph.outputs):
+        for k, out in enumerate(graph.outputs[:n_main]):
             one = dce(Graph(graph.inputs, graph.nodes, (out,), f"{graph.name}_out{k}"))
             outs.extend(inline(jacobian_graph(one, in_avals, wrt, mode, f"{name}_out{k}"), ins))
+        if n_main < len(graph.outputs):
+            aux = dce(Graph(graph.inputs, graph.nodes, tuple(graph.outputs[n_main:]), f"{graph.name}_aux"))
+            outs.extend(inline(aux, ins))
         g = b.finish(outs)
     return dce(g)
 
@@ -152,8 +157,9 @@ class JacobianTransform(ShapeDependent):
     """``tl.jacfwd(f)`` / ``tl.jacrev(f)``: built per argument shapes (like ``vmap``)."""
     same_signature = True
 
-    def __init__(self, fn, argnums, mode):
+    def __init__(self, fn, argnums, mode, has_aux=False):
         require_callable(f"jac{mode}", fn)
+        self.has_aux = has_aux
         self.argnums, self.single = _normalize_argnums(argnums, f"jac{mode}")
         self.mode, self.kind = mode, f"jac{mode}"
         self.fn, self.name = fn, f"jac{mode}_{_fn_name(fn)}"
@@ -203,12 +209,20 @@ class JacobianTransform(ShapeDependent):
         if key in self._entries and not self.drop_if_stale(self._entries[key]["lowered"]):
             return self._entries[key]
         in_avals = [a.aval if isinstance(a, specialise.StaticValue) else a for a in avals] + closure_avals
-        g = verify(_jacobians_of_every_output(low.graph, in_avals, wrt, self.mode, self.name))
+        out_tree, n_main = low.out_tree, len(low.graph.outputs)
+        if self.has_aux:
+            if out_tree is None or out_tree.kind not in ("tuple", "list") or len(out_tree.children) != 2:
+                raise ArgumentError(f"{self.kind}(has_aux=True): `{_fn_name(self.fn)}` must return a pair "
+                                    f"(out, aux), got structure {out_tree!r}")
+            out_tree, n_main = out_tree.children[0], out_tree.children[0].num_leaves
+        g = verify(_jacobians_of_every_output(low.graph, in_avals, wrt, self.mode, self.name, n_main))
         arg_names = [v.hint for v in low.graph.inputs]
         doc = f"The Jacobian of `{_fn_name(self.fn)}` ({self.kind}, argnums={self.argnums!r})."
         source, namespace = render_and_load([(g, self.name, arg_names, doc)], f"{self.kind} of {_fn_name(self.fn)}",
                                             self.name)
-        out_tree = _result_tree(low.out_tree, [trees[a] for a in argnums], self.single)
+        out_tree = _result_tree(out_tree, [trees[a] for a in argnums], self.single)
+        if self.has_aux:                     # (jacobians, aux), aux as the function returned it
+            out_tree = _pytree.TreeDef("tuple", None, (out_tree, low.out_tree.children[1]))
         as_lowered = LoweredFunction(g, low.fn, low.arg_names, low.arg_trees, low.closure_getters, out_tree,
                                      low.src, tuple(low.guards))
         entry = {"source": source, "fn": namespace[self.name], "lowered": low,

@@ -97,7 +97,9 @@ class AssignLowerer:
                     # (regression: `LOG["s"] += np.sum(w)` on a global dict failed with no location)
                     self.external_mutation(update, [v], {}, node)
                 return
-            if (is_symbolic(idx) and idx.aval.dtype is None and _scalar_value(v) and self.ctx.specialisable
+            unknown_value = is_symbolic(v) and v.aval.shape is None    # `y[m] *= c` with an argument c
+            if (is_symbolic(idx) and (idx.aval.dtype is None or unknown_value and _is_mask(idx))
+                    and (_scalar_value(v) or unknown_value) and self.ctx.specialisable
                     and not self.ctx.specialised and not isinstance(base, (list, dict))):
                 from .structure import ShapeNeeded         # a mask or an index array: known at the first call
                 raise self.src.error(t, "the dtype of this index is read here", ShapeNeeded)
@@ -154,6 +156,34 @@ class AssignLowerer:
         if isinstance(call.func.value, ast.Name):
             self._augassign_aliases(call.func.value, obj, new)
         self._store_subscript_base(call.func.value, new)
+        return True
+
+    def fill_diagonal(self, call) -> bool:
+        """``np.fill_diagonal(a, v)`` as a statement on an array computed here: NumPy writes ``v`` on
+        ``a``'s main diagonal in place, so ``a`` (and its aliases) is rebound to
+        ``where(eye, v, a)`` (2-D, its shape known; ``wrap`` refused). False where ``call`` is not
+        such a call. (Regression: refused by name.)"""
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "fill_diagonal"
+                and len(call.args) == 2 and not call.keywords):
+            return False
+        if self.expr(call.func) is not np.fill_diagonal:
+            return False
+        a, v = self.expr(call.args[0]), self.expr(call.args[1])
+        if not is_symbolic(a) and not is_symbolic(v):
+            return False                # constants: NumPy writes them itself
+        if not isinstance(call.args[0], ast.Name):
+            raise self.src.error(call, "np.fill_diagonal(a, v) needs a name for `a` here")
+        from .. import numpy as tnp
+        shape = tnp.shape(a)
+        if not isinstance(shape, tuple) or len(shape) != 2 or any(type(d) is not int for d in shape):
+            from .structure import ShapeNeeded
+            if self.ctx.specialisable and not self.ctx.specialised:
+                raise self.src.error(call, "np.fill_diagonal needs the shape of its array; it is known at the "
+                                           "first call", ShapeNeeded)
+            raise self.src.error(call, "np.fill_diagonal is supported on 2-D arrays of known shape here")
+        new = tnp.where(tnp.eye(shape[0], shape[1], dtype=bool), v, a)
+        self._augassign_aliases(call.args[0], a, new)
+        self._store_subscript_base(call.args[0], new)
         return True
 
     def ufunc_at(self, call) -> bool:

@@ -55,7 +55,7 @@ def is_numpy_callable(fn) -> bool:
 
 # -- SciPy: mapped by module and name onto tlaloc.scipy --------------------------------------------
 
-_SCIPY_MODULES = ("special", "stats", "linalg", "signal")
+_SCIPY_MODULES = ("special", "stats", "linalg", "signal", "spatial.distance")
 _SCIPY_REFUSED = {
     "scipy.integrate.odeint": "write the solver loop in the function (e.g. a fixed-step RK4 `for` loop, which "
                               "tlaloc differentiates), or wrap odeint with tl.custom_vjp and an adjoint rule",
@@ -94,7 +94,7 @@ def _scipy_objects() -> dict:
                 mod = importlib.import_module(f"scipy.{sub}")
             except ImportError:        # pragma: no cover - scipy absent: nothing to map
                 continue
-            ours = getattr(tsp, sub)
+            ours = getattr(tsp, sub.split(".")[0])     # scipy.spatial.distance -> tlaloc.scipy.spatial
             for name in ours.__all__:
                 theirs = getattr(mod, name, None)
                 if theirs is not None:
@@ -135,7 +135,13 @@ def _qualified_name(fn) -> str:
     if isinstance(fn, np.ufunc):
         return f"{'scipy.special' if is_scipy_callable(fn) else 'numpy'}.{name}"
     mod = getattr(fn, "__module__", None) or "numpy"
-    return ".".join([p for p in mod.split(".") if not p.startswith("_")] + [name])
+    parts = mod.split(".")
+    import sys
+    for k in range(1, len(parts) + 1):        # the shortest public module that exports it: scipy.integrate.solve_ivp
+        public = sys.modules.get(".".join(parts[:k]))
+        if public is not None and not any(p.startswith("_") for p in parts[:k]) and getattr(public, name, None) is fn:
+            return f"{'.'.join(parts[:k])}.{name}"
+    return ".".join([p for p in parts if not p.startswith("_")] + [name])
 
 
 def no_equivalent_message(fn) -> str:
@@ -203,6 +209,20 @@ def builtin_call(fn, args, kwargs):
         for a in args[1:]:
             out = op(out, a)
         return True, out
+    if (fn in (builtins.max, builtins.min, builtins.sorted) and len(args) == 1 and isinstance(args[0], (list, tuple))
+            and set(kwargs) <= ({"reverse"} if fn is builtins.sorted else set()) and _scalars(args[0])):
+        # max([a, b, c]) / sorted([...]) of numbers computed here (0-d): as Python orders them
+        # (regression: refused, "the builtin `max` cannot take an array")
+        items = list(args[0])
+        if fn is builtins.sorted:
+            order = tnp.sort(tnp.stack([tnp.asarray(i) for i in items]))
+            ranked = [order[k] for k in range(len(items))]
+            return True, ranked[::-1] if kwargs.get("reverse") else ranked
+        op = tnp.maximum if fn is builtins.max else tnp.minimum
+        out = items[0]
+        for a in items[1:]:
+            out = op(out, a)
+        return True, out
     if fn is builtins.sum and len(args) >= 1 and not is_symbolic(args[0]):
         items = list(args[0])
         if any(is_symbolic(i) for i in items):
@@ -232,3 +252,16 @@ def is_user_function(fn) -> bool:
     mod = getattr(fn, "__module__", "") or ""
     return not (mod.startswith("tlaloc.") or mod.startswith("numpy") or mod.startswith("scipy.")
                 or mod in ("builtins", "warnings"))
+
+
+def _scalars(items) -> bool:
+    """A non-empty sequence of numbers, at least one computed here, none of a known rank above 0."""
+    if not items or not any(is_symbolic(i) for i in items):
+        return False
+    for i in items:
+        if is_symbolic(i):
+            if i.aval.rank not in (None, 0):
+                return False
+        elif not isinstance(i, (int, float, np.generic)) or isinstance(i, bool):
+            return False
+    return True

@@ -94,6 +94,9 @@ class CallLowerer:
                 if fn is builtins.len and is_symbolic(out):
                     self.ctx.read_sizes = True          # a size not known yet (lowerer.inline_call)
                 return out
+            if (fn is builtins.int and len(args) == 1 and not kwargs and is_symbolic(args[0])
+                    and not self._size_or_argument(args[0])):
+                return math_calls.lower_int(self, args[0], node)     # int(np.argmax(d)): a computed index
             if (symbolic and fn in (builtins.slice, builtins.int) and self.ctx.specialisable
                     and any(maybe_int(a) for a in args)):
                 self._value_needed(args, kwargs, node, None)       # slice(i * b, ...), range-like uses
@@ -130,6 +133,8 @@ class CallLowerer:
                 raise self.src.error(node, calls.no_equivalent_message(fn))
             if isinstance(eq, np.dtype):        # np.float64(x) on an array computed here: x.astype
                 eq = functools.partial(_convert, dtype=eq)
+            if kwargs.get("out") is not None:
+                return self._with_out(eq, args, kwargs, node)
             return self._checked(eq, args, kwargs, node)
         owner = getattr(fn, "__self__", None)
         if isinstance(owner, (list, dict)) and getattr(fn, "__name__", "") in _CONTAINER_METHODS:
@@ -160,6 +165,35 @@ class CallLowerer:
         raise self.src.error(node, f"cannot differentiate through `{name}` (from {mod or 'unknown'}): "
                                    f"it is not Python source tlaloc can read; use tlaloc.numpy, or wrap it "
                                    f"with tl.custom_vjp")
+
+    def _size_or_argument(self, v) -> bool:
+        """Whether ``v`` is an argument leaf or a size (``len(x)``, ``x.shape[0]``): an int whose value
+        a more specialised build can know (``_value_needed``), unlike one computed from data."""
+        if v.builder is self.ctx.root and v.var in self.ctx.root.inputs:
+            return True
+        node = v.builder.producer(v)
+        return node is not None and node.prim.name in ("dim_size", "reduced_count")
+
+    def _with_out(self, fn, args, kwargs, node):
+        """``np.multiply(b, 2, out=b)``: the result written into ``out`` in place, so the name given
+        as ``out`` (and its aliases) is rebound to it, as for ``b[...] = v``; the call's value is that
+        array, as NumPy returns ``out``. (Regression: refused, "unexpected keyword argument 'out'".)"""
+        target = next((k.value for k in node.keywords if k.arg == "out"), None)
+        if isinstance(target, ast.Tuple) and len(target.elts) == 1:
+            target = target.elts[0]
+        if not isinstance(target, ast.Name):
+            raise self.src.error(node, "out= is supported with a name (out=b) here; assign the result instead")
+        rest = {k: v for k, v in kwargs.items() if k != "out"}
+        new = self._checked(fn, args, rest, node)
+        old = self.lookup(target.id, target)
+        if is_symbolic(old) or is_symbolic(new):
+            if is_symbolic(old):
+                self._augassign_aliases(target, old, new)
+            self._store_subscript_base(target, new)
+        else:
+            old[...] = new              # a constant array: NumPy's own write
+            new = old
+        return new
 
     def _zero_argument_super(self, node):
         """``super()`` in a method lowered inline: Python's implicit form, ``super(__class__, self)``
@@ -212,7 +246,8 @@ class CallLowerer:
         table = {("add", "reduce"): tnp.sum, ("multiply", "reduce"): tnp.prod, ("maximum", "reduce"): tnp.max,
                  ("minimum", "reduce"): tnp.min, ("logical_and", "reduce"): tnp.all,
                  ("logical_or", "reduce"): tnp.any, ("add", "accumulate"): tnp.cumsum,
-                 ("multiply", "accumulate"): tnp.cumprod}
+                 ("multiply", "accumulate"): tnp.cumprod, ("maximum", "accumulate"): tnp.maximum_accumulate,
+                 ("minimum", "accumulate"): tnp.minimum_accumulate}
         eq = table.get((ufunc.__name__, method))
         qual = f"numpy.{ufunc.__name__}.{method}"
         if eq is None:

@@ -7,6 +7,7 @@ import operator
 import os
 import sys
 import sysconfig
+import types
 
 import numpy as np
 
@@ -227,7 +228,15 @@ class ExprLowerer:
                 result = self.expr(v)
                 continue
             other = self.expr(v)
-            result = tnp.logical_and(result, other) if is_and else tnp.logical_or(result, other)
+            rank = result.aval.rank
+            if rank not in (None, 0):
+                # NumPy raises on the truth of a non-scalar array; masks combined elementwise, as before
+                result = tnp.logical_and(result, other) if is_and else tnp.logical_or(result, other)
+                continue
+            # Python's value, not a bool: `a and b` is b where a is true, else a; `a or b` is a where a
+            # is true, else b (regression: both gave True/False, and the gradient was lost)
+            truth = tnp.not_equal(result, 0)
+            result = tnp.where(truth, other, result) if is_and else tnp.where(truth, result, other)
         return result
 
     def expr_IfExp(self, node):
@@ -298,8 +307,22 @@ class ExprLowerer:
         if (not _plain_object(obj) or any(is_symbolic(v) for v in _attribute_leaves(value))
                 or getattr(value, "__self__", None) is obj):          # obj.method: obj itself is what changes
             return self.outside(value)
-        result = self._external(value, ("attribute", id(obj), attr), lambda: getattr(obj, attr),
-                                ast.unparse(node))
+        # read through the path from the global or closure it hangs off (self.config.k: the `config`
+        # of the object that is `self` at the call), so a property that makes a fresh object at each
+        # access is read anew, not guarded by identity (regression: it rebuilt at every call)
+        parent = self.ctx.object_paths.get(id(obj))
+        if parent is not None and parent[0] is obj:
+            getter = (lambda g=parent[1]: getattr(g(), attr))
+        else:
+            getter = (lambda: getattr(obj, attr))
+        key = ("attribute", id(obj), attr)
+        if _plain_object(value) and not isinstance(value, type) and not isinstance(value, types.ModuleType):
+            if key not in self.ctx.closure_keys:
+                self.ctx.closure_keys[key] = value
+                self.ctx.guards.append(host.TypeGuard(getter, value, ast.unparse(node)))
+                self.ctx.object_paths[id(value)] = (value, getter)
+            return self.outside(value)
+        result = self._external(value, key, getter, ast.unparse(node))
         if isinstance(value, np.ndarray):
             self.outside(value)            # an in-place write into it is still refused (effects.py)
         return result

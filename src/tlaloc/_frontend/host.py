@@ -210,6 +210,23 @@ class IdentityGuard:
         return False
 
 
+class TypeGuard:
+    """True while an object's attribute (``self.config``) holds an object of the same class as when the
+    function was lowered: its own attributes are read through the path at each call, and its methods
+    were inlined for that class."""
+
+    __slots__ = ("getter", "value", "name", "cls")
+
+    def __init__(self, getter, value, name):
+        self.getter, self.value, self.name, self.cls = getter, value, name, type(value)
+
+    def __call__(self) -> bool:
+        try:
+            return type(self.getter()) is self.cls
+        except Exception:
+            return False
+
+
 def identity_guarded(value) -> bool:
     """Values whose identity is guarded (``IdentityGuard``) where a global, a closure variable or an
     object's attribute holds them: anything but a module or an array (a data value has a ``Guard``).

@@ -64,6 +64,7 @@ class Context:
     local_objects: dict = dataclasses.field(default_factory=dict)   # id -> object made in the function (callsites.py)
     loop_ranges: dict = dataclasses.field(default_factory=dict)     # id(loop index) -> (index, its static range)
     read_sizes: bool = False        # the code read a size not known yet (len(x), x.shape): see inline_call
+    object_paths: dict = dataclasses.field(default_factory=dict)    # id(object) -> (object, getter at call time)
 
 
 class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLowerer, EffectsLowerer, ViewLowerer):
@@ -206,8 +207,8 @@ class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLower
             return                      # docstring or bare constant
         if self.ufunc_at(node.value):
             return                      # np.add.at(a, i, v): rebinds a
-        if self.inplace_method(node.value):
-            return                      # b.sort(): rebinds b
+        if self.inplace_method(node.value) or self.fill_diagonal(node.value):
+            return                      # b.sort(), np.fill_diagonal(a, v): rebind b, a
         self.expr(node.value)
 
     def stmt_Pass(self, node):

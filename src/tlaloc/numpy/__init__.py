@@ -355,6 +355,9 @@ from ._more_numpy import (cbrt, nan_to_num, ptp, fmax, fmin, heaviside, isclose,
                           append, select, block, array_split, diagflat, ediff1d, conjugate)
 from ._more_numpy_stats import (average, cov, corrcoef, trapezoid, polyval, vander,  # noqa: E402,F401
                                 convolve, correlate)
+from ._gradient import gradient  # noqa: E402,F401
+from ._running import maximum_accumulate, minimum_accumulate  # noqa: E402,F401
+from ._fitting import polyfit, digitize  # noqa: E402,F401
 from . import linalg, fft  # noqa: E402,F401
 
 # Symbolic values (DXIR) get NumPy's operators and methods from this module.

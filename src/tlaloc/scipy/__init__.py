@@ -11,6 +11,6 @@ the call's file:line:col.
 """
 from __future__ import annotations
 
-from . import linalg, signal, special, stats  # noqa: F401
+from . import linalg, signal, spatial, special, stats  # noqa: F401
 
-__all__ = ["special", "stats", "linalg", "signal"]
+__all__ = ["special", "stats", "linalg", "signal", "spatial"]
