@@ -98,9 +98,9 @@ class AssignLowerer:
                     self.external_mutation(update, [v], {}, node)
                 return
             unknown_value = is_symbolic(v) and v.aval.shape is None    # `y[m] *= c` with an argument c
-            if (is_symbolic(idx) and (idx.aval.dtype is None or unknown_value and _is_mask(idx))
-                    and (_scalar_value(v) or unknown_value) and self.ctx.specialisable
-                    and not self.ctx.specialised and not isinstance(base, (list, dict))):
+            mask_like = _is_mask(idx) or _mask_expression(t.slice)
+            if (is_symbolic(idx) and ((idx.aval.dtype is None and _scalar_value(v)) or (mask_like and unknown_value))
+                    and self.ctx.specialisable and not self.ctx.specialised and not isinstance(base, (list, dict))):
                 from .structure import ShapeNeeded         # a mask or an index array: known at the first call
                 raise self.src.error(t, "the dtype of this index is read here", ShapeNeeded)
             if _is_mask(idx) and _scalar_value(v):
@@ -510,3 +510,14 @@ def _scalar_value(v) -> bool:
 
 #: ndarray methods that change the array in place (``assign.inplace_method``)
 _INPLACE_METHODS = frozenset({"sort", "fill", "put", "partition", "resize", "itemset"})
+
+
+def _mask_expression(node) -> bool:
+    """An index written as a comparison or a combination of them (``y[y > 1]``, ``y[(a < 0) | m]``)."""
+    if isinstance(node, (ast.Compare, ast.BoolOp)):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Invert, ast.Not)):
+        return _mask_expression(node.operand)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+        return _mask_expression(node.left) or _mask_expression(node.right)
+    return False
