@@ -39,6 +39,8 @@ _EXPORTS = {
     "I64": ".typing", "Bool": ".typing", "named": ".typing", "contract": ".typing",
     # compilation
     "jit": "._jit.api",
+    # NumPy's float promotion, or strict refusal (``jax.numpy_dtype_promotion``)
+    "numpy_dtype_promotion": ".dtypes",
     # DXIR itself
     "Graph": "._core.graph", "eval_graph": "._core.interpreter", "verify": "._core.verifier",
     "make_graph": "._frontend.lower",

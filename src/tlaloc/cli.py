@@ -79,9 +79,11 @@ def _fail(message: str, code: int = 2):
 
 
 #: serve and generate: which program texts run
-_RUN_CPU_KERNELS = typer.Option(True, "--cpu-kernels/--no-cpu-kernels",
-                                help="run the artifact's CPU-kernel programs where it has them "
-                                     "(else, or without a C++ compiler: the portable programs)")
+_RUN_CPU_KERNELS = typer.Option(None, "--cpu-kernels/--no-cpu-kernels",
+                                help="run the artifact's CPU-kernel programs where it has them (default: "
+                                     "where the CPU has AVX-512, on which they beat XLA's dots; else, or "
+                                     "without a C++ compiler: the portable programs)",
+                                show_default=False)
 
 
 #: serve and generate: whether the next decode call starts while one runs
@@ -90,11 +92,16 @@ _RUN_ASYNC = typer.Option(True, "--async-scheduling/--no-async-scheduling",
                                "host (vLLM's async scheduling; the same tokens)")
 
 
-def _load(artifact: str, cpu_kernels: bool = True, async_scheduling: bool = True):
+def _kernels(flag: Optional[bool]):
+    """The --cpu-kernels/--no-cpu-kernels flag as Engine's cpu_kernels (unset: "auto")."""
+    return "auto" if flag is None else flag
+
+
+def _load(artifact: str, cpu_kernels: Optional[bool] = None, async_scheduling: bool = True):
     from tlaloc.errors import TlalocError
     from tlaloc.serving import Engine
     try:
-        return Engine(str(artifact), cpu_kernels=cpu_kernels, async_scheduling=async_scheduling)
+        return Engine(str(artifact), cpu_kernels=_kernels(cpu_kernels), async_scheduling=async_scheduling)
     except (TlalocError, RuntimeError, OSError, ValueError) as exc:
         _fail(f"cannot load {artifact}: {exc}")
 
@@ -152,7 +159,7 @@ def generate(artifact: str = typer.Argument(..., help="an artifact directory (tl
              chat: bool = typer.Option(False, "--chat", help="wrap the prompt in the model's chat template"),
              temperature: float = typer.Option(0.0, help="0 is greedy"),
              top_k: Optional[int] = typer.Option(None), top_p: Optional[float] = typer.Option(None),
-             seed: Optional[int] = typer.Option(None), cpu_kernels: bool = _RUN_CPU_KERNELS,
+             seed: Optional[int] = typer.Option(None), cpu_kernels: Optional[bool] = _RUN_CPU_KERNELS,
              async_scheduling: bool = _RUN_ASYNC) -> None:
     """Generate text for a prompt, streamed to the terminal as it is made."""
     import time
@@ -241,7 +248,7 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
           body_timeout: float = typer.Option(30.0, help="seconds a request body may stall (408 after)"),
           keep_alive: float = typer.Option(5.0, help="seconds an idle keep-alive connection is kept"),
           max_header_bytes: int = typer.Option(16 * 1024, help="largest request header block"),
-          cpu_kernels: bool = _RUN_CPU_KERNELS, async_scheduling: bool = _RUN_ASYNC) -> None:
+          cpu_kernels: Optional[bool] = _RUN_CPU_KERNELS, async_scheduling: bool = _RUN_ASYNC) -> None:
     """Serve an artifact over an OpenAI-compatible HTTP API (completions, chat, embeddings, /metrics).
 
     The limits and their defaults are described in ``tlaloc.serving.server.limits``.
@@ -258,7 +265,7 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
     except ValueError as exc:
         _fail(str(exc))
     try:
-        engine = Engine(str(artifact), max_waiting=max_waiting, cpu_kernels=cpu_kernels,
+        engine = Engine(str(artifact), max_waiting=max_waiting, cpu_kernels=_kernels(cpu_kernels),
                         async_scheduling=async_scheduling)
     except (TlalocError, RuntimeError, OSError, ValueError) as exc:
         _fail(f"cannot load {artifact}: {exc}")

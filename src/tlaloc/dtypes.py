@@ -4,9 +4,20 @@ Supported: float64, float32, bfloat16, float16 (the last two from ml_dtypes /
 NumPy), int8, int32, int64, uint32 (RNG keys) and bool.
 
 Promotion follows NumPy (NEP 50: Python scalars are weak and adopt the array's
-dtype) with one refusal: two *different* floating dtypes never mix implicitly.
+dtype): ``float32 * float64`` is float64, as in NumPy, JAX (with x64) and PyTorch,
+and a derivative has its primal's dtype (the cotangent of a float32 argument that
+met a float64 is cast back, as JAX's VJP of the implicit convert does).
+
+``numpy_dtype_promotion("strict")`` (or ``TLALOC_NUMPY_DTYPE_PROMOTION=strict`` in
+the environment) refuses two *different* floating dtypes instead, with a
+``DTypeError`` naming both operands, like ``jax.numpy_dtype_promotion("strict")``:
+for code that must stay in one precision. The mode applies where a graph is built
+(a transform's first call per argument signature) and to eager calls.
 """
 from __future__ import annotations
+
+import contextlib
+import os
 
 import ml_dtypes
 import numpy as np
@@ -50,8 +61,53 @@ def is_inexact(dtype) -> bool:
                                   or np.issubdtype(np.dtype(dtype), np.complexfloating))
 
 
+_MODES = ("standard", "strict")
+
+
+def _initial_mode() -> str:
+    mode = os.environ.get("TLALOC_NUMPY_DTYPE_PROMOTION", "standard")
+    if mode not in _MODES:
+        raise ValueError(f"TLALOC_NUMPY_DTYPE_PROMOTION={mode!r}: expected one of {_MODES}")
+    return mode
+
+
+_mode = _initial_mode()
+
+
+def promotion_mode() -> str:
+    """``"standard"`` (NumPy's promotion) or ``"strict"`` (float mixes refused)."""
+    return _mode
+
+
+@contextlib.contextmanager
+def numpy_dtype_promotion(mode: str):
+    """Within the block, promote as ``mode`` says (``jax.numpy_dtype_promotion``'s names).
+
+    Args:
+      mode: ``"standard"``: NumPy's rules, ``float32 + float64 -> float64``;
+        ``"strict"``: two different floating dtypes raise ``DTypeError``.
+
+    Raises:
+      ValueError: ``mode`` is neither.
+
+    Graphs (and so compiled programs) built inside the block keep its rule; a
+    transform first called outside it and then inside reuses what it built.
+    """
+    global _mode
+    if mode not in _MODES:
+        raise ValueError(f"numpy_dtype_promotion: mode must be one of {_MODES}, got {mode!r}")
+    before = _mode
+    _mode = mode          # part of the key under which _core/primitive.py memoizes abstract evaluation
+    try:
+        yield
+    finally:
+        _mode = before
+
+
 def check_float_mix(op: str, operands: dict) -> None:
-    """Refuse two different floating dtypes among ``operands``.
+    """In strict mode, refuse two different floating dtypes among ``operands``; in
+    standard mode NumPy promotes them, and only bfloat16 with float16 (which NumPy
+    cannot promote) is refused.
 
     Args:
       op: the operation's name, for the message.
@@ -67,11 +123,17 @@ def check_float_mix(op: str, operands: dict) -> None:
             continue
         if seen is None:
             seen = (name, np.dtype(dt))
+        elif _mode == "standard":
+            if {seen[1], np.dtype(dt)} == {bfloat16, float16}:
+                raise DTypeError(
+                    f"{op}: {seen[0]} is {seen[1].name} but {name} is {np.dtype(dt).name}; NumPy has no "
+                    f"common dtype for bfloat16 and float16. Convert one explicitly, "
+                    f"e.g. `{name}.astype(np.float32)`.")
         elif np.dtype(dt) != seen[1]:
             raise DTypeError(
                 f"{op}: {seen[0]} is {seen[1].name} but {name} is {np.dtype(dt).name}; "
-                f"float dtypes never mix implicitly. Convert one explicitly, "
-                f"e.g. `{name}.astype(np.{seen[1].name})`.")
+                f"float dtypes never mix implicitly under numpy_dtype_promotion('strict'). "
+                f"Convert one explicitly, e.g. `{name}.astype(np.{seen[1].name})`.")
 
 
 def result_dtype(*dtypes):
@@ -85,4 +147,5 @@ def result_dtype(*dtypes):
 
 
 __all__ = ["float64", "float32", "float16", "bfloat16", "int8", "int32", "int64",
-           "uint8", "uint32", "uint64", "bool_", "is_float", "check_float_mix", "short_name"]
+           "uint8", "uint32", "uint64", "bool_", "is_float", "check_float_mix", "short_name",
+           "numpy_dtype_promotion", "promotion_mode"]

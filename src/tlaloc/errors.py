@@ -31,8 +31,11 @@ class RankUnknownError(ShapeError):
 class DTypeError(TlalocError, TypeError):
     """Operand dtypes do not fit an operation.
 
-    Float32 and float64 never mix implicitly: ``tnp.add(x32, y64)`` raises,
-    naming both operands, and says to convert one with ``.astype``.
+    Float dtypes promote as NumPy promotes them (``float32 + float64`` is float64);
+    under ``tl.numpy_dtype_promotion("strict")``, and between the dtypes a function's
+    typed-tensor annotations declare, ``tnp.add(x32, y64)`` raises instead, naming
+    both operands, and says to convert one with ``.astype``. bfloat16 with float16
+    (which NumPy cannot promote) always raises.
     """
 
 

@@ -50,6 +50,9 @@ def test_vmap_and_jacobians_with_a_python_float():
     np.testing.assert_allclose(tl.jacrev(field)(X32, 3.0), j, rtol=1e-6)
 
 
-def test_a_float64_array_is_still_refused_with_float32_data():
-    with pytest.raises(DTypeError, match="float dtypes never mix"):
-        tl.grad(scaled)(X32, np.float64(2.0) * np.ones(()))
+def test_a_float64_array_promotes_float32_data_and_strict_mode_refuses_it():
+    s64 = np.float64(2.0) * np.ones(())
+    g = tl.grad(scaled)(X32, s64)
+    assert g.dtype == np.float32                     # the cotangent has its primal's dtype
+    with tl.numpy_dtype_promotion("strict"), pytest.raises(DTypeError, match="float dtypes never mix"):
+        tl.grad(scaled)(X32, s64)

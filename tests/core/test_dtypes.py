@@ -1,7 +1,8 @@
 """dtypes through ``tlaloc.numpy``: every supported dtype works and keeps its
-type; float32 and float64 (or any two float types) never mix implicitly,
-eagerly or in a graph, and the error names both operands; Python scalars are
-weak and adopt the array's dtype.
+type; float32 and float64 (or any two float types) promote as NumPy promotes
+them, eagerly and in a graph, and under ``numpy_dtype_promotion("strict")``
+never mix implicitly, with an error that names both operands; Python scalars
+are weak and adopt the array's dtype.
 """
 import numpy as np
 import pytest
@@ -114,7 +115,7 @@ def test_int_array_times_python_int_in_a_graph():
     assert g.outputs[0].aval.dtype == np.int32
 
 
-# -- no implicit float mixing ------------------------------------------------------------
+# -- float mixing: NumPy's promotion, or refused in strict mode ----------------------------
 MIXES = [(np.float32, np.float64), (np.float64, np.float32), (np.float16, np.float32), (BF16, np.float32),
          (BF16, np.float16)]
 BINARY_FNS = [("add", tnp.add, "x", "y"), ("multiply", tnp.multiply, "x", "y"),
@@ -126,11 +127,25 @@ BINARY_FNS = [("add", tnp.add, "x", "y"), ("multiply", tnp.multiply, "x", "y"),
 
 @pytest.mark.parametrize("da,db", MIXES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("name,fn,la,lb", BINARY_FNS, ids=[b[0] for b in BINARY_FNS])
-def test_float_mix_raises_naming_both_operands(name, fn, la, lb, da, db):
+def test_float_mix_promotes_as_numpy(name, fn, la, lb, da, db):
+    a, b = np.ones(3, da), np.ones(3, db)
+    if {np.dtype(da), np.dtype(db)} == {BF16, np.dtype(np.float16)}:    # NumPy has no common dtype
+        for call in (lambda: fn(a, b), lambda: trace(fn, a, b)):
+            with pytest.raises(tlaloc.DTypeError, match="float16.*no common dtype for bfloat16 and float16.*astype"):
+                call()
+        return
+    want = np.result_type(np.dtype(da), np.dtype(db))
+    assert fn(a, b).dtype == want
+    assert trace(fn, a, b).outputs[0].aval.dtype == want
+
+
+@pytest.mark.parametrize("da,db", MIXES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name,fn,la,lb", BINARY_FNS, ids=[b[0] for b in BINARY_FNS])
+def test_float_mix_raises_naming_both_operands_in_strict_mode(name, fn, la, lb, da, db):
     a, b = np.ones(3, da), np.ones(3, db)
     names = {la: np.dtype(da).name, lb: np.dtype(db).name}
     for mode in ("eager", "graph"):
-        with pytest.raises(tlaloc.DTypeError) as info:
+        with pytest.raises(tlaloc.DTypeError) as info, tlaloc.numpy_dtype_promotion("strict"):
             if mode == "eager":
                 fn(a, b)
             else:
@@ -142,16 +157,22 @@ def test_float_mix_raises_naming_both_operands(name, fn, la, lb, da, db):
 
 
 def test_float_mix_message_example():
-    with pytest.raises(tlaloc.DTypeError, match=r"add: x is float32 but y is float64"):
+    with pytest.raises(tlaloc.DTypeError, match=r"add: x is float32 but y is float64"), \
+            tlaloc.numpy_dtype_promotion("strict"):
         tnp.add(np.ones(2, np.float32), np.ones(2, np.float64))
 
 
 def test_numpy_float64_scalar_is_not_weak():
     """A NumPy scalar carries its dtype (only Python scalars are weak), eagerly and in graphs."""
-    with pytest.raises(tlaloc.DTypeError):
-        tnp.multiply(np.ones(2, np.float32), np.float64(2.0))
-    with pytest.raises(tlaloc.DTypeError):
-        trace(lambda x: tnp.multiply(x, np.float64(2.0)), np.ones(2, np.float32))
+    assert tnp.multiply(np.ones(2, np.float32), np.float64(2.0)).dtype == np.float64      # as NumPy 2
+    assert tnp.multiply(np.ones(2, np.float32), 2.0).dtype == np.float32
+    g = trace(lambda x: tnp.multiply(x, np.float64(2.0)), np.ones(2, np.float32))
+    assert g.outputs[0].aval.dtype == np.float64
+    with tlaloc.numpy_dtype_promotion("strict"):
+        with pytest.raises(tlaloc.DTypeError):
+            tnp.multiply(np.ones(2, np.float32), np.float64(2.0))
+        with pytest.raises(tlaloc.DTypeError):
+            trace(lambda x: tnp.multiply(x, np.float64(2.0)), np.ones(2, np.float32))
 
 
 def test_negative_control_same_float_and_int_mixes_are_fine():

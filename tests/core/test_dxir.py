@@ -159,10 +159,10 @@ def test_verifier_refuses_a_wrong_result_count_and_shape():
 
 def test_verifier_reports_rule_errors_with_the_node():
     x = Var(AbstractValue(np.dtype(np.float32), (3,)), "x")
-    w = Var(F64, "w")
+    w = Var(AbstractValue(np.dtype(np.float32), (4,)), "w")
     y = Var(AbstractValue(), "y")
     bad = Node(REGISTRY["add"], (x, w), (y,), {}, LOC)
-    with pytest.raises(tlaloc.GraphError, match=r"node 0 `add` \(model.py:12:8\): add: x is float32"):
+    with pytest.raises(tlaloc.GraphError, match=r"node 0 `add` \(model.py:12:8\): add: shapes \(3,\) and \(4,\)"):
         tlaloc.verify(Graph((x, w), (bad,), (y,), name="f"))
 
 

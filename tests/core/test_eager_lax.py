@@ -42,11 +42,12 @@ def test_binary_entry_equals_bind(name, k):
 
 
 @pytest.mark.parametrize("name", ["add", "multiply", "matmul"])
-def test_float_mix_is_still_refused(name):
-    with pytest.raises(DTypeError):
-        getattr(lax, name)(F64, F32)
-    with pytest.raises(DTypeError):
-        getattr(lax, name)(F32, F64)
+def test_float_mix_promotes_and_strict_mode_refuses_it(name):
+    for a, b in ((F64, F32), (F32, F64)):
+        _same(getattr(lax, name)(a, b), getattr(np, name)(a, b))          # NumPy's promotion
+        with tl.numpy_dtype_promotion("strict"):
+            with pytest.raises(DTypeError):
+                getattr(lax, name)(a, b)
 
 
 @pytest.mark.parametrize("name", ["safe_mul", "safe_div"])

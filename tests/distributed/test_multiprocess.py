@@ -239,7 +239,10 @@ def test_fsdp_holds_half_the_parameters_per_process(trained, single):
     assert r0["fsdp_state_bytes"] == full + 4                                      # mu and nu halved, count whole
     assert _rel(r0["fsdp"], single["float32"]["losses"]) < 1e-6
     assert r1["fsdp"] == r0["fsdp"]
-    assert _params_rel(trained["out"] / "params-fsdp.npz", params) < 1e-5
+    # float32 parameters after the run: the sharded reductions round differently from one
+    # device's, by 1.3e-5 on an AVX2-only host (below 1e-5 with AVX-512); a wrong shard moves
+    # the losses by more than 1e-3 (the negative control above)
+    assert _params_rel(trained["out"] / "params-fsdp.npz", params) < 5e-5
 
 
 def test_a_capture_step_trains_data_parallel_like_the_single_process_run(trained, single):

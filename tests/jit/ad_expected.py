@@ -36,16 +36,10 @@ _ALL = ("reverse", "forward", "vmap", "hessian")
 
 #: (case, mode) -> reason, float32 only: eager and compiled code refuse alike, by name
 # (softmax_xent reverse and arange_weights reverse/hessian were here: float32 arguments times
-# integer or float64-free constants now keep float32 cotangents, tests/ad/test_promoted_dtypes.py)
-FLOAT32_REFUSED_ALIKE = {
-    # the program holds a float64 constant (np.array of Python floats, a float64
-    # global, a float64 scatter target), which float32 arguments may not meet: tlaloc never mixes
-    # float dtypes implicitly
-    **{("compare_where", m): "float64 constant" for m in _ALL},
-    **{("global_array", m): "float64 global array" for m in _ALL},
-    **{(c, m): "float64 scatter target" for c in ("addat_repeated", "setitem_fancy_repeated",
-                                                  "addat_fancy_repeated") for m in _ALL},
-}
+# integer or float64-free constants now keep float32 cotangents, tests/ad/test_promoted_dtypes.py;
+# compare_where, global_array and the float64 scatter targets were here until float32 met float64
+# as NumPy promotes it, tests/ad/test_float_promotion.py)
+FLOAT32_REFUSED_ALIKE: dict = {}
 
 #: (case, mode) -> the refusal, every backend and dtype
 REFUSED: dict = {}
@@ -66,6 +60,9 @@ IREE_F64_NO_LINK_PRIMAL = IREE_F64_NO_LINK | {"argnums_neg1"}
 #: measured: the hessian programs of these rows (jacfwd of the gradient, batched over a basis) do link
 IREE_F64_LINKS_UNDER_HESSIAN = frozenset(("call_helpers", "argnums_1", "argnums_2_0", "argnums_neg1",
                                           "argnums_tuple1"))
+#: case names that compute in float64 with float32 arguments too (a float64 global array promotes
+#: them, as NumPy does): IREE's float64 link refusal above applies in float32 as well
+IREE_F64_FROM_FLOAT32 = frozenset(("global_array",))
 #: (case, mode) -> reason: refused by IREE's compiler itself (measured, iree-base-compiler 3.13)
 IREE_REFUSED: dict = {}
 # (the Hessian of while_in_for was here: IREE's stream partitioning refused the negative-index wrap
@@ -86,7 +83,8 @@ def expected(name: str, mode: str, backend: str, dtype, limit=None) -> str:
     no_link = IREE_F64_NO_LINK if mode == "reverse" else IREE_F64_NO_LINK_PRIMAL
     if mode == "hessian":
         no_link = no_link - IREE_F64_LINKS_UNDER_HESSIAN
-    if backend == "iree" and np.dtype(dtype) == np.float64 and name in no_link:
+    computes_f64 = np.dtype(dtype) == np.float64 or name in IREE_F64_FROM_FLOAT32
+    if backend == "iree" and computes_f64 and name in no_link:
         return "refused: IREE (llvm-cpu) cannot compile"      # at the first point, before any later n/a
     if (name, mode) in NOT_APPLICABLE_FROM_POINT:
         point, reason = NOT_APPLICABLE_FROM_POINT[name, mode]

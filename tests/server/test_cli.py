@@ -67,10 +67,10 @@ def test_generate_passes_no_cpu_kernels(monkeypatch):
         return FakeEngine(kind="decoder")
 
     monkeypatch.setattr("tlaloc.serving.Engine", fake_load)
-    for flag, expected in (([], True), (["--no-cpu-kernels"], False)):
+    for flag, expected in (([], "auto"), (["--cpu-kernels"], True), (["--no-cpu-kernels"], False)):
         result = RUNNER.invoke(cli.app, ["generate", "art", "--prompt", "hi", "--max-new-tokens", "2", *flag])
         assert result.exit_code == 0, result.output
-        assert seen[-1]["cpu_kernels"] is expected
+        assert seen[-1]["cpu_kernels"] == expected and type(seen[-1]["cpu_kernels"]) is type(expected)
     for flag, expected in (([], True), (["--no-async-scheduling"], False)):
         result = RUNNER.invoke(cli.app, ["generate", "art", "--prompt", "hi", "--max-new-tokens", "2", *flag])
         assert result.exit_code == 0, result.output

@@ -115,7 +115,7 @@ def test_tampered_program_is_refused_by_hash(artifact, tmp_path, monkeypatch):
     kernel_text = art / "programs" / "decode_b1_c16.cpu.mlir"
     if kernel_text.exists():
         kernel_text.write_text(kernel_text.read_text().replace("stablehlo.add", "stablehlo.subtract", 1))
-        eng = Engine(art, verify=False, fast_compile=True)
+        eng = Engine(art, verify=False, fast_compile=True, cpu_kernels=True)
         if eng.executor.cpu_kernels:
             with pytest.raises(ArtifactError, match=r"programs/decode_b1_c16.cpu.mlir: sha256 mismatch"):
                 eng.executor.executable("decode", 1, 16)

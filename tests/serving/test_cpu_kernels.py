@@ -52,7 +52,7 @@ def test_kernel_programs_give_the_portable_programs_greedy_ids(fmt, tiny, artifa
         # the layers' weights go to the panel-order kernels; the tied table (head and embedding) does not
         packed = p["cpu_kernels"]["panel64"]
         assert packed and set(packed) <= set(p["inputs"]) and not [n for n in packed if "embed" in n], p["name"]
-    with_kernels, portable = Engine(path, fast_compile=True), Engine(path, fast_compile=True, cpu_kernels=False)
+    with_kernels, portable = Engine(path, fast_compile=True, cpu_kernels=True), Engine(path, fast_compile=True, cpu_kernels=False)
     assert with_kernels.executor.cpu_kernels and not portable.executor.cpu_kernels
     # each packed weight is on the device once, packed (every program runs a kernel text)
     for name in m["programs"][0]["cpu_kernels"]["panel64"]:
@@ -122,11 +122,26 @@ def test_kernel_programs_of_another_tlaloc_run_portable(tiny, artifact, tmp_path
         del p["cpu_kernels"]["panel64"]
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with caplog.at_level(logging.WARNING, logger="tlaloc.serving"):
-        old = Engine(copy, fast_compile=True)
+        old = Engine(copy, fast_compile=True, cpu_kernels=True)
     assert not old.executor.cpu_kernels
     assert "tlaloc_cpu_matmul_q8_0, which this tlaloc does not have" in caplog.text
     want = Engine(artifact("llama", weights="q8_0"), fast_compile=True, cpu_kernels=False)
     assert _greedy(old) == _greedy(want)
+
+
+def test_auto_runs_the_kernels_where_the_cpu_has_avx512(tiny, artifact):
+    """The default, cpu_kernels="auto": the kernel texts where the kernels build and this CPU has
+    AVX-512 (cpu_kernels.pays), the portable ones elsewhere; a value not True/False/"auto" is
+    refused by name."""
+    from tlaloc._runtime import cpu_kernels
+    from tlaloc.serving import Engine
+    from tlaloc.errors import ArgumentError
+    path = artifact("llama", weights="q8_0")
+    assert Engine(path, fast_compile=True).executor.cpu_kernels == (cpu_kernels.pays() and cpu_kernels.load())
+    flags = cpu_kernels._cpu_signature().split()
+    assert cpu_kernels.pays() == ("avx512f" in flags and "avx512bw" in flags)
+    with pytest.raises(ArgumentError, match="cpu_kernels must be True, False or 'auto'"):
+        Engine(path, fast_compile=True, cpu_kernels="yes")
 
 
 def test_a_weight_shared_by_a_panel_kernel_and_another_op_is_refused():
@@ -187,7 +202,7 @@ def test_score_programs_run_the_kernels_and_the_weights_are_held_once(tiny, arti
     m = read_manifest(path)
     scores = [p for p in m["programs"] if p["mode"] == "score"]
     assert scores and all(p.get("cpu_kernels", {}).get("panel64") for p in scores)
-    kernels, portable = Engine(path, fast_compile=True), Engine(path, fast_compile=True, cpu_kernels=False)
+    kernels, portable = Engine(path, fast_compile=True, cpu_kernels=True), Engine(path, fast_compile=True, cpu_kernels=False)
     packed = set(scores[0]["cpu_kernels"]["panel64"])
     assert not packed & {n for n in kernels.executor.weights if isinstance(n, str)}
     ids = list(range(3, 40))

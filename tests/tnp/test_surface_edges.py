@@ -155,11 +155,13 @@ def test_regression_linalg_diagonal_uses_the_last_two_axes():
     assert_same_values(tnp.linalg.diagonal(x, offset=1), np.diagonal(x, 1, -2, -1))
 
 
-def test_finfo_iinfo_and_the_float_mix_refusal():
+def test_finfo_iinfo_and_result_type():
     f = tnp.finfo(tnp.float32)
     assert isinstance(f.eps, float) and f.eps == float(np.finfo(np.float32).eps) and f.bits == 32
     assert tnp.iinfo(tnp.int8).min == -128
-    with pytest.raises(tl.DTypeError):
+    assert tnp.result_type(tnp.float32, tnp.float64) == np.float64                  # NumPy's promotion
+    assert tnp.result_type(np.ones(2, np.float32), 1.0) == np.float32               # NEP 50
+    with tl.numpy_dtype_promotion("strict"), pytest.raises(tl.DTypeError):
         tnp.result_type(tnp.float32, tnp.float64)
 
 

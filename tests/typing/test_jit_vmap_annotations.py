@@ -172,8 +172,10 @@ def test_a_dtype_mix_is_refused_when_the_transform_is_applied(transform):
 def test_unannotated_functions_stay_lazy():
     j = tl.jit(unannotated_mix)                 # not refused here
     tl.vmap(unannotated_mix)
-    with pytest.raises(tl.DTypeError):
-        j(np.ones(3, f32))
+    out = j(np.ones(3, f32))                    # unannotated code promotes as NumPy does
+    assert np.asarray(out).dtype == np.float64 and float(np.asarray(out)) == 6.0
+    with tl.numpy_dtype_promotion("strict"), pytest.raises(tl.DTypeError):
+        tl.jit(unannotated_mix)(np.ones(3, f32))
 
 
 def test_an_annotated_function_whose_lowering_fails_otherwise_is_not_refused_early(monkeypatch):

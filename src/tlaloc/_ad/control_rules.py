@@ -17,7 +17,7 @@ from .._core.builder import Builder, Value
 from .._core.control import cond_p, for_range_p, while_loop_p
 from .._core.graph import Graph, Literal, Var
 from .._core.passes import dce, inline, split
-from .._prims.broadcasting import zeros_like
+from .._prims.broadcasting import cast_like, float_cast, zeros_like
 from .._prims.elementwise import add
 from .reverse import add_cotangents, vjp_graph
 from .symbolic_zeros import ZERO, foldable_zero_ys, inline_zeros
@@ -42,11 +42,12 @@ def _cond_reverse(node, ins):
         wrt = [(rt or rf) and _is_value(x) for rt, rf, x in zip(reach_t, reach_f, ops)]
         if not any(wrt):
             return [None] * len(ins)
-        vt, _ = vjp_graph(tb, ct_mask=mask, wrt=wrt, with_primal=False, name="branch_vjp")
-        vf, _ = vjp_graph(fb, ct_mask=mask, wrt=wrt, with_primal=False, name="branch_vjp")
+        joined = [o.aval for o in node.outputs]       # a branch's own output may be narrower
+        vt, _ = vjp_graph(tb, ct_mask=mask, wrt=wrt, with_primal=False, name="branch_vjp", bar_avals=joined)
+        vf, _ = vjp_graph(fb, ct_mask=mask, wrt=wrt, with_primal=False, name="branch_vjp", bar_avals=joined)
         bars = cond_p.bind(pred, *ops, *[g for g in gs if g is not None], true_branch=vt, false_branch=vf)
         it = iter(bars)
-        return [None] + [next(it) if w else None for w in wrt]
+        return [None] + [_primal_dtype(next(it), x) if w else None for w, x in zip(wrt, ops)]
 
     return tuple(outs), backward
 
@@ -157,6 +158,19 @@ def _unknown():
     return UNKNOWN
 
 
+def _primal_dtype(g, primal):
+    """``g`` in ``primal``'s float dtype: a carry that enters a loop as float32 and leaves
+    it float64 (NumPy promoted it on the first trip) has a float64 loop cotangent, but the
+    cotangent of the float32 value that entered is float32. A no-op where the dtypes match
+    (the cast folds away once they are known)."""
+    if type(g) is not Value or type(primal) is not Value:
+        return g
+    gd, pd = g.aval.dtype, primal.aval.dtype
+    if gd is not None and pd is not None and float_cast(gd, pd) is None:
+        return g
+    return cast_like(g, primal)
+
+
 def _zeros_if_none(gs, like):
     return [g if g is not None else zeros_like(x) for g, x in zip(gs, like)]
 
@@ -202,7 +216,7 @@ def _reverse_loop(bwd, residuals, kinds, wrt, n_lead, body_inputs, carry_gs, ys_
     r = for_range_p.bind(*bounds, *carry_bar, *const_acc, *consts, *xs, *stacks, *ys_bar,
                          body=bbody, n_carry=n_carry + n_acc, n_consts=n_consts,
                          n_xs=len(xs) + len(stacks) + len(ys_bar), reverse=reverse)
-    carry0_bar = list(r[:n_carry])
+    carry0_bar = [_primal_dtype(g, c) for g, c in zip(r[:n_carry], carry0)]
     acc_it = iter(r[n_carry:n_carry + n_acc])
     const_bars = [next(acc_it) if m else None for m in const_mask]
     x_it = iter(r[n_carry + n_acc:])

@@ -18,7 +18,7 @@ from .._core.graph import Graph, Literal, Var
 from .._core.passes import dce
 from .._core.primitive import NodeRule
 from .._core.rules import ensure_rules, refusal
-from .._prims.broadcasting import zeros_like
+from .._prims.broadcasting import cast_like, float_cast, zeros_like
 from .._prims.elementwise import add
 from ..errors import GradientError, NoRuleError, at_location
 
@@ -95,6 +95,10 @@ def forward_sweep(graph: Graph, in_vals, given=None):
         def accumulate(var, g):
             if g is None:
                 return
+            if type(g) is Value and float_cast(g.aval.dtype, var.aval.dtype) is not None:
+                # a cotangent has its primal's dtype: a float32 value that NumPy promoted
+                # (a loop carry that became float64 on its first trip) gets a float32 one
+                g = cast_like(g, env[var.id])
             if var.id in ct:
                 g = add_cotangents(ct[var.id], g)
             if type(g) is Value and (g.var.hint is None or g.var.hint.startswith("v")):
@@ -135,7 +139,7 @@ def forward_sweep(graph: Graph, in_vals, given=None):
 
 
 def vjp_graph(graph: Graph, ct_mask=None, wrt=None, with_primal: bool = True,
-              zeros_for_missing: bool = True, name: str | None = None):
+              zeros_for_missing: bool = True, name: str | None = None, bar_avals=None):
     """The VJP of ``graph`` as a new graph.
 
     Inputs: ``graph``'s inputs, then one cotangent per output where ``ct_mask``.
@@ -145,6 +149,12 @@ def vjp_graph(graph: Graph, ct_mask=None, wrt=None, with_primal: bool = True,
 
     Returns ``(vjp graph, reached)``: ``reached[i]`` tells whether input ``i`` got
     a (possibly) non-zero cotangent.
+
+    ``bar_avals``: the avals of the output cotangents, where they are not the outputs'
+    own. A branch of an ``if`` may give a float32 value where the other gives float64
+    (NumPy's promotion joins them as float64): the branch's derivative receives the joined
+    float64 cotangent (and the ``if``'s reverse rule casts what it returns to each input's
+    dtype), so its sums must be typed with the cotangent's dtype, not its output's.
     """
     n_out = len(graph.outputs)
     ct_mask = [True] * n_out if ct_mask is None else list(ct_mask)
@@ -153,8 +163,9 @@ def vjp_graph(graph: Graph, ct_mask=None, wrt=None, with_primal: bool = True,
     with b.active():
         ins = [b.new_input(v.aval, v.hint) for v in graph.inputs]
         outs, backward = forward_sweep(graph, ins)
-        bars = [b.new_input(o.aval, _bar_hint(o) if isinstance(o, Var) else "out_bar") if m else None
-                for o, m in zip(graph.outputs, ct_mask)]
+        declared = [o.aval for o in graph.outputs] if bar_avals is None else list(bar_avals)
+        bars = [b.new_input(a, _bar_hint(o) if isinstance(o, Var) else "out_bar") if m else None
+                for o, a, m in zip(graph.outputs, declared, ct_mask)]
         in_bars = backward(bars)
         reached = [g is not None for g in in_bars]
         results = list(outs) if with_primal else []

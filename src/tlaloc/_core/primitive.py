@@ -47,6 +47,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from ..errors import NoRuleError
+from .. import dtypes as _dt
 
 REGISTRY: dict[str, "Primitive"] = {}
 _VALUE_TYPE = None
@@ -87,7 +88,8 @@ def _aval_key(prim, avals, params):
         if part is None:
             return None
         parts.append((k, part))
-    return (prim, prim.shape_rule, prim.dtype_rule, avals, tuple(parts))    # a rule replaced later is a new key
+    # a rule replaced later is a new key; so is the float promotion mode (dtypes.numpy_dtype_promotion)
+    return (prim, prim.shape_rule, prim.dtype_rule, avals, tuple(parts), _dt.promotion_mode())
 
 
 def _load_value_type():

@@ -139,6 +139,13 @@ class ExprLowerer:
             # `n & 1` with n = x.shape[0]: a size known at the first call, where it is a Python int
             raise self.src.error(node, "a bit operation on an integer read here; its value is known at the first "
                                        "call", ShapeNeeded)
+        if self.ctx.python_floats:
+            from .math_calls import result_is_python_float, weak_operands
+            ca, cb = weak_operands(self, a, b, node)
+            return result_is_python_float(self, a, b, self._binop(node, ca, cb))
+        return self._binop(node, a, b)
+
+    def _binop(self, node, a, b):
         try:
             return binop(type(node.op), a, b)
         except KeyError:

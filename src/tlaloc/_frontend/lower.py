@@ -9,6 +9,7 @@ a ``LoweredFunction``. Anything outside the supported language raises
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -17,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import _pytree
+from .. import dtypes as _dt
 from .._core.aval import UNKNOWN as _UNKNOWN
 from .._core.builder import Builder
 from .._core.graph import Graph
@@ -110,6 +112,7 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
     # partial(f, b=3.0): b's default is 3.0
     defaults = {**(fn.defaults if local else _python_defaults(fn)), **partial_keywords}
     count_unknown = arg_trees is None and a.vararg is not None    # f(x, *args) before its first call
+    typed = contextlib.nullcontext()
     if arg_trees is None:               # built before any call: keyword-only parameters take their defaults,
         # and so do trailing parameters whose default is not a number or an array (a function, a
         # string, None, a bool flag): regression, `def loss(p, rhs=lotka_volterra)` made `rhs` an array
@@ -122,13 +125,17 @@ def lower_function(fn, arg_trees=None, arg_avals=None, name=None) -> LoweredFunc
         from . import typing_hooks
         if typing_hooks.avals_from_annotations is not None:
             arg_avals = typing_hooks.avals_from_annotations(fn, params[:len(arg_trees)])
+            # typed code: float dtypes the annotations declare never mix (DESIGN: typed tensors
+            # refuse a dtype mix at definition time); unannotated code promotes as NumPy does
+            if arg_avals is not None and any(getattr(v, "dtype", None) is not None for v in arg_avals):
+                typed = _dt.numpy_dtype_promotion("strict")
     env = {} if bound_self is None else {self_name: bound_self}
     env.update(bound_by_partial)
     leaf_index = 0
     extra = len(arg_trees) - len(params)
     star = [f"*{a.vararg.arg}{k}" for k in range(max(extra, 0))] if a.vararg else []    # env keys
     star_names = [f"{a.vararg.arg}_{k}" for k in range(len(star))]
-    with root.active():
+    with root.active(), typed:
         for pname, tree in zip(params + star, arg_trees):
             if tree is None:          # a static argument (static_argnums): filled by the caller
                 continue

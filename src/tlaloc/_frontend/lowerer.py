@@ -65,6 +65,7 @@ class Context:
     loop_ranges: dict = dataclasses.field(default_factory=dict)     # id(loop index) -> (index, its static range)
     read_sizes: bool = False        # the code read a size not known yet (len(x), x.shape): see inline_call
     object_paths: dict = dataclasses.field(default_factory=dict)    # id(object) -> (object, getter at call time)
+    python_floats: set = dataclasses.field(default_factory=set)     # var ids of math.f(x) / float(x) results
 
 
 class Lowerer(ExprLowerer, CallLowerer, AssignLowerer, ControlLowerer, LoopLowerer, EffectsLowerer, ViewLowerer):

@@ -18,8 +18,10 @@ The builtin ``float(x)`` and the method ``x.item()`` are the same conversion (:f
 The result is a 0-d float64 array where the original gives a Python ``float``, with the same value
 up to the last bit of the two libraries' implementations (``lgamma`` is SciPy's ``gammaln``, within
 ~1e-13 of the C library's). Being float64, it is not the weak Python float NumPy would cast to a
-float32 operand: ``math.exp(x) + x`` with a float32 ``x`` is refused by the float-mixing rule
-(write ``np.exp`` in float32 code). Where ``math`` raises ValueError
+float32 operand by NumPy's promotion. So an arithmetic operator (``+ - * / ** // %``) that meets
+such a value and an array of another float dtype first converts the value to the array's dtype,
+as NumPy converts the Python float (``math.exp(x) + x`` with a float32 ``x`` is float32, and so
+is its derivative); the value keeps this role through arithmetic with Python numbers. Where ``math`` raises ValueError
 ("math domain error": ``math.sqrt(-1.0)``, ``math.log(0.0)``) the NumPy function gives NaN or
 -inf, as NumPy does; ``math.floor``, ``ceil`` and ``trunc`` (which return ints) and the rest of the module are
 refused by name.
@@ -115,13 +117,58 @@ def lower_math_call(lowerer, fn, args, kwargs, node):
     for a in args:
         _check(lowerer, a, f"math.{name}", node)
     eq = _equivalent(name, count)
-    return lowerer._checked(lambda *xs: eq(*[_float64_scalar(x) for x in xs]), list(args), {}, node)
+    return _python_float(lowerer, lowerer._checked(lambda *xs: eq(*[_float64_scalar(x) for x in xs]),
+                                                   list(args), {}, node))
 
 
 def lower_float(lowerer, x, node):
     """The builtin ``float(x)`` of a one-number array value: that number as a 0-d float64."""
     _check(lowerer, x, "float", node, instead="x.astype(np.float64)")
-    return lowerer._checked(_float64_scalar, [x], {}, node)
+    return _python_float(lowerer, lowerer._checked(_float64_scalar, [x], {}, node))
+
+
+def _python_float(lowerer, v):
+    """Record ``v`` as standing for a Python float (see the module docstring)."""
+    if is_symbolic(v):
+        lowerer.ctx.python_floats.add(v.var.id)
+    return v
+
+
+def is_python_float(lowerer, v) -> bool:
+    return is_symbolic(v) and v.var.id in lowerer.ctx.python_floats
+
+
+def weak_operands(lowerer, a, b, node):
+    """``(a, b)`` for an arithmetic operator, with an operand that stands for a Python float
+    converted to the other operand's float dtype, as NumPy converts a Python float (NEP 50).
+
+    Raises ShapeNeeded (through the caller's first-call build) where the other dtype is not
+    known yet and can be at the first call."""
+    pa, pb = is_python_float(lowerer, a), is_python_float(lowerer, b)
+    if pa == pb:
+        return a, b
+    value, other = (a, b) if pa else (b, a)
+    if not is_symbolic(other):
+        return a, b                      # a Python number or a constant array: NumPy's rules as they are
+    dt = other.aval.dtype
+    if dt is None:
+        if lowerer.ctx.specialisable:
+            from .structure import ShapeNeeded
+            raise lowerer.src.error(node, "a `math` result meets an array whose dtype is known at the first "
+                                          "call", ShapeNeeded)
+        return a, b
+    if dt.kind != "f" or dt == np.float64 or other.aval.weak:
+        return a, b
+    value = tnp.asarray(value, dtype=dt)
+    return (value, b) if pa else (a, value)
+
+
+def result_is_python_float(lowerer, a, b, out):
+    """After ``a op b``: a Python float op a Python number is a Python float."""
+    pa, pb = is_python_float(lowerer, a), is_python_float(lowerer, b)
+    if (pa and (pb or isinstance(b, (int, float)))) or (pb and isinstance(a, (int, float))):
+        _python_float(lowerer, out)
+    return out
 
 
 def lower_int(lowerer, x, node):

@@ -54,9 +54,10 @@ def elementwise_shape(op: str):
 
 
 def elementwise_dtype(op: str, impl, names=None, promote: bool = False):
-    """dtype rule: refuse a float32/float64 mix (``promote``: let NumPy promote it, as the
-    derivative-only ``safe_mul``/``safe_div`` do), then ask NumPy with 0-d arrays
-    (weak Python scalars as Python scalars, adopting a bfloat16 operand's dtype)."""
+    """dtype rule: refuse a float mix where ``dtypes.check_float_mix`` does (strict mode;
+    ``promote``: never, as for the derivative-only ``safe_mul``/``safe_div``), then ask
+    NumPy with 0-d arrays (weak Python scalars as Python scalars, adopting a bfloat16
+    operand's dtype)."""
     def rule(*avals, **params):
         labels = names or [f"operand {i}" for i in range(len(avals))]
         if not promote:
@@ -132,9 +133,9 @@ def check_concrete_mix(op: str, operands: dict) -> None:
 def refuse_float_mix(op: str, impl, names=None, promote: bool = False):
     """``impl`` wrapped so that concrete operands promote as the dtype rule says.
 
-    The dtype rule refuses a float mix when a graph is built; this does the same
-    for concrete operands (unless ``promote``, see ``elementwise_dtype``), so eager
-    code, the interpreter and graphs agree. It
+    The dtype rule refuses a float mix in strict mode when a graph is built; this does
+    the same for concrete operands (unless ``promote``, see ``elementwise_dtype``), so
+    eager code, the interpreter and graphs agree. It
     also makes a weak Python float adopt a bfloat16 operand's dtype, which NumPy
     does for its own float types only (``bf16 * 2.0`` would give float32).
     """

@@ -3,8 +3,9 @@
 The serving programs of a CPU artifact come in two texts: the portable one (every product
 in plain StableHLO: convert, multiply, dot) and one where each product by a stored weight
 is ``stablehlo.custom_call @tlaloc_cpu_matmul_<format>[_p64]`` (:data:`TARGETS`). The runtime
-picks the second at load time when :func:`load` returns True on the CPU platform, the
-first otherwise (another platform, no C++ compiler, ``TLALOC_CPU_KERNELS=0``).
+picks the second at load time when :func:`load` returns True on the CPU platform and (by
+default) :func:`pays` says the kernels beat XLA's dots on this CPU, the first otherwise
+(another platform, no C++ compiler, ``TLALOC_CPU_KERNELS=0``, a CPU without AVX-512).
 
 :func:`load` compiles the C++ source once per (source, compiler flags, jaxlib, CPU) with
 ``$CXX`` (default ``g++``; split like a shell word list, so ``ccache g++`` works) and
@@ -115,6 +116,19 @@ def q4_1_bf16_dots() -> bool:
         return False
     flags = set(_cpu_signature().split())
     return {"avx512f", "avx512bw", "avx512_bf16"} <= flags
+
+
+def pays() -> bool:
+    """Whether the kernels are faster than XLA's own dots on this CPU: their micro-kernels are
+    AVX-512 (F and BW) code. Elsewhere (an AVX2-only CPU, or a CXX with -mno-avx512f/bw) they
+    build a scalar loop that is correct, and tested, but slower than XLA's dots: on a 2-core
+    AVX2 EPYC it made the bfloat16 score programs of SmolLM2 (512 positions) take minutes
+    (tests/serving/test_quantization_slow.py went from ~2 to 17 minutes). The runtime's
+    default (``cpu_kernels="auto"``) runs the portable programs there."""
+    words = set(shlex.split(os.environ.get("CXX") or "g++"))
+    if words & {"-mno-avx512f", "-mno-avx512bw"}:
+        return False
+    return {"avx512f", "avx512bw"} <= set(_cpu_signature().split())
 
 
 def _include_dir() -> str:
@@ -268,4 +282,4 @@ def reason() -> str:
     return _state.get("reason", "")
 
 
-__all__ = ["TARGETS", "OPS", "PANEL_FORMATS", "panel_target", "pack_panels", "q4_1_bf16_dots", "SOURCES", "target_name", "op_target", "build", "load", "reason", "library_path", "cache_dir"]
+__all__ = ["TARGETS", "OPS", "PANEL_FORMATS", "panel_target", "pack_panels", "q4_1_bf16_dots", "pays", "SOURCES", "target_name", "op_target", "build", "load", "reason", "library_path", "cache_dir"]

@@ -2,8 +2,8 @@
 
 Every function works eagerly on ``numpy.ndarray`` (returning ``numpy.ndarray``)
 and symbolically inside ``grad``/``jit``/``vmap`` (recording DXIR). NumPy
-semantics apply (broadcasting, NEP 50 weak Python scalars) with one refusal:
-float32 and float64 never mix implicitly (``DTypeError``).
+semantics apply (broadcasting, NEP 50 weak Python scalars, ``float32 + float64``
+is float64); ``tl.numpy_dtype_promotion("strict")`` refuses a float mix instead.
 """
 from __future__ import annotations
 

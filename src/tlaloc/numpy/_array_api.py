@@ -80,8 +80,8 @@ def isdtype(dtype, kind):
 
 
 def result_type(*arrays_and_dtypes):
-    """NumPy's promotion of the arguments (NEP 50: Python scalars are weak), with
-    tlaloc's refusal: float32 and float64 together raise ``DTypeError``."""
+    """NumPy's promotion of the arguments (NEP 50: Python scalars are weak); under
+    ``tl.numpy_dtype_promotion("strict")`` float32 and float64 together raise ``DTypeError``."""
     dts = [_dtype_of(a) for a in arrays_and_dtypes if not isinstance(a, (_builtins.bool, int, float, complex))]
     floats = {d for d in dts if _dt.is_float(d)}
     if len(floats) > 1:

@@ -30,7 +30,6 @@ def dlogsumexp_loop_dx(x):
         res_stack[k_1] = v2
         m_stack[k_1] = m_1
         m_1 = m_2
-    del m
     # golden_functions.py:18: for i in range(len(x)):
     s = 0.0
     trips_1 = range(0, int(v0), 1)
@@ -85,26 +84,32 @@ def dlogsumexp_loop_dx(x):
     m_bar_3 = lax.add(m_bar, m_bar_1)
     del m_bar, m_bar_1
     # grad of: for i in range(1, len(x)):
-    m_bar_4, x_bar_1 = m_bar_3, v9
+    v17, x_bar_1 = m_bar_3, v9
     trips_3 = range(1, int(v0), 1)
     for k_4 in reversed(range(len(trips_3))):
         i_3 = trips_3[k_4]
-        v17 = res_stack[k_4]
+        v18 = res_stack[k_4]
         m_4 = m_stack[k_4]
         # grad of: if x[i] > m:
-        if lax.truth(v17, 'if'):
+        if lax.truth(v18, 'if'):
             # grad of: m = x[i]
-            v18 = lax.zeros_like(x)
-            x_bar_3 = lax.index_add(v18, m_bar_4, i_3, spec=(('d', 0),))
-            m_bar_6 = lax.zeros_like(m_4)
-            x_bar_2, m_bar_5 = x_bar_3, m_bar_6
+            v21 = lax.zeros_like(x)
+            x_bar_2 = lax.index_add(v21, v17, i_3, spec=(('d', 0),))
+            m_bar_4 = lax.zeros_like(m_4)
+            v19, v20 = x_bar_2, m_bar_4
         else:
-            x_bar_4 = lax.zeros_like(x)
-            x_bar_2, m_bar_5 = x_bar_4, m_bar_4
-        v19 = lax.add(x_bar_1, x_bar_2)
-        m_bar_4, x_bar_1 = m_bar_5, v19
+            x_bar_3 = lax.zeros_like(x)
+            v19, v20 = x_bar_3, v17
+        # grad of: if x[i] > m:
+        x_bar_4 = lax.cast_like(v19, x)
+        m_bar_5 = lax.cast_like(v20, m_4)
+        v22 = lax.add(x_bar_1, x_bar_4)
+        v17, x_bar_1 = m_bar_5, v22
     del res_stack, m_stack, v9, m_bar_3
+    # grad of: for i in range(1, len(x)):
+    m_bar_6 = lax.cast_like(v17, m)
+    del m, v17
     x_bar_5 = lax.add(x_bar, x_bar_1)
     del x_bar, x_bar_1
-    x_bar_6 = lax.index_add(x_bar_5, m_bar_4, spec=(('i', 0),))
+    x_bar_6 = lax.index_add(x_bar_5, m_bar_6, spec=(('i', 0),))
     return (x_bar_6,)

@@ -35,28 +35,31 @@ def dnewton_sqrt_da(a):
     del x
     # grad of: while np.abs(x * x - a) > 1e-12:
     v7 = lax.zeros_like(a)
-    a_bar, a_bar_1 = x_bar, v7
+    v8, a_bar = x_bar, v7
     trips = range(0, int(v0), 1)
     for k_1 in reversed(range(len(trips))):
         i = trips[k_1]
-        v8 = res_stack[k_1]
+        v9 = res_stack[k_1]
         x_2 = x_stack[k_1]
-        v9 = res_stack_1[k_1]
+        v10 = res_stack_1[k_1]
         # grad of: x = 0.5 * (x + a / x)
-        v10 = lax.multiply(a_bar, 0.5)
-        v_bar = lax.sum_to(v10, v8)
+        v11 = lax.multiply(v8, 0.5)
+        v_bar = lax.sum_to(v11, v9)
         x_bar_1 = lax.sum_to(v_bar, x_2)
-        v_bar_1 = lax.sum_to(v_bar, v9)
-        v11 = lax.safe_div(v_bar_1, x_2)
-        a_bar_2 = lax.sum_to(v11, a)
-        v12 = lax.cast_like(x_2, v9)
-        v13 = lax.divide(v9, v12)
-        v14 = lax.safe_mul(v_bar_1, v13)
-        v15 = lax.negative(v14)
-        v16 = lax.sum_to(v15, x_2)
-        x_bar_2 = lax.add(x_bar_1, v16)
-        v17 = lax.add(a_bar_1, a_bar_2)
-        a_bar, a_bar_1 = x_bar_2, v17
+        v_bar_1 = lax.sum_to(v_bar, v10)
+        v12 = lax.safe_div(v_bar_1, x_2)
+        a_bar_1 = lax.sum_to(v12, a)
+        v13 = lax.cast_like(x_2, v10)
+        v14 = lax.divide(v10, v13)
+        v15 = lax.safe_mul(v_bar_1, v14)
+        v16 = lax.negative(v15)
+        v17 = lax.sum_to(v16, x_2)
+        x_bar_2 = lax.add(x_bar_1, v17)
+        v18 = lax.add(a_bar, a_bar_1)
+        v8, a_bar = x_bar_2, v18
     del res_stack, x_stack, res_stack_1, x_bar, v7
-    a_bar_3 = lax.add(a_bar, a_bar_1)
+    # grad of: while np.abs(x * x - a) > 1e-12:
+    a_bar_2 = lax.cast_like(v8, a)
+    del v8
+    a_bar_3 = lax.add(a_bar_2, a_bar)
     return (a_bar_3,)

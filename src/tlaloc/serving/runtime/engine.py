@@ -81,18 +81,19 @@ class Engine:
       cache_dir: keep compiled executables here (default: ``$TLALOC_SERVING_CACHE``; none if
         unset), keyed by the program's cache key, platform, options and jaxlib version, so a
         restart loads them instead of compiling. Use a directory only you can write.
-      cpu_kernels: on the CPU platform, run the programs' CPU-kernel variants where the
-        artifact has them (products by stored weights as ``tlaloc._runtime.cpu_kernels``'s
-        C++ kernels, built with the host's C++ compiler on first use); False, or no compiler,
-        or ``TLALOC_CPU_KERNELS=0``: the portable programs. ``engine.executor.cpu_kernels``
-        says which runs.
+      cpu_kernels: ``"auto"`` (default): on the CPU platform, run the programs' CPU-kernel
+        variants where the artifact has them and the CPU has AVX-512, where they beat XLA's
+        dots (products by stored weights as ``tlaloc._runtime.cpu_kernels``'s C++ kernels,
+        built with the host's C++ compiler on first use; ``cpu_kernels.pays``); True: wherever
+        they build; False, or no compiler, or ``TLALOC_CPU_KERNELS=0``: the portable programs.
+        ``engine.executor.cpu_kernels`` says which runs. Other values raise ArgumentError.
 
     Raises ArtifactError for a missing, tampered or unknown-schema artifact.
     """
 
     def __init__(self, artifact_dir, *, platform: str = "cpu", prefill_chunk: int | None = None,
                  max_waiting: int = 1024, verify: bool = True, precompile: bool = False,
-                 fast_compile: bool = False, cache_dir: str | None = None, cpu_kernels: bool = True,
+                 fast_compile: bool = False, cache_dir: str | None = None, cpu_kernels: bool | str = "auto",
                  async_scheduling: bool = True):
         if not rq.is_int(max_waiting) or max_waiting < 1:
             raise rq.arg_error("max_waiting", f"max_waiting must be a positive integer (queued requests beyond "

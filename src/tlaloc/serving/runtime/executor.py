@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from .. import manifest as mf
-from ..errors import ArtifactError
+from ..errors import ArgumentError, ArtifactError
 
 log = logging.getLogger("tlaloc.serving")
 
@@ -47,12 +47,21 @@ class Executor:
     """
 
     def __init__(self, path: str, manifest: dict, *, platform: str, verify: bool, fast_compile: bool,
-                 cache_dir: str | None, cpu_kernels: bool = True):
+                 cache_dir: str | None, cpu_kernels: bool | str = "auto"):
         from . import device
         self._device = device
         self.path, self.manifest, self.platform = path, manifest, platform
+        if cpu_kernels not in (True, False, "auto"):
+            raise ArgumentError(f"cpu_kernels must be True, False or 'auto' (where they beat XLA's dots on "
+                                f"this CPU), got {cpu_kernels!r}")
         self.cpu_kernels = bool(cpu_kernels) and platform == "cpu" and any(
             p.get("cpu_kernels") for p in manifest["programs"])
+        if self.cpu_kernels and cpu_kernels == "auto":
+            from ..._runtime import cpu_kernels as kernels
+            self.cpu_kernels = kernels.pays()
+            if not self.cpu_kernels:
+                log.info("engine: this CPU has no AVX-512, where the CPU kernels' scalar loop is slower than "
+                         "XLA's dots: the portable programs run (cpu_kernels=True forces the kernels)")
         if self.cpu_kernels:
             from ..._runtime import cpu_kernels as kernels
             self.cpu_kernels = kernels.load()           # False (logged, with the reason) -> the portable texts
