@@ -263,3 +263,47 @@ def test_a_math_result_acts_as_a_python_float():
     # control: the 0-d float64 left as it is (not converted) gives float64, which the dtype check catches
     unconverted = np.sum(np.asarray(math.exp(X[0]) * 2.0) + X * X) + np.asarray(float(X[1])) * np.sum(X)
     assert unconverted.dtype == np.float64
+
+
+def inplace_array(x, y):
+    z = x.copy()
+    z += y                                               # writes into a float32 array: float32
+    z *= y[0]
+    return np.sum(z * z)
+
+
+def inplace_scalar(x, y):
+    s = np.sum(x)                                        # a NumPy float32 scalar: `+=` rebinds, float64
+    s += np.sum(y)
+    t = np.max(x)
+    t *= y[1]
+    return s * t
+
+
+def _jnp_inplace(f):
+    if f is inplace_array:
+        def g(x, y):
+            z = (x + y).astype(x.dtype)
+            z = (z * y[0]).astype(x.dtype)
+            return jnp.sum(z * z)
+        return g
+    return lambda x, y: (jnp.sum(x) + jnp.sum(y)) * (jnp.max(x) * y[1])
+
+
+@pytest.mark.parametrize("f", [inplace_array, inplace_scalar], ids=lambda f: f.__name__)
+def test_augmented_assignment_keeps_an_arrays_dtype(f):
+    # NumPy: `z += y64` into a float32 array casts back (same_kind) and stays float32; a float32
+    # NumPy scalar is rebound and promotes (regression: the array case gave float64)
+    want = np.asarray(f(X, Y))
+    assert want.dtype == (np.float32 if f is inplace_array else np.float64)
+    value, g = tl.value_and_grad(f, argnums=(0, 1))(X, Y)
+    assert np.asarray(value).dtype == want.dtype and np.asarray(value).tobytes() == want.tobytes()
+    jv = np.asarray(tl.jit(f)(X, Y))
+    assert jv.dtype == want.dtype
+    np.testing.assert_allclose(jv, want, rtol=1e-6)
+    oracle = jax.grad(_jnp_inplace(f), argnums=(0, 1))(jnp.asarray(X), jnp.asarray(Y))
+    for got in (g, tl.jit(tl.grad(f, argnums=(0, 1)))(X, Y)):
+        _close(got[0], oracle[0]), _close(got[1], oracle[1])
+    batched = tl.vmap(f, in_axes=(0, None))(np.stack([X, -X]), Y)
+    assert np.asarray(batched).dtype == want.dtype
+    np.testing.assert_allclose(np.asarray(batched)[1], np.asarray(f(-X, Y)), rtol=1e-6)

@@ -70,6 +70,7 @@ class AssignLowerer:
             cur = self.lookup(t.id, t)
             new = binop(type(node.op), cur, self.expr(node.value))
             self._refuse_inplace_result(t, t.id, cur, new)
+            new = _inplace_dtype(cur, new)
             if is_symbolic(cur):
                 self._augassign_aliases(t, cur, new)
             elif isinstance(cur, np.ndarray):
@@ -521,3 +522,24 @@ def _mask_expression(node) -> bool:
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
         return _mask_expression(node.left) or _mask_expression(node.right)
     return False
+
+
+def _inplace_dtype(cur, new):
+    """``z += v`` where ``z`` is an array writes into it: a float result is cast back to ``z``'s
+    float dtype (NumPy's casting rule 'same_kind'), ``x32 += y64`` stays float32; a NumPy scalar
+    ``z`` (0-d) is rebound instead and promotes. Where the rank or the dtypes are not known yet
+    the cast is a ``cast_like(..., arrays_only=True)`` node, which folds once they are.
+    (Regression: ``z = x32.copy(); z += y64`` gave float64, where NumPy gives float32.)"""
+    if not (is_symbolic(cur) and is_symbolic(new)) or cur.aval.weak:
+        return new
+    from .._prims.broadcasting import cast_like
+    from ..dtypes import is_float
+    a, b = cur.aval, new.aval
+    if a.dtype is not None and not is_float(a.dtype):
+        return new                        # an int or bool target: refused above where NumPy refuses
+    if a.dtype is not None and b.dtype is not None:
+        if a.dtype == b.dtype or not is_float(b.dtype):
+            return new
+        if a.shape is not None:
+            return cast_like(new, cur) if len(a.shape) >= 1 else new
+    return cast_like(new, cur, arrays_only=True)

@@ -110,7 +110,9 @@ def _reshape_like_impl(x, like):
     return np.reshape(x, np.shape(like))
 
 
-def _cast_like_impl(x, like):
+def _cast_like_impl(x, like, *, arrays_only=False):
+    if arrays_only and np.ndim(like) == 0:
+        return x                          # a NumPy scalar target: `s += v` rebinds, NumPy promotes
     dt = np.asarray(like).dtype
     x = np.asarray(x)
     if not _dt.is_float(dt) or x.dtype == dt:
@@ -153,9 +155,17 @@ broadcast_like_p = Primitive("broadcast_like", impl=_broadcast_like_impl, hlo="s
                              shape_rule=_shape_of_like, dtype_rule=_like_dtype, nondiff_argnums=(1,))
 reshape_like_p = Primitive("reshape_like", impl=_reshape_like_impl, hlo="stablehlo.reshape",
                            shape_rule=_shape_of_like, dtype_rule=lambda x, like: x.dtype, nondiff_argnums=(1,))
+def _cast_like_dtype(x, like, *, arrays_only=False):
+    if arrays_only:
+        if like.shape == ():
+            return x.dtype
+        if like.shape is None:            # an array or a scalar: known once the rank is
+            return x.dtype if x.dtype == like.dtype else None
+    return like.dtype if _dt.is_float(like.dtype) else x.dtype
+
+
 cast_like_p = Primitive("cast_like", impl=_cast_like_impl, hlo="stablehlo.convert",
-                        shape_rule=lambda x, like: x.shape,
-                        dtype_rule=lambda x, like: like.dtype if _dt.is_float(like.dtype) else x.dtype,
+                        shape_rule=lambda x, like, **_: x.shape, dtype_rule=_cast_like_dtype,
                         nondiff_argnums=(1,))
 expand_reduced_p = Primitive("expand_reduced", impl=_expand_reduced_impl, hlo="stablehlo.reshape",
                              shape_rule=_expand_reduced_shape, dtype_rule=lambda g, like, **_: g.dtype,
@@ -180,7 +190,12 @@ def reshape_like(x, like):
     return reshape_like_p.bind(x, like)
 
 
-def cast_like(x, like):
+def cast_like(x, like, arrays_only=False):
+    """``x`` in ``like``'s floating dtype. ``arrays_only``: only where ``like`` is an array of
+    rank >= 1 (``z += v`` writes into an array z, casting to its dtype, and rebinds a NumPy
+    scalar, which promotes)."""
+    if arrays_only:
+        return cast_like_p.bind(x, like, arrays_only=True)
     return cast_like_p.bind(x, like)
 
 
@@ -198,8 +213,9 @@ broadcast_like_p.vjp = lambda g, x, like, out: (sum_to(g, x), None)
 broadcast_like_p.jvp = lambda t, x, like, out: None if t[0] is None else broadcast_like(t[0], like)
 reshape_like_p.vjp = lambda g, x, like, out: (reshape_like(g, x), None)
 reshape_like_p.jvp = lambda t, x, like, out: None if t[0] is None else reshape_like(t[0], like)
-cast_like_p.vjp = lambda g, x, like, out: (cast_like(g, x), None)
-cast_like_p.jvp = lambda t, x, like, out: None if t[0] is None else cast_like(t[0], like)
+cast_like_p.vjp = lambda g, x, like, out, arrays_only=False: (cast_like(g, x), None)
+cast_like_p.jvp = lambda t, x, like, out, arrays_only=False: (
+    None if t[0] is None else cast_like(t[0], like, arrays_only))
 expand_reduced_p.vjp = lambda g, x, like, out, axes, keepdims: (reshape_like(g, x), None)
 expand_reduced_p.jvp = lambda t, x, like, out, axes, keepdims: (
     None if t[0] is None else expand_reduced(t[0], like, axes, keepdims))

@@ -102,7 +102,9 @@ def expand_reduced(g, like, *, axes, keepdims):
 
 
 @composite(cast_like_p)
-def cast_like(x, like):
+def cast_like(x, like, arrays_only=False):
+    if arrays_only and shape(like) == ():
+        return x
     dt, xt = dtype(like), dtype(x)
     if not _dt.is_float(dt) or xt == dt:
         return x
