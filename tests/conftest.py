@@ -21,3 +21,19 @@ def pytest_collection_modifyitems(config, items):
             return 0
         return 1 if item.path.name in _HEAVY_FILES else 2
     items[:] = sorted(items, key=rank)        # stable: the order within each group is kept
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smollm2_reference(tmp_path_factory):
+    """(package folder, ``reference()``): ``reference()`` gives transformers' reference of
+    ``models/smol_reference.py``, computed once per run; under pytest-xdist the workers share it
+    through the run's common temporary folder. Call it after the test's own slow work (an
+    export), so that a worker waiting for another's computation has done its own meanwhile."""
+    from models import smol_reference
+    root = smol_reference.smollm2_root()
+    base = tmp_path_factory.getbasetemp()
+    folder = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return root, lambda: smol_reference.shared(root, folder)

@@ -204,6 +204,35 @@ def test_augassign_on_an_alias_of_unknown_rank_is_built_at_the_first_call():
         tl.grad(computed_alias_augassign)(np.array(1.5))
 
 
+def first_item_scaled(x, y):
+    t = x[0]
+    t *= y             # x 1-d: x[0] is a NumPy scalar, rebound; x 2-d: a row of x, written through
+    return np.sum(t + x[1])
+
+
+def test_augassign_on_an_index_that_is_a_scalar_or_a_view_by_rank_is_built_at_the_first_call():
+    # Regression (session 18): with x unannotated, `t = x[0]` may be a view (x of rank >= 2) or a
+    # NumPy scalar (x 1-d), and `t *= y` was refused as a write through a view for both; the rank
+    # is known at the first call: a scalar is rebound as NumPy does, a row is still refused.
+    def j(x, y):
+        return jnp.sum(x[0] * y + x[1])
+    for transform in (lambda f: f, tl.jit):
+        assert transform(first_item_scaled)(X, 3.0) == first_item_scaled(X.copy(), 3.0)
+    for argnums in (0, 1):
+        np.testing.assert_allclose(tl.grad(first_item_scaled, argnums=argnums)(X, 3.0),
+                                   np.asarray(jax.grad(j, argnums=argnums)(X, 3.0)), rtol=1e-15)
+    rows = np.arange(6.0).reshape(2, 3)
+    ys = np.array([2.0, 3.0])
+    np.testing.assert_allclose(tl.vmap(tl.grad(first_item_scaled))(rows, ys),
+                               np.asarray(jax.vmap(jax.grad(j))(rows, ys)), rtol=1e-15)
+    # control: the gradient had x[0] not been scaled differs
+    assert not np.allclose(tl.grad(first_item_scaled)(X, 3.0), [1.0, 1.0, 0.0])
+    for transform in (tl.grad, tl.jit):
+        with pytest.raises(FenceError, match=r"test_inplace_aliases.py:\d+:\d+: `t` is a view of `x` \(NumPy "
+                                             r"would write through to `x`\)"):
+            transform(first_item_scaled)(rows, 3.0)
+
+
 def list_item_augassign(x):
     y = x * 2.0
     items = [y]

