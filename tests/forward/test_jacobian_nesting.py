@@ -13,7 +13,8 @@ import pytest
 import tlaloc as tl
 import tlaloc.numpy as tnp
 
-from tests.forward.test_table_forward import ROWS
+from tests.forward.test_table_forward import ROWS, hessian_key
+from tests.jit.jax_twin import call
 
 jax.config.update("jax_enable_x64", True)
 RTOL, ATOL = 1e-9, 1e-10
@@ -28,7 +29,7 @@ def test_jacfwd_of_jacrev_equals_jax_hessian(case, points):
     args = points[0]
     a = case.argnums % len(args)
     got = tl.jacfwd(tl.jacrev(case.fn, argnums=a), argnums=a)(*args)
-    want = jax.hessian(case.twin, argnums=a)(*_jargs(args))
+    want = call(hessian_key(case), lambda: jax.hessian(case.twin, argnums=case.argnums), *_jargs(args))
     np.testing.assert_allclose(got, np.asarray(want), rtol=RTOL, atol=ATOL)
 
 
@@ -39,10 +40,10 @@ def test_vmap_of_jacrev_equals_jax(case, points):
     rng = np.random.default_rng(3)
     batch = np.stack([args[a] + 0.01 * rng.standard_normal(args[a].shape) for _ in range(2)])
     in_axes = tuple(0 if k == a else None for k in range(len(args)))
-    call = [batch if k == a else x for k, x in enumerate(args)]
-    got = tl.vmap(tl.jacrev(case.fn, argnums=a), in_axes=in_axes)(*call)
-    jr = jax.jacrev(case.twin, argnums=a)            # a loop: the twins branch in Python
-    want = np.stack([np.asarray(jr(*_jargs([row if k == a else x for k, x in enumerate(args)]))) for row in batch])
+    batched = [batch if k == a else x for k, x in enumerate(args)]
+    got = tl.vmap(tl.jacrev(case.fn, argnums=a), in_axes=in_axes)(*batched)
+    want = np.stack([np.asarray(call(("jacrev", case.name, a), lambda: jax.jacrev(case.twin, argnums=a),
+                                     *_jargs([row if k == a else x for k, x in enumerate(args)]))) for row in batch])
     np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL)
 
 
@@ -51,7 +52,7 @@ def test_jit_of_hessian_equals_jax(case, points):
     args = points[0]
     a = case.argnums % len(args)
     got = tl.jit(tl.hessian(case.fn, argnums=a))(*args)
-    want = jax.hessian(case.twin, argnums=a)(*_jargs(args))
+    want = call(hessian_key(case), lambda: jax.hessian(case.twin, argnums=case.argnums), *_jargs(args))
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=RTOL, atol=ATOL)
 
 

@@ -3,8 +3,12 @@
 Every row of tests/ad/cases.py whose arguments are plain float arrays and whose
 argnums is one int is re-run through tl.jvp, tl.jacfwd, tl.jacrev, tl.hessian
 and tl.vmap(tl.grad(f)), against JAX float64 (jax.jvp, jax.jacfwd, jax.hessian,
-a loop of jax.grad) to 1e-10, and jacfwd against jacrev to 1e-12.
+a loop of jax.grad) to 1e-10, and jacfwd against jacrev to 1e-12. The JAX oracles run through
+one ``jax.jit`` where the twin traces (tests/jit/jax_twin.py: eager JAX lowers every primitive
+as its own program, most of these tests' time).
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +17,7 @@ import pytest
 import tlaloc as tl
 
 from tests.ad.cases import CASES
+from tests.jit.jax_twin import call
 
 jax.config.update("jax_enable_x64", True)
 RTOL, ATOL = 1e-10, 1e-12
@@ -37,6 +42,11 @@ def _rows():
 ROWS = _rows()
 
 
+def hessian_key(case):
+    """The key of ``jax.hessian`` of the row's twin (its own argnums) for ``jax_twin.call``."""
+    return "hessian", case.name, case.argnums
+
+
 def _tangents(args, argnum, rng):
     return tuple(rng.standard_normal(a.shape) if k == argnum else np.zeros_like(a) for k, a in enumerate(args))
 
@@ -47,8 +57,8 @@ def test_jvp_matches_jax(case, points):
     for args in points:
         tangents = _tangents(args, case.argnums % len(args), rng)
         out, out_dot = tl.jvp(case.fn, tuple(np.copy(a) for a in args), tangents)
-        want, want_dot = jax.jvp(case.twin, tuple(jnp.asarray(a) for a in args),
-                                 tuple(jnp.asarray(t) for t in tangents))
+        want, want_dot = call(("jvp", case.name), lambda: functools.partial(jax.jvp, case.twin),
+                              tuple(jnp.asarray(a) for a in args), tuple(jnp.asarray(t) for t in tangents))
         np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(np.asarray(out_dot), np.asarray(want_dot), rtol=RTOL, atol=ATOL)
 
@@ -59,7 +69,8 @@ def test_jacfwd_equals_jacrev_and_jax(case, points):
         jf = tl.jacfwd(case.fn, argnums=case.argnums)(*args)
         jr = tl.jacrev(case.fn, argnums=case.argnums)(*args)
         np.testing.assert_allclose(jf, jr, rtol=1e-12, atol=1e-12)
-        want = jax.jacfwd(case.twin, argnums=case.argnums)(*[jnp.asarray(a) for a in args])
+        want = call(("jacfwd", case.name), lambda: jax.jacfwd(case.twin, argnums=case.argnums),
+                    *[jnp.asarray(a) for a in args])
         np.testing.assert_allclose(jf, np.asarray(want), rtol=RTOL, atol=ATOL)
 
 
@@ -67,7 +78,8 @@ def test_jacfwd_equals_jacrev_and_jax(case, points):
 def test_hessian_matches_jax(case, points):
     for args in points[:1]:
         h = tl.hessian(case.fn, argnums=case.argnums)(*args)
-        want = jax.hessian(case.twin, argnums=case.argnums)(*[jnp.asarray(a) for a in args])
+        want = call(hessian_key(case), lambda: jax.hessian(case.twin, argnums=case.argnums),
+                    *[jnp.asarray(a) for a in args])
         np.testing.assert_allclose(h, np.asarray(want), rtol=1e-9, atol=1e-10)
 
 
@@ -90,9 +102,9 @@ def test_vmap_of_grad_matches_a_loop_of_jax_grad(case, points):
     batch = np.stack([args[a] + 0.01 * rng.standard_normal(args[a].shape) for _ in range(3)])
     in_axes = tuple(0 if k == a else None for k in range(len(args)))
     got = tl.vmap(tl.grad(case.fn, argnums=a), in_axes=in_axes)(*[batch if k == a else x for k, x in enumerate(args)])
-    g = jax.grad(case.twin, argnums=a)
-    want = np.stack([np.asarray(g(*[jnp.asarray(row) if k == a else jnp.asarray(x)
-                                    for k, x in enumerate(args)])) for row in batch])
+    want = np.stack([np.asarray(call(("grad", case.name, a), lambda: jax.grad(case.twin, argnums=a),
+                                     *[jnp.asarray(row) if k == a else jnp.asarray(x) for k, x in enumerate(args)]))
+                     for row in batch])
     np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL)
 
 

@@ -21,8 +21,8 @@ jax.config.update("jax_enable_x64", True)
 TWINS: dict = {}
 _TWINS: dict = {}
 _CALLS: dict = {}
-_NEEDS_EAGER = (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
-                jax.errors.TracerIntegerConversionError, jax.errors.TracerArrayConversionError)
+#: what tracing raises at a Python branch, ``int()`` or ``np.asarray`` of a traced value, or a boolean mask
+_NEEDS_EAGER = (jax.errors.JAXTypeError, jax.errors.JAXIndexError)
 
 
 def call(key, make, *args):

@@ -5,14 +5,19 @@ Each program of ``programs.py`` runs under ``tl.vjp`` (a random cotangent) and
 ``tl.jvp`` (a random tangent), against its JAX twin (``jax.vjp``, ``jax.jvp``:
 values and derivatives); its eager value, checked there, is then the oracle of
 ``tl.vmap`` (a loop over a batch of 3) and ``tl.jit``. JAX's op-by-op compiles
-dominate the run time, so JAX runs twice per program only. Inputs avoid ties and
-kinks (tests of those are in ``test_surface_edges.py``).
+dominated the run time, so JAX runs twice per program only, each through one ``jax.jit`` where
+the twin traces (``tests/jit/jax_twin.py``). Inputs avoid ties and kinks (tests of those are in
+``test_surface_edges.py``).
 """
+import functools
+
 import jax
 import numpy as np
 import pytest
 
 import tlaloc as tl
+
+from tests.jit.jax_twin import call
 
 from . import programs as P
 
@@ -29,19 +34,24 @@ def close(a, b):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=ATOL)
 
 
+def _vjp_of(f):
+    """(x, cotangent) -> (f(x), the cotangent pulled back to x), one function for ``jax.jit``."""
+    return lambda x, ct: (f(x), jax.vjp(f, x)[1](ct)[0])
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_vjp(name):
-    out, back = jax.vjp(P.J[name], X)
-    ct = rng.standard_normal(np.shape(out))
     t_out, t_back = tl.vjp(P.T[name], X)
+    ct = rng.standard_normal(np.shape(t_out))            # JAX's output shape: asserted equal by close()
+    out, want = call(("vjp", name), lambda: _vjp_of(P.J[name]), X, ct)
     close(t_out, out)
-    close(t_back(ct)[0], back(ct)[0])
+    close(t_back(ct)[0], want)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_jvp(name):
     t = rng.standard_normal(X.shape)
-    out, dout = jax.jvp(P.J[name], (X,), (t,))
+    out, dout = call(("jvp", name), lambda: functools.partial(jax.jvp, P.J[name]), (X,), (t,))
     t_out, t_dout = tl.jvp(P.T[name], (X,), (t,))
     close(t_out, out)
     close(t_dout, dout)
