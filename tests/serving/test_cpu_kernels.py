@@ -129,17 +129,38 @@ def test_kernel_programs_of_another_tlaloc_run_portable(tiny, artifact, tmp_path
     assert _greedy(old) == _greedy(want)
 
 
-def test_auto_runs_the_kernels_where_the_cpu_has_avx512(tiny, artifact):
-    """The default, cpu_kernels="auto": the kernel texts where the kernels build and this CPU has
-    AVX-512 (cpu_kernels.pays), the portable ones elsewhere; a value not True/False/"auto" is
-    refused by name."""
+def test_auto_runs_the_kernels_where_they_pay_on_this_cpu(tiny, artifact, monkeypatch):
+    """The default, cpu_kernels="auto": with AVX-512 (cpu_kernels.pays) every kernel text; without
+    it (the kernels' portable loops), the decode steps of at most PORTABLE_DECODE_ROWS rows whose
+    weights are stored in a format XLA converts (q8_0 here), the portable texts for prefill and
+    for float32 weights; the mixed engine gives the portable engine's greedy ids. A value not
+    True/False/"auto" is refused by name."""
     from tlaloc._runtime import cpu_kernels
     from tlaloc.serving import Engine
     from tlaloc.errors import ArgumentError
-    path = artifact("llama", weights="q8_0")
-    assert Engine(path, fast_compile=True).executor.cpu_kernels == (cpu_kernels.pays() and cpu_kernels.load())
+    if not cpu_kernels.load():
+        pytest.skip(f"the CPU kernels do not build here: {cpu_kernels.reason()}")
     flags = cpu_kernels._cpu_signature().split()
     assert cpu_kernels.pays() == ("avx512f" in flags and "avx512bw" in flags)
+    path = artifact("llama", weights="q8_0")
+
+    def kernel_programs(engine):
+        ex = engine.executor
+        return {(p["mode"], p["batch"]) for p in ex.manifest["programs"] if ex._variant(p) is p.get("cpu_kernels")}
+    everything = kernel_programs(Engine(path, fast_compile=True, cpu_kernels=True))
+    assert {("decode", 1), ("decode", 4), ("prefill", 1), ("prefill", 4)} <= everything
+    for avx512 in (True, False):
+        monkeypatch.setattr(cpu_kernels, "pays", lambda: avx512)
+        auto = Engine(path, fast_compile=True)
+        chosen = kernel_programs(auto)
+        if avx512:
+            assert chosen == everything
+        else:
+            assert chosen == {(m, b) for m, b in everything if m == "decode" and b <= cpu_kernels.PORTABLE_DECODE_ROWS}
+            assert _greedy(auto) == _greedy(Engine(path, fast_compile=True, cpu_kernels=False))
+            f32 = Engine(artifact("llama"), fast_compile=True)      # float32 weights: XLA's dots tie
+            assert kernel_programs(f32) == set() and not f32.executor.cpu_kernels
+        assert auto.executor.cpu_kernels
     with pytest.raises(ArgumentError, match="cpu_kernels must be True, False or 'auto'"):
         Engine(path, fast_compile=True, cpu_kernels="yes")
 

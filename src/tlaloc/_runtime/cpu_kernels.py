@@ -118,17 +118,38 @@ def q4_1_bf16_dots() -> bool:
     return {"avx512f", "avx512bw", "avx512_bf16"} <= flags
 
 
+#: The most rows of x (a decode step's batch) at which the kernels' portable loops (a CPU without
+#: AVX-512: plain loops the compiler vectorises, AVX2 intrinsics for Q4_1) beat XLA's dots of the
+#: same artifact. XLA converts bfloat16, int8, Q8_0 and Q4_1 weights to float32 before its dot;
+#: the loops read them as stored. On a 2-core AVX2 EPYC, SmolLM2 decoding 32 tokens (prefill
+#: included): Q4_1 28.8 -> 57.1 tokens/s at batch 1, 62 -> 71 at 4; bfloat16 25.5 -> 51.6 and
+#: 56 -> 79; int8 47 -> 55 and 73 -> 66; float32 weights tie (38.5 / 39.8). At 16 rows the loops
+#: are ~2x slower than XLA's float32 dot (benchmarks/RESULTS.md, session 18).
+PORTABLE_DECODE_ROWS = 4
+#: the targets of weights stored in a format XLA converts before its dot
+_STORED_TARGETS = frozenset(name for fmt, name in TARGETS.items() if not fmt.startswith("f32"))
+
+
 def pays() -> bool:
-    """Whether the kernels are faster than XLA's own dots on this CPU: their micro-kernels are
-    AVX-512 (F and BW) code. Elsewhere (an AVX2-only CPU, or a CXX with -mno-avx512f/bw) they
-    build a scalar loop that is correct, and tested, but slower than XLA's dots: on a 2-core
-    AVX2 EPYC it made the bfloat16 score programs of SmolLM2 (512 positions) take minutes
-    (tests/serving/test_quantization_slow.py went from ~2 to 17 minutes). The runtime's
-    default (``cpu_kernels="auto"``) runs the portable programs there."""
+    """Whether the kernels are faster than XLA's dots on this CPU for every program: their
+    micro-kernels are AVX-512 (F and BW) code. Elsewhere (an AVX2-only CPU, or a CXX with
+    -mno-avx512f/bw) they build portable loops that pay for some programs only
+    (:func:`pays_for`): over many rows (a 512-position score program) they are slower than
+    XLA's dots (the bfloat16 score programs of SmolLM2 took minutes on a 2-core AVX2 EPYC)."""
     words = set(shlex.split(os.environ.get("CXX") or "g++"))
     if words & {"-mno-avx512f", "-mno-avx512bw"}:
         return False
     return {"avx512f", "avx512bw"} <= set(_cpu_signature().split())
+
+
+def pays_for(mode: str, batch: int, targets) -> bool:
+    """Whether a program (``mode`` "decode", "prefill", "score"; ``batch`` rows a step; kernel
+    ``targets``, its variant's FFI targets) runs faster through the kernels on this CPU: every
+    program where :func:`pays`, else a decode step of at most :data:`PORTABLE_DECODE_ROWS` rows
+    whose products read weights in a stored format (bfloat16, int8, Q8_0, Q4_1)."""
+    if pays():
+        return True
+    return mode == "decode" and batch <= PORTABLE_DECODE_ROWS and bool(_STORED_TARGETS & set(targets))
 
 
 def _include_dir() -> str:
@@ -282,4 +303,4 @@ def reason() -> str:
     return _state.get("reason", "")
 
 
-__all__ = ["TARGETS", "OPS", "PANEL_FORMATS", "panel_target", "pack_panels", "q4_1_bf16_dots", "pays", "SOURCES", "target_name", "op_target", "build", "load", "reason", "library_path", "cache_dir"]
+__all__ = ["TARGETS", "OPS", "PANEL_FORMATS", "panel_target", "pack_panels", "q4_1_bf16_dots", "pays", "pays_for", "PORTABLE_DECODE_ROWS", "SOURCES", "target_name", "op_target", "build", "load", "reason", "library_path", "cache_dir"]

@@ -61,6 +61,9 @@
 // applies the block's scale (and offset). x is never rounded. Elsewhere plain loops compute
 // the same sums in another order (also fixed by K alone).
 #include <cmath>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -136,27 +139,54 @@ inline Stream stream(const Q4_1&, const Problem&) { return {}; }
 // micro-kernel made it slower there (74 -> 60 GMAC/s at M = 16), so it keeps the plain one.
 template <class Fmt> constexpr bool ahead_pays = !std::is_same_v<Fmt, Q4_1>;
 
-// -- scalar block kernels (any CPU) -------------------------------------------------------------
+// -- portable block kernels (any CPU) -----------------------------------------------------------
 // acc[r * lda + t] += the sum over block b's rows of x[m + r, k] W[k, n0 + t], t < TILE, for the
-// blocked formats as scale * sum(x q) (+ offset * sum x).
+// blocked formats as scale * sum(x q) (+ offset * sum x). Plain loops over t that the compiler
+// vectorises (AVX2, NEON): the columns n0 .. n0 + width - 1 lie within one panel, so each weight
+// row's run is contiguous (row_at). Each output's sum runs over k in the order below whatever
+// the vector width: the reproducibility of the header holds here too. Written as per-column
+// loops over a row pointer they were 4-6x faster on an AVX2 EPYC than with at() per element,
+// which the compiler left scalar (benchmarks/RESULTS.md, session 18).
 
-inline float weight(const F32& f, int64_t k, int64_t n, int64_t K) { return f.w[at(k, n, K)]; }
-inline float weight(const BF16& f, int64_t k, int64_t n, int64_t K) { return bf16_to_f32(f.w[at(k, n, K)]); }
-inline float weight(const I8Channel& f, int64_t k, int64_t n, int64_t K) { return static_cast<float>(f.q[at(k, n, K)]); }
+// The start of row k's run of columns n0 .. (within n0's panel) of an (R, N) array in panel order.
+template <class T> inline const T* row_at(const T* a, int64_t k, int64_t n0, int64_t R) { return a + at(k, n0, R); }
+
+inline float to_f32(float w) { return w; }
+inline float to_f32(uint16_t w) { return bf16_to_f32(w); }
+inline float to_f32(int8_t w) { return static_cast<float>(w); }
+inline const float* weights(const F32& f) { return f.w; }
+inline const uint16_t* weights(const BF16& f) { return f.w; }
+inline const int8_t* weights(const I8Channel& f) { return f.q; }
 
 template <class Fmt>
 void scalar_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, int R, float* acc, int64_t lda) {
-  for (int r = 0; r < R; ++r)
-    for (int64_t k = b * QK; k < b * QK + rows_in_block(p.K, b); ++k)
-      for (int64_t t = 0; t < width; ++t) acc[r * lda + t] += p.x[(m + r) * p.K + k] * weight(f, k, n0 + t, p.K);
+  for (int r = 0; r < R; ++r) {
+    float* __restrict a = acc + r * lda;
+    const float* xr = p.x + (m + r) * p.K;
+    for (int64_t k = b * QK; k < b * QK + rows_in_block(p.K, b); ++k) {
+      const float xk = xr[k];
+      const auto* __restrict w = row_at(weights(f), k, n0, p.K);
+      for (int64_t t = 0; t < width; ++t) a[t] += xk * to_f32(w[t]);
+    }
+  }
+}
+
+// part[t] += the sum over rows k0 .. k1 - 1 of x[k] q[k, n0 + t] (int8 weights, one chain per column).
+inline void int8_rows(const int8_t* q, const float* xr, int64_t k0, int64_t k1, int64_t n0, int64_t width, int64_t K,
+                      float* __restrict part) {
+  for (int64_t k = k0; k < k1; ++k) {
+    const float xk = xr[k];
+    const int8_t* __restrict w = row_at(q, k, n0, K);
+    for (int64_t t = 0; t < width; ++t) part[t] += xk * static_cast<float>(w[t]);
+  }
 }
 
 void scalar_block(const Q8_0& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, int R, float* acc, int64_t lda) {
+  const uint16_t* scale = row_at(f.scale, b, n0, p.K / QK);
   for (int r = 0; r < R; ++r) {
     float part[TILE] = {};
-    for (int64_t k = b * QK; k < (b + 1) * QK; ++k)
-      for (int64_t t = 0; t < width; ++t) part[t] += p.x[(m + r) * p.K + k] * static_cast<float>(f.q[at(k, n0 + t, p.K)]);
-    for (int64_t t = 0; t < width; ++t) acc[r * lda + t] += part[t] * f16_to_f32(f.scale[at(b, n0 + t, p.K / QK)]);
+    int8_rows(f.q, p.x + (m + r) * p.K, b * QK, (b + 1) * QK, n0, width, p.K, part);
+    for (int64_t t = 0; t < width; ++t) acc[r * lda + t] += part[t] * f16_to_f32(scale[t]);
   }
 }
 
@@ -164,20 +194,45 @@ void scalar_block(const Q8_16& f, const Problem& p, int64_t b, int64_t n0, int64
   for (int r = 0; r < R; ++r)
     for (int64_t g = b * (QK / QG16); g < (b + 1) * (QK / QG16); ++g) {   // the block's two groups in turn
       float part[TILE] = {};
-      for (int64_t k = g * QG16; k < (g + 1) * QG16; ++k)
-        for (int64_t t = 0; t < width; ++t) part[t] += p.x[(m + r) * p.K + k] * static_cast<float>(f.q[at(k, n0 + t, p.K)]);
-      for (int64_t t = 0; t < width; ++t) acc[r * lda + t] += part[t] * f.scale[at(g, n0 + t, p.K / QG16)];
+      int8_rows(f.q, p.x + (m + r) * p.K, g * QG16, (g + 1) * QG16, n0, width, p.K, part);
+      const float* scale = row_at(f.scale, g, n0, p.K / QG16);
+      for (int64_t t = 0; t < width; ++t) acc[r * lda + t] += part[t] * scale[t];
     }
 }
 
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "q4_1's portable loop reads byte pairs as little-endian words");
+
 void scalar_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, int R, float* acc, int64_t lda) {
+  const int64_t R2 = p.K / 2;
   for (int r = 0; r < R; ++r) {
     float part[TILE] = {};
     const float* xr = p.x + (m + r) * p.K + b * QK;
-    for (int64_t j = 0; j < QK / 2; ++j) {
-      for (int64_t t = 0; t < width; ++t) {
-        const uint8_t byte = f.q[q4_at(b * (QK / 2) + j, n0 + t, p.K / 2)];
-        part[t] += xr[j] * static_cast<float>(byte & 15) + xr[j + QK / 2] * static_cast<float>(byte >> 4);
+    for (int64_t j = 0; j < QK / 2; j += 2) {
+      // byte rows j and j + 1 of a column are adjacent (q4_at): one little-endian 16-bit word per
+      // column; its nibbles are input rows j, j + 16 (low byte), j + 1, j + 17
+      const uint8_t* q = f.q + q4_at(b * (QK / 2) + j, n0, R2);
+      const float x0 = xr[j], x16 = xr[j + QK / 2], x1 = xr[j + 1], x17 = xr[j + 1 + QK / 2];
+      int64_t t = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+      // 8 columns at a time; per column the same chain as the loop below
+      const __m256 v0 = _mm256_set1_ps(x0), v16 = _mm256_set1_ps(x16), v1 = _mm256_set1_ps(x1), v17 = _mm256_set1_ps(x17);
+      const __m256i low4 = _mm256_set1_epi32(15);
+      for (; t + 8 <= width; t += 8) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 2 * t)));
+        const __m256 n0 = _mm256_cvtepi32_ps(_mm256_and_si256(w, low4));
+        const __m256 n1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 4), low4));
+        const __m256 n2 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 8), low4));
+        const __m256 n3 = _mm256_cvtepi32_ps(_mm256_srli_epi32(w, 12));
+        __m256 s = _mm256_loadu_ps(part + t);
+        s = _mm256_add_ps(s, _mm256_fmadd_ps(v16, n1, _mm256_mul_ps(v0, n0)));
+        s = _mm256_add_ps(s, _mm256_fmadd_ps(v17, n3, _mm256_mul_ps(v1, n2)));
+        _mm256_storeu_ps(part + t, s);
+      }
+#endif
+      for (; t < width; ++t) {
+        const int32_t v = q[2 * t] | (q[2 * t + 1] << 8);
+        part[t] += std::fma(x16, static_cast<float>((v >> 4) & 15), x0 * static_cast<float>(v & 15));
+        part[t] += std::fma(x17, static_cast<float>(v >> 12), x1 * static_cast<float>((v >> 8) & 15));
       }
     }
     const float xs = f.xsum[(m + r) * (p.K / QK) + b];

@@ -56,12 +56,18 @@ class Executor:
                                 f"this CPU), got {cpu_kernels!r}")
         self.cpu_kernels = bool(cpu_kernels) and platform == "cpu" and any(
             p.get("cpu_kernels") for p in manifest["programs"])
+        #: "auto" where the kernels do not pay for every program: the variants of the programs they pay for
+        self._chosen = None
         if self.cpu_kernels and cpu_kernels == "auto":
             from ..._runtime import cpu_kernels as kernels
-            self.cpu_kernels = kernels.pays()
-            if not self.cpu_kernels:
-                log.info("engine: this CPU has no AVX-512, where the CPU kernels' scalar loop is slower than "
-                         "XLA's dots: the portable programs run (cpu_kernels=True forces the kernels)")
+            if not kernels.pays():
+                self._chosen = {p["name"] for p in manifest["programs"] if p.get("cpu_kernels")
+                                and kernels.pays_for(p["mode"], p["batch"], p["cpu_kernels"]["targets"])}
+                self.cpu_kernels = bool(self._chosen)
+                log.info("engine: this CPU has no AVX-512: the CPU kernels' portable loops run %s, the portable "
+                         "programs the rest (cpu_kernels=True forces the kernels everywhere)",
+                         f"the decode steps of at most {kernels.PORTABLE_DECODE_ROWS} rows of stored weights "
+                         f"({len(self._chosen)} programs)" if self._chosen else "no program")
         if self.cpu_kernels:
             from ..._runtime import cpu_kernels as kernels
             self.cpu_kernels = kernels.load()           # False (logged, with the reason) -> the portable texts
@@ -167,8 +173,9 @@ class Executor:
 
     def _variant(self, program: dict) -> dict:
         """The text this executor runs for ``program``: its CPU-kernel variant when the kernels are
-        loaded and it has one, else the portable text (``{"file", "cache_key"}``)."""
-        if self.cpu_kernels and program.get("cpu_kernels"):
+        loaded, it has one and (``cpu_kernels="auto"``) they pay for it here
+        (``tlaloc._runtime.cpu_kernels.pays_for``), else the portable text (``{"file", "cache_key"}``)."""
+        if self.cpu_kernels and program.get("cpu_kernels") and (self._chosen is None or program["name"] in self._chosen):
             return program["cpu_kernels"]
         return program
 
