@@ -160,10 +160,30 @@ inline const int8_t* weights(const I8Channel& f) { return f.q; }
 
 template <class Fmt>
 void scalar_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, int R, float* acc, int64_t lda) {
-  for (int r = 0; r < R; ++r) {
+  const int64_t k0 = b * QK, k1 = b * QK + rows_in_block(p.K, b);
+  int r = 0;
+  for (; r + 4 <= R; r += 4) {                        // four rows share each converted weight
+    float* __restrict a0 = acc + r * lda;
+    float* __restrict a1 = a0 + lda;
+    float* __restrict a2 = a1 + lda;
+    float* __restrict a3 = a2 + lda;
+    const float* xr = p.x + (m + r) * p.K;
+    for (int64_t k = k0; k < k1; ++k) {
+      const float x0 = xr[k], x1 = xr[p.K + k], x2 = xr[2 * p.K + k], x3 = xr[3 * p.K + k];
+      const auto* __restrict w = row_at(weights(f), k, n0, p.K);
+      for (int64_t t = 0; t < width; ++t) {
+        const float wt = to_f32(w[t]);
+        a0[t] += x0 * wt;
+        a1[t] += x1 * wt;
+        a2[t] += x2 * wt;
+        a3[t] += x3 * wt;
+      }
+    }
+  }
+  for (; r < R; ++r) {                                // the same chain per output, one row at a time
     float* __restrict a = acc + r * lda;
     const float* xr = p.x + (m + r) * p.K;
-    for (int64_t k = b * QK; k < b * QK + rows_in_block(p.K, b); ++k) {
+    for (int64_t k = k0; k < k1; ++k) {
       const float xk = xr[k];
       const auto* __restrict w = row_at(weights(f), k, n0, p.K);
       for (int64_t t = 0; t < width; ++t) a[t] += xk * to_f32(w[t]);
@@ -202,43 +222,62 @@ void scalar_block(const Q8_16& f, const Problem& p, int64_t b, int64_t n0, int64
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "q4_1's portable loop reads byte pairs as little-endian words");
 
-void scalar_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, int R, float* acc, int64_t lda) {
+// Rows m .. m + NR - 1 of x through block b: the nibbles of each 8 columns are converted once for
+// the NR rows; each output's chain is the one of a single row, so a row's result does not depend
+// on the batch it is in.
+template <int NR>
+void q4_1_rows(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, float* acc, int64_t lda) {
   const int64_t R2 = p.K / 2;
-  for (int r = 0; r < R; ++r) {
-    float part[TILE] = {};
-    const float* xr = p.x + (m + r) * p.K + b * QK;
-    for (int64_t j = 0; j < QK / 2; j += 2) {
-      // byte rows j and j + 1 of a column are adjacent (q4_at): one little-endian 16-bit word per
-      // column; its nibbles are input rows j, j + 16 (low byte), j + 1, j + 17
-      const uint8_t* q = f.q + q4_at(b * (QK / 2) + j, n0, R2);
-      const float x0 = xr[j], x16 = xr[j + QK / 2], x1 = xr[j + 1], x17 = xr[j + 1 + QK / 2];
-      int64_t t = 0;
+  float part[NR][TILE] = {};
+  for (int64_t j = 0; j < QK / 2; j += 2) {
+    // byte rows j and j + 1 of a column are adjacent (q4_at): one little-endian 16-bit word per
+    // column; its nibbles are input rows j, j + 16 (low byte), j + 1, j + 17
+    const uint8_t* q = f.q + q4_at(b * (QK / 2) + j, n0, R2);
+    float x0[NR], x16[NR], x1[NR], x17[NR];
+    for (int i = 0; i < NR; ++i) {
+      const float* xr = p.x + (m + i) * p.K + b * QK;
+      x0[i] = xr[j], x16[i] = xr[j + QK / 2], x1[i] = xr[j + 1], x17[i] = xr[j + 1 + QK / 2];
+    }
+    int64_t t = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-      // 8 columns at a time; per column the same chain as the loop below
-      const __m256 v0 = _mm256_set1_ps(x0), v16 = _mm256_set1_ps(x16), v1 = _mm256_set1_ps(x1), v17 = _mm256_set1_ps(x17);
-      const __m256i low4 = _mm256_set1_epi32(15);
-      for (; t + 8 <= width; t += 8) {
-        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 2 * t)));
-        const __m256 n0 = _mm256_cvtepi32_ps(_mm256_and_si256(w, low4));
-        const __m256 n1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 4), low4));
-        const __m256 n2 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 8), low4));
-        const __m256 n3 = _mm256_cvtepi32_ps(_mm256_srli_epi32(w, 12));
-        __m256 s = _mm256_loadu_ps(part + t);
-        s = _mm256_add_ps(s, _mm256_fmadd_ps(v16, n1, _mm256_mul_ps(v0, n0)));
-        s = _mm256_add_ps(s, _mm256_fmadd_ps(v17, n3, _mm256_mul_ps(v1, n2)));
-        _mm256_storeu_ps(part + t, s);
-      }
-#endif
-      for (; t < width; ++t) {
-        const int32_t v = q[2 * t] | (q[2 * t + 1] << 8);
-        part[t] += std::fma(x16, static_cast<float>((v >> 4) & 15), x0 * static_cast<float>(v & 15));
-        part[t] += std::fma(x17, static_cast<float>(v >> 12), x1 * static_cast<float>((v >> 8) & 15));
+    // 8 columns at a time; per column the same chain as the loop below
+    __m256 v0[NR], v16[NR], v1[NR], v17[NR];
+    for (int i = 0; i < NR; ++i)
+      v0[i] = _mm256_set1_ps(x0[i]), v16[i] = _mm256_set1_ps(x16[i]), v1[i] = _mm256_set1_ps(x1[i]), v17[i] = _mm256_set1_ps(x17[i]);
+    const __m256i low4 = _mm256_set1_epi32(15);
+    for (; t + 8 <= width; t += 8) {
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 2 * t)));
+      const __m256 n0 = _mm256_cvtepi32_ps(_mm256_and_si256(w, low4));
+      const __m256 n1 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 4), low4));
+      const __m256 n2 = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 8), low4));
+      const __m256 n3 = _mm256_cvtepi32_ps(_mm256_srli_epi32(w, 12));
+      for (int i = 0; i < NR; ++i) {
+        __m256 s = _mm256_loadu_ps(part[i] + t);
+        s = _mm256_add_ps(s, _mm256_fmadd_ps(v16[i], n1, _mm256_mul_ps(v0[i], n0)));
+        s = _mm256_add_ps(s, _mm256_fmadd_ps(v17[i], n3, _mm256_mul_ps(v1[i], n2)));
+        _mm256_storeu_ps(part[i] + t, s);
       }
     }
-    const float xs = f.xsum[(m + r) * (p.K / QK) + b];
-    for (int64_t t = 0; t < width; ++t)
-      acc[r * lda + t] += part[t] * f.side(f.scale, f.side_at(b, n0 + t)) + xs * f.side(f.offset, f.side_at(b, n0 + t));
+#endif
+    for (; t < width; ++t) {
+      const int32_t v = q[2 * t] | (q[2 * t + 1] << 8);
+      for (int i = 0; i < NR; ++i) {
+        part[i][t] += std::fma(x16[i], static_cast<float>((v >> 4) & 15), x0[i] * static_cast<float>(v & 15));
+        part[i][t] += std::fma(x17[i], static_cast<float>(v >> 12), x1[i] * static_cast<float>((v >> 8) & 15));
+      }
+    }
   }
+  for (int i = 0; i < NR; ++i) {
+    const float xs = f.xsum[(m + i) * (p.K / QK) + b];
+    for (int64_t t = 0; t < width; ++t)
+      acc[i * lda + t] += part[i][t] * f.side(f.scale, f.side_at(b, n0 + t)) + xs * f.side(f.offset, f.side_at(b, n0 + t));
+  }
+}
+
+void scalar_block(const Q4_1& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, int R, float* acc, int64_t lda) {
+  int r = 0;
+  for (; r + 4 <= R; r += 4) q4_1_rows<4>(f, p, b, n0, width, m + r, acc + r * lda, lda);
+  for (; r < R; ++r) q4_1_rows<1>(f, p, b, n0, width, m + r, acc + r * lda, lda);
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
