@@ -8,7 +8,9 @@ with Python bindings, the ``bench`` extra of pyproject.toml): it computes with t
 file's own Q4_1/Q8_0 blocks. tlaloc serves artifacts exported from the same file in each
 of ``--formats`` (``f32``: the file's blocks dequantised to float32 at export; ``int8``:
 those re-quantised per output channel; ``bf16``; the GGUF block formats where the
-exporter keeps them). The formats differ, so the table names each side's format.
+exporter keeps them; a ``+a8`` suffix, e.g. ``q4_1+a8``: the same artifact served with
+``Engine(activations="int8")``, x quantised per block of 32 to int8 as llama.cpp's Q8_1
+activations are). The formats differ, so the table names each side's format.
 
 Both run in this one process, on ``--threads`` threads (default 2), taking turns: every
 repeat runs llama.cpp, then each tlaloc format, first one sequence then 8 at once. Each
@@ -96,16 +98,21 @@ class Tlaloc:
     def __init__(self, gguf: str, fmt: str, folder: str, slots: int, context: int):
         from tlaloc.serving import Engine
         from tlaloc.serving.export import export
-        opts = {"f32": {}, "bf16": {"dtype": "bf16"}}.get(fmt, {"weights": fmt})
+        base, activations = (fmt[:-3], "int8") if fmt.endswith("+a8") else (fmt, "float32")
+        opts = {"f32": {}, "bf16": {"dtype": "bf16"}}.get(base, {"weights": base})
         t0 = time.perf_counter()
-        export(gguf, os.path.join(folder, fmt), batch=(1, slots), context=(context,), progress=False, **opts)
+        if not os.path.isdir(os.path.join(folder, base)):      # q4_1 and q4_1+a8 serve one artifact
+            export(gguf, os.path.join(folder, base), batch=(1, slots), context=(context,), progress=False, **opts)
         self.export_s = time.perf_counter() - t0
-        self.engine = Engine(os.path.join(folder, fmt))
+        self.engine = Engine(os.path.join(folder, base), activations=activations)
+        if self.engine.executor.activations != activations:
+            raise RuntimeError(f"tlaloc {fmt}: int8 activations need the CPU kernels, which do not run here")
+        suffix = ", int8 activations (llama.cpp's Q8_1 arithmetic)" if activations == "int8" else ""
         self.format = {"f32": "float32 (blocks dequantised at export)",
                        "q8_0": "Q8_0 blocks (the file's Q8_0 kept, its Q4_1 re-quantised)",
                        "q4_1": "the file's Q4_1 and Q8_0 blocks, as stored",
                        "int8": "int8 per channel (re-quantised from the blocks)",
-                       "bf16": "bfloat16 (blocks dequantised at export)"}.get(fmt, f"the file's {fmt} blocks")
+                       "bf16": "bfloat16 (blocks dequantised at export)"}.get(base, f"the file's {base} blocks") + suffix
 
     def run(self, n: int, new_tokens: int) -> tuple:
         t0 = time.perf_counter()

@@ -15,6 +15,9 @@ checkpoint served exactly) three times, each with score programs (batch 1):
   int4   4-bit with a float16 scale and minimum per 32 input rows (the q4_1 layout, quantized
          from the float32 weights: for the default model, the Q4_1 file's own blocks again)
   int4_g64  the same with one scale and minimum per 64 input rows
+  q4_1+a8, q8_0+a8, int8+a8  that format's artifact served with ``Engine(activations="int8",
+         cpu_kernels=True)``: x quantised per block of 32 to int8 before every product by a
+         quantised weight (llama.cpp's Q8 activations), scoring and generation alike
 
 and prints, per format: the weights file's bytes and their ratio to f32, the KV pools'
 bytes, the perplexity of ``data/quality_text.txt`` (a fixed public-domain English text)
@@ -78,14 +81,19 @@ def measure(model: str, workdir: str, *, context=(64, 512), new_tokens: int = 32
     from tlaloc.serving.manifest import read_manifest
     from tlaloc.serving.runtime.scoring import token_logprobs
     text = open(TEXT_FILE, encoding="utf-8").read() if text is None else text
-    out, ref = {}, None
+    out, ref, summaries = {}, None, {}
     for fmt in ["f32"] + [f for f in formats if f != "f32"]:
-        options = FORMATS[fmt]
+        base, a8 = (fmt[:-3], True) if fmt.endswith("+a8") else (fmt, False)
+        options = FORMATS[base]
         t0 = time.perf_counter()
-        summary = export(model, os.path.join(workdir, fmt), batch=(1,), context=context, score=True,
-                         progress=False, **options)
+        if base not in summaries:                        # q4_1 and q4_1+a8 share one export
+            summaries[base] = export(model, os.path.join(workdir, base), batch=(1,), context=context, score=True,
+                                     progress=False, **options)
+        summary = summaries[base]
         t_export = time.perf_counter() - t0
-        engine = Engine(summary.path, fast_compile=True)
+        engine = Engine(summary.path, fast_compile=True, **({"cpu_kernels": True, "activations": "int8"} if a8 else {}))
+        if a8 and engine.executor.activations != "int8":
+            raise RuntimeError(f"{fmt}: int8 activations need the CPU kernels, which do not run here")
         t1 = time.perf_counter()
         scored = token_logprobs(engine, text)                            # (n-1,) nats per token
         ids = engine.generate([prompt], max_new_tokens=new_tokens, stop=[])[0].token_ids
@@ -136,7 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--context", default="64,512", help="context ladder of the exports")
     ap.add_argument("--new-tokens", type=int, default=32, help="greedy tokens compared with f32 (>= 16)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
-    ap.add_argument("--formats", default=",".join(FORMATS), help="formats to measure (f32 always)")
+    ap.add_argument("--formats", default=",".join(FORMATS), help="formats to measure (f32 always); a +a8 suffix "
+                    "(q4_1+a8): that artifact with int8 activations")
     args = ap.parse_args(argv)
     model = args.model or default_model()
     if model is None:

@@ -92,16 +92,25 @@ _RUN_ASYNC = typer.Option(True, "--async-scheduling/--no-async-scheduling",
                                "host (vLLM's async scheduling; the same tokens)")
 
 
+#: serve and generate: what the CPU kernels' products by quantised weights take as x
+_RUN_ACTIVATIONS = typer.Option("float32", "--activations",
+                                help="float32 (exact) or int8: x quantised per block of 32 before the CPU "
+                                     "kernels' products by Q4_1, Q8_0 and int8 weights, as llama.cpp's Q8 "
+                                     "activations (faster; logits change by the rounding)")
+
+
 def _kernels(flag: Optional[bool]):
     """The --cpu-kernels/--no-cpu-kernels flag as Engine's cpu_kernels (unset: "auto")."""
     return "auto" if flag is None else flag
 
 
-def _load(artifact: str, cpu_kernels: Optional[bool] = None, async_scheduling: bool = True):
+def _load(artifact: str, cpu_kernels: Optional[bool] = None, async_scheduling: bool = True,
+          activations: str = "float32"):
     from tlaloc.errors import TlalocError
     from tlaloc.serving import Engine
     try:
-        return Engine(str(artifact), cpu_kernels=_kernels(cpu_kernels), async_scheduling=async_scheduling)
+        return Engine(str(artifact), cpu_kernels=_kernels(cpu_kernels), async_scheduling=async_scheduling,
+                      activations=activations)
     except (TlalocError, RuntimeError, OSError, ValueError) as exc:
         _fail(f"cannot load {artifact}: {exc}")
 
@@ -160,7 +169,7 @@ def generate(artifact: str = typer.Argument(..., help="an artifact directory (tl
              temperature: float = typer.Option(0.0, help="0 is greedy"),
              top_k: Optional[int] = typer.Option(None), top_p: Optional[float] = typer.Option(None),
              seed: Optional[int] = typer.Option(None), cpu_kernels: Optional[bool] = _RUN_CPU_KERNELS,
-             async_scheduling: bool = _RUN_ASYNC) -> None:
+             async_scheduling: bool = _RUN_ASYNC, activations: str = _RUN_ACTIVATIONS) -> None:
     """Generate text for a prompt, streamed to the terminal as it is made."""
     import time
 
@@ -168,7 +177,7 @@ def generate(artifact: str = typer.Argument(..., help="an artifact directory (tl
     from tlaloc.serving.runtime.loop import EngineLoop
     from tlaloc.serving.server.openai_schema import OpenAIError
     from tlaloc.serving.server.prompts import chat_prompt
-    engine = _load(artifact, cpu_kernels, async_scheduling)
+    engine = _load(artifact, cpu_kernels, async_scheduling, activations)
     if engine.kind != "decoder":
         _fail(f"{artifact} is an encoder artifact; use `tlaloc embed`")
     if engine.tokenizer is None:
@@ -248,7 +257,8 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
           body_timeout: float = typer.Option(30.0, help="seconds a request body may stall (408 after)"),
           keep_alive: float = typer.Option(5.0, help="seconds an idle keep-alive connection is kept"),
           max_header_bytes: int = typer.Option(16 * 1024, help="largest request header block"),
-          cpu_kernels: Optional[bool] = _RUN_CPU_KERNELS, async_scheduling: bool = _RUN_ASYNC) -> None:
+          cpu_kernels: Optional[bool] = _RUN_CPU_KERNELS, async_scheduling: bool = _RUN_ASYNC,
+          activations: str = _RUN_ACTIVATIONS) -> None:
     """Serve an artifact over an OpenAI-compatible HTTP API (completions, chat, embeddings, /metrics).
 
     The limits and their defaults are described in ``tlaloc.serving.server.limits``.
@@ -266,7 +276,7 @@ def serve(artifact: str = typer.Argument(..., help="an artifact directory (tlalo
         _fail(str(exc))
     try:
         engine = Engine(str(artifact), max_waiting=max_waiting, cpu_kernels=_kernels(cpu_kernels),
-                        async_scheduling=async_scheduling)
+                        async_scheduling=async_scheduling, activations=activations)
     except (TlalocError, RuntimeError, OSError, ValueError) as exc:
         _fail(f"cannot load {artifact}: {exc}")
     run_server(engine, host=host, port=port, api_key=api_key, log_level=log_level, limits=limits)

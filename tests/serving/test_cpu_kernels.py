@@ -230,3 +230,42 @@ def test_score_programs_run_the_kernels_and_the_weights_are_held_once(tiny, arti
     a, b = kernels.score(ids), portable.score(ids)
     np.testing.assert_allclose(a.logprobs, b.logprobs, rtol=0, atol=2e-4)
     assert a.greedy_ids.tolist() == b.greedy_ids.tolist()
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "int8"])
+def test_int8_activations_run_the_x8_kernels_on_k4_weights(fmt, tiny, artifact):
+    """activations="int8": the kernel texts call the int8-activation targets (cpu_kernels.X8_TARGETS),
+    whose integer weights are uploaded in k4 order; the kernels themselves are held to their
+    definition in tests/kernels/test_cpu_matmul_x8.py. Greedy ids are reported against float32
+    activations, not asserted equal: the activations' rounding may change a close argmax."""
+    _kernels_or_skip()
+    import numpy as np
+    from tlaloc._runtime.cpu_kernels import X8_TARGETS, pack_k4
+    from tlaloc.serving import Engine
+    path = artifact("qwen3_tied", **FORMATS[fmt])
+    exact = Engine(path, fast_compile=True, cpu_kernels=True)
+    a8 = Engine(path, fast_compile=True, cpu_kernels=True, activations="int8")
+    assert (exact.executor.activations, a8.executor.activations) == ("float32", "int8")
+    program = a8.executor.programs[("decode", 1, 16, 1)]
+    assert a8.executor._x8(program) and not exact.executor._x8(program)
+    assert set(program["cpu_kernels"]["targets"]) & set(X8_TARGETS)
+    from safetensors.numpy import load_file
+    stored = load_file(os.path.join(path, "weights.safetensors"))
+    integer = [n for n in program["cpu_kernels"]["panel64"] if stored[n].dtype in (np.int8, np.uint8)]
+    assert integer
+    for n in integer:
+        assert np.array_equal(np.asarray(a8.executor.weights[n, "panel64"]), pack_k4(stored[n]))
+    got, want = _greedy(a8), _greedy(exact)
+    assert all(len(ids) == NEW_TOKENS for ids in got)
+    agree = [next((k for k in range(NEW_TOKENS) if a[k] != b[k]), NEW_TOKENS) for a, b in zip(got, want)]
+    print(f"\n{fmt}: greedy ids equal to float32 activations' for the first {agree} of {NEW_TOKENS} tokens")
+    assert got != want          # the activations' rounding shows: the int8-activation kernels ran
+
+
+def test_activations_other_than_float32_and_int8_are_refused_and_int8_needs_the_kernels(tiny, artifact):
+    from tlaloc.serving import Engine
+    from tlaloc.serving.errors import ArgumentError
+    path = artifact("qwen3_tied", weights="q4_1")
+    with pytest.raises(ArgumentError, match="activations must be one of"):
+        Engine(path, fast_compile=True, activations="int4")
+    assert Engine(path, fast_compile=True, cpu_kernels=False, activations="int8").executor.activations == "float32"

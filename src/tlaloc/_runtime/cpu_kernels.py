@@ -37,14 +37,18 @@ log = logging.getLogger("tlaloc.kernels")
 _DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels", "cpu")
 #: matmul.cc: weights (K, N) as the layers store them; matmul_rows.cc: (N, K), a head table;
 #: paged_attention.cc: decode attention reading the KV pools in place; kv_write.cc: the KV-cache
-#: write, in place
-SOURCES = [os.path.join(_DIR, name) for name in ("matmul.cc", "matmul_rows.cc", "paged_attention.cc", "kv_write.cc")]
+#: write, in place; matmul_x8.cc: int8 activations (``activations="int8"``)
+SOURCES = [os.path.join(_DIR, name) for name in ("matmul.cc", "matmul_rows.cc", "matmul_x8.cc", "paged_attention.cc",
+                                                 "kv_write.cc")]
 #: stored weight format (``tlaloc._prims.stored_matmul.FORMATS``) -> FFI target name
 #: (``_p64``: weights in panel order, :func:`pack_panels`)
 PANEL_FORMATS = ("f32", "bf16", "i8ch", "q8_0", "q4_1")
 PANEL = 64
 TARGETS = {**{fmt: f"tlaloc_cpu_matmul_{fmt}_p64" for fmt in PANEL_FORMATS},
            **{fmt: f"tlaloc_cpu_matmul_{fmt}" for fmt in ("f32_t", "bf16_t", "i8ch_t", "q8_0_t")}}
+#: the ``_p64`` targets that have an int8-activation twin (matmul_x8.cc) -> the twin, which reads the
+#: integer array in k4 order (:func:`pack_k4`) and the rest as its ``_p64`` target does
+X8_TARGETS = {f"tlaloc_cpu_matmul_{fmt}_p64": f"tlaloc_cpu_matmul_{fmt}_x8" for fmt in ("i8ch", "q8_0", "q4_1")}
 #: other ops -> FFI target name (``_at``: paged attention with a ``page_offset`` attribute, for pools of
 #: several layers)
 OPS = {**{f"paged_attention_{kv}{at}": f"tlaloc_cpu_paged_attention_{kv}{at}" for kv in ("f32", "bf16")
@@ -105,6 +109,24 @@ def pack_panels(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a.reshape(R, N // PANEL, PANEL).transpose(1, 0, 2)).reshape(R, N)
 
 
+def pack_k4(a: np.ndarray) -> np.ndarray:
+    """The integer array ``a`` (R, N) int8 or uint8 of an int8-activation target (:data:`X8_TARGETS`)
+    in the "k4" panel order it reads (matmul_x8.cc's header).
+
+    Returns a C-contiguous array of the same shape and dtype whose bytes are those of the
+    (N / 64, R / 4, 64, 4) array ``a.reshape(R / 4, 4, N / 64, 64).transpose(2, 0, 3, 1)``: panels
+    of 64 columns, and in each, per 4 consecutive rows, each column's 4 bytes together (one
+    32-byte load is 8 columns x 4 rows, the operand of an integer dot product). Raises
+    ValueError unless ``a`` is a 2-d int8 or uint8 array with R a multiple of 4 and N of 64.
+    """
+    a = np.asarray(a)
+    if a.ndim != 2 or a.dtype not in (np.int8, np.uint8) or a.shape[0] % 4 or a.shape[1] % PANEL:
+        raise ValueError(f"pack_k4: expected an (R, N) int8 or uint8 array with R a multiple of 4 and N of "
+                         f"{PANEL}, got {a.dtype} {a.shape}")
+    R, N = a.shape
+    return np.ascontiguousarray(a.reshape(R // 4, 4, N // PANEL, PANEL).transpose(2, 0, 3, 1)).reshape(R, N)
+
+
 def q4_1_bf16_dots() -> bool:
     """Whether the q4_1 kernel built here multiplies by bfloat16 dot products: x split into
     hi + lo bfloat16 parts, |x - hi - lo| <= 2^-17 |x| (matmul.cc's header), instead of float32 x.
@@ -126,6 +148,9 @@ def q4_1_bf16_dots() -> bool:
 #: 56 -> 79; int8 47 -> 55 and 73 -> 66; float32 weights tie (38.5 / 39.8). At 16 rows the loops
 #: are ~2x slower than XLA's float32 dot (benchmarks/RESULTS.md, session 18).
 PORTABLE_DECODE_ROWS = 4
+#: The most rows of x at which the int8-activation kernels (:data:`X8_TARGETS`, AVX2 integer dot
+#: products) beat XLA's dots of the same artifact on a CPU without AVX-512 (benchmarks/RESULTS.md).
+X8_DECODE_ROWS = 16
 #: the targets of weights stored in a format XLA converts before its dot
 _STORED_TARGETS = frozenset(name for fmt, name in TARGETS.items() if not fmt.startswith("f32"))
 
@@ -142,14 +167,20 @@ def pays() -> bool:
     return {"avx512f", "avx512bw"} <= set(_cpu_signature().split())
 
 
-def pays_for(mode: str, batch: int, targets) -> bool:
+def pays_for(mode: str, batch: int, targets, activations: str = "float32") -> bool:
     """Whether a program (``mode`` "decode", "prefill", "score"; ``batch`` rows a step; kernel
     ``targets``, its variant's FFI targets) runs faster through the kernels on this CPU: every
-    program where :func:`pays`, else a decode step of at most :data:`PORTABLE_DECODE_ROWS` rows
-    whose products read weights in a stored format (bfloat16, int8, Q8_0, Q4_1)."""
+    program where :func:`pays`, else a decode step whose products read weights in a stored format
+    (bfloat16, int8, Q8_0, Q4_1) of at most :data:`PORTABLE_DECODE_ROWS` rows, or with
+    ``activations="int8"`` and a Q4_1, Q8_0 or int8 weight (:data:`X8_TARGETS`), of at most
+    :data:`X8_DECODE_ROWS` rows."""
     if pays():
         return True
-    return mode == "decode" and batch <= PORTABLE_DECODE_ROWS and bool(_STORED_TARGETS & set(targets))
+    if mode != "decode":
+        return False
+    if activations == "int8" and set(X8_TARGETS) & set(targets):
+        return batch <= X8_DECODE_ROWS
+    return batch <= PORTABLE_DECODE_ROWS and bool(_STORED_TARGETS & set(targets))
 
 
 def _include_dir() -> str:
@@ -270,7 +301,7 @@ def _register(path: str) -> None:
     new_capsule = ctypes.pythonapi.PyCapsule_New
     new_capsule.restype = ctypes.py_object
     new_capsule.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-    for name in [*TARGETS.values(), *OPS.values()]:
+    for name in [*TARGETS.values(), *X8_TARGETS.values(), *OPS.values()]:
         fn = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
         xla_client.register_custom_call_target(name, new_capsule(fn, None, None), platform="cpu", api_version=1)
     _state["lib"] = lib                                         # keep the library mapped
@@ -303,4 +334,4 @@ def reason() -> str:
     return _state.get("reason", "")
 
 
-__all__ = ["TARGETS", "OPS", "PANEL_FORMATS", "panel_target", "pack_panels", "q4_1_bf16_dots", "pays", "pays_for", "PORTABLE_DECODE_ROWS", "SOURCES", "target_name", "op_target", "build", "load", "reason", "library_path", "cache_dir"]
+__all__ = ["TARGETS", "X8_TARGETS", "pack_k4", "OPS", "PANEL_FORMATS", "panel_target", "pack_panels", "q4_1_bf16_dots", "pays", "pays_for", "PORTABLE_DECODE_ROWS", "X8_DECODE_ROWS", "SOURCES", "target_name", "op_target", "build", "load", "reason", "library_path", "cache_dir"]

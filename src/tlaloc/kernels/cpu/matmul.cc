@@ -69,6 +69,7 @@
 #include <vector>
 
 #include "common.h"
+#include "matmul_x8.h"
 
 namespace ffi = xla::ffi;
 
@@ -659,17 +660,22 @@ ffi::Error MatmulBF16(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   return ffi::Error::Success();
 }
 
+// X8: the int8-activation twin (matmul_x8.cc), which reads q in k4 order and needs K a
+// multiple of 32; the other arguments and their checks are the same.
+template <bool X8>
 ffi::Error MatmulI8Channel(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> q,
                            ffi::Buffer<ffi::F32> scale, ffi::ResultBuffer<ffi::F32> y) {
   Problem p = problem(x, y);
   auto d = q.dimensions();
-  if (auto e = check(p, d[0], d[1], false); e.failure()) return e;
-  run(pool, I8Channel{q.typed_data(), scale.typed_data()}, p);
+  if (auto e = check(p, d[0], d[1], X8); e.failure()) return e;
+  if constexpr (X8) tlaloc_cpu::matmul_i8ch_x8(pool, p, q.typed_data(), scale.typed_data());
+  else run(pool, I8Channel{q.typed_data(), scale.typed_data()}, p);
   return ffi::Error::Success();
 }
 
 // The group G = K / (scale's rows) is inferred with the scale's dtype: 32 rows per float16
 // scale (GGUF's Q8_0) or 16 per float32 scale (Q6_K's d * sc); anything else is refused.
+template <bool X8>
 ffi::Error MatmulQ8_0(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::S8> q,
                       ffi::AnyBuffer scale, ffi::ResultBuffer<ffi::F32> y) {
   Problem p = problem(x, y);
@@ -683,7 +689,9 @@ ffi::Error MatmulQ8_0(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   if (G * ds[0] != p.K || !((G == 32 && ts == ffi::DataType::F16) || (G == 16 && ts == ffi::DataType::F32)))
     return ffi::Error::InvalidArgument("tlaloc cpu matmul q8_0: the group (K / scale rows) must be 32 with float16 "
                                        "scales or 16 with float32 scales");
-  if (G == 32)
+  if constexpr (X8)
+    tlaloc_cpu::matmul_q8_0_x8(pool, p, q.typed_data(), scale.untyped_data(), G == 16, G);
+  else if (G == 32)
     run(pool, Q8_0{q.typed_data(), reinterpret_cast<const uint16_t*>(scale.untyped_data())}, p);
   else
     run(pool, Q8_16{q.typed_data(), static_cast<const float*>(scale.untyped_data())}, p);
@@ -692,6 +700,7 @@ ffi::Error MatmulQ8_0(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
 
 // The group G = K / (scale's rows) is inferred (32 or 64; anything else is refused), and the
 // sides' dtype read at run time (float16 or float32, scale and offset alike).
+template <bool X8>
 ffi::Error MatmulQ4_1(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::U8> q,
                       ffi::AnyBuffer scale, ffi::AnyBuffer offset, ffi::ResultBuffer<ffi::F32> y) {
   Problem p = problem(x, y);
@@ -706,6 +715,11 @@ ffi::Error MatmulQ4_1(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   const ffi::DataType ts = scale.element_type();
   if (ts != offset.element_type() || (ts != ffi::DataType::F16 && ts != ffi::DataType::F32))
     return ffi::Error::InvalidArgument("tlaloc cpu matmul q4_1: scale and offset must both be float16 or both float32");
+  if constexpr (X8) {
+    tlaloc_cpu::matmul_q4_1_x8(pool, p, q.typed_data(), scale.untyped_data(), offset.untyped_data(),
+                               ts == ffi::DataType::F32, G, ds[0]);
+    return ffi::Error::Success();
+  }
   const int64_t nb = p.K / QK;
   std::unique_ptr<float[]> xsum(new float[p.M * nb]);          // sum of x over each (row, block)
   for (int64_t m = 0; m < p.M; ++m)
@@ -746,27 +760,23 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_bf16_p64, MatmulBF16,
                                   .Arg<ffi::Buffer<ffi::BF16>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_i8ch_p64, MatmulI8Channel,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+// The arguments of the stored formats' targets, shared by the _p64 and _x8 twins.
+static auto bind_i8ch() {
+  return ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<ffi::F32>>().Arg<ffi::Buffer<ffi::S8>>()
+      .Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>();
+}
+static auto bind_q8_0() {
+  return ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<ffi::F32>>().Arg<ffi::Buffer<ffi::S8>>()
+      .Arg<ffi::AnyBuffer>().Ret<ffi::Buffer<ffi::F32>>();
+}
+static auto bind_q4_1() {
+  return ffi::Ffi::Bind().Ctx<ffi::ThreadPool>().Arg<ffi::Buffer<ffi::F32>>().Arg<ffi::Buffer<ffi::U8>>()
+      .Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Ret<ffi::Buffer<ffi::F32>>();
+}
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q8_0_p64, MatmulQ8_0,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q4_1_p64, MatmulQ4_1,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::U8>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_i8ch_p64, MatmulI8Channel<false>, bind_i8ch());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_i8ch_x8, MatmulI8Channel<true>, bind_i8ch());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q8_0_p64, MatmulQ8_0<false>, bind_q8_0());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q8_0_x8, MatmulQ8_0<true>, bind_q8_0());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q4_1_p64, MatmulQ4_1<false>, bind_q4_1());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(tlaloc_cpu_matmul_q4_1_x8, MatmulQ4_1<true>, bind_q4_1());

@@ -87,6 +87,18 @@ class Engine:
         built with the host's C++ compiler on first use; ``cpu_kernels.pays``); True: wherever
         they build; False, or no compiler, or ``TLALOC_CPU_KERNELS=0``: the portable programs.
         ``engine.executor.cpu_kernels`` says which runs. Other values raise ArgumentError.
+      activations: what the CPU kernels' products by Q4_1, Q8_0 and int8 weights take as x.
+        ``"float32"`` (default): x itself, every product exact (matmul.cc's header). ``"int8"``:
+        x quantised per row and block of 32 inputs to int8 with a float32 scale
+        d = max|x| / 127, |x - d q| <= d / 2, and multiplied by the weights' integers with integer
+        dot products, as llama.cpp multiplies its quantised weights by Q8 activations (ggml's
+        ``quantize_row_q8_1``); 2-5x faster products on an AVX2 CPU, and logits that differ from
+        float32's by the activations' rounding (greedy ids may diverge: see
+        ``benchmarks/quantization.py``). It also lets the kernels run the decode steps of up to
+        ``cpu_kernels.X8_DECODE_ROWS`` rows on a CPU without AVX-512. Where no kernel runs (another
+        platform, no compiler) or a quantised weight's input width is not a multiple of 32,
+        float32 runs (logged); ``engine.executor.activations`` says which. Other values raise
+        ArgumentError.
 
     Raises ArtifactError for a missing, tampered or unknown-schema artifact.
     """
@@ -94,7 +106,7 @@ class Engine:
     def __init__(self, artifact_dir, *, platform: str = "cpu", prefill_chunk: int | None = None,
                  max_waiting: int = 1024, verify: bool = True, precompile: bool = False,
                  fast_compile: bool = False, cache_dir: str | None = None, cpu_kernels: bool | str = "auto",
-                 async_scheduling: bool = True):
+                 async_scheduling: bool = True, activations: str = "float32"):
         if not rq.is_int(max_waiting) or max_waiting < 1:
             raise rq.arg_error("max_waiting", f"max_waiting must be a positive integer (queued requests beyond "
                                               f"which submit refuses), got {max_waiting!r}")
@@ -124,7 +136,7 @@ class Engine:
         self._special = {"bos_token": "", "eos_token": ""}
         self.tokenizer, self.chat_template = self._load_tokenizer()
         self.executor = Executor(self.path, m, platform=platform, verify=self.verify, fast_compile=self.fast_compile,
-                                 cache_dir=self.cache_dir, cpu_kernels=cpu_kernels)
+                                 cache_dir=self.cache_dir, cpu_kernels=cpu_kernels, activations=activations)
         self.scheduler = None
         if self.kind == "decoder":
             kv = m["kv"]

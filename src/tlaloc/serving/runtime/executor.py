@@ -23,7 +23,9 @@ log = logging.getLogger("tlaloc.serving")
 
 _ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
               "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
-_COMPILED: dict = {}                 # (cache_key, platform, fast_compile) -> Program: one compile per process
+_COMPILED: dict = {}                 # (cache_key, platform, fast_compile, x8) -> Program: one compile per process
+#: what the CPU kernels' products by stored quantised weights may take as x (Engine's ``activations``)
+ACTIVATIONS = ("float32", "int8")
 _COMPILE_LOCK = threading.Lock()
 
 
@@ -47,27 +49,34 @@ class Executor:
     """
 
     def __init__(self, path: str, manifest: dict, *, platform: str, verify: bool, fast_compile: bool,
-                 cache_dir: str | None, cpu_kernels: bool | str = "auto"):
+                 cache_dir: str | None, cpu_kernels: bool | str = "auto", activations: str = "float32"):
         from . import device
         self._device = device
         self.path, self.manifest, self.platform = path, manifest, platform
         if cpu_kernels not in (True, False, "auto"):
             raise ArgumentError(f"cpu_kernels must be True, False or 'auto' (where they beat XLA's dots on "
                                 f"this CPU), got {cpu_kernels!r}")
+        if activations not in ACTIVATIONS:
+            raise ArgumentError(f"activations must be one of {list(ACTIVATIONS)} (int8: the CPU kernels quantise x "
+                                f"per block of 32, as llama.cpp does), got {activations!r}")
         self.cpu_kernels = bool(cpu_kernels) and platform == "cpu" and any(
             p.get("cpu_kernels") for p in manifest["programs"])
+        #: what the CPU kernels' products by Q4_1, Q8_0 and int8 weights take as x: "float32" (exact) or
+        #: "int8" (quantised per block of 32: cpu_kernels.X8_TARGETS); "float32" wherever no kernel runs
+        self.activations = self._activations(activations, manifest)
         #: "auto" where the kernels do not pay for every program: the variants of the programs they pay for
         self._chosen = None
         if self.cpu_kernels and cpu_kernels == "auto":
             from ..._runtime import cpu_kernels as kernels
             if not kernels.pays():
                 self._chosen = {p["name"] for p in manifest["programs"] if p.get("cpu_kernels")
-                                and kernels.pays_for(p["mode"], p["batch"], p["cpu_kernels"]["targets"])}
+                                and kernels.pays_for(p["mode"], p["batch"], p["cpu_kernels"]["targets"], self.activations)}
                 self.cpu_kernels = bool(self._chosen)
+                rows = kernels.X8_DECODE_ROWS if self.activations == "int8" else kernels.PORTABLE_DECODE_ROWS
                 log.info("engine: this CPU has no AVX-512: the CPU kernels' portable loops run %s, the portable "
                          "programs the rest (cpu_kernels=True forces the kernels everywhere)",
-                         f"the decode steps of at most {kernels.PORTABLE_DECODE_ROWS} rows of stored weights "
-                         f"({len(self._chosen)} programs)" if self._chosen else "no program")
+                         f"the decode steps of at most {rows} rows of stored weights ({len(self._chosen)} programs)"
+                         if self._chosen else "no program")
         if self.cpu_kernels:
             from ..._runtime import cpu_kernels as kernels
             self.cpu_kernels = kernels.load()           # False (logged, with the reason) -> the portable texts
@@ -80,6 +89,7 @@ class Executor:
                             "running the portable programs (re-export the artifact to use the CPU kernels)",
                             ", ".join(unknown))
                 self.cpu_kernels = False
+        self.activations = self._activations(self.activations, manifest)      # the kernels may not have loaded
         log.info("engine: %s programs on %s", "the CPU-kernel" if self.cpu_kernels else "the portable", platform)
         self.verify, self.fast_compile, self.cache_dir = verify, fast_compile, cache_dir
         #: (mode, batch, context, tokens per row) -> manifest program entry
@@ -94,6 +104,24 @@ class Executor:
         self.pools: dict = {}
 
     # -- loading ---------------------------------------------------------------------------------
+    def _activations(self, wanted: str, manifest: dict) -> str:
+        """``wanted`` where it can run here, else "float32" (logged, with the reason)."""
+        if wanted == "float32":
+            return wanted
+        if not self.cpu_kernels:
+            log.warning("engine: activations=%r needs the CPU kernels, which do not run here; float32 activations "
+                        "run (exact)", wanted)
+            return "float32"
+        slots = {s["name"]: s for s in manifest["weights"]["slots"]}
+        names = {n for p in manifest["programs"] if p.get("cpu_kernels") for n in p["cpu_kernels"].get("panel64", ())}
+        odd = sorted(n for n in names if slots[n]["dtype"] in ("int8", "uint8")
+                     and slots[n]["shape"][0] * (2 if slots[n]["dtype"] == "uint8" else 1) % 32)
+        if odd:
+            log.warning("engine: activations=%r needs each quantised weight's input width to be a multiple of 32 "
+                        "(%s is not); float32 activations run (exact)", wanted, odd[0])
+            return "float32"
+        return wanted
+
     def _packed(self, program: dict) -> set:
         """The weights the text this executor runs for ``program`` reads in panel order."""
         return set(self._variant(program).get("panel64", ()))
@@ -133,8 +161,9 @@ class Executor:
             if name in plain or name not in packed:
                 host[name] = arr
             if name in packed:
-                from ..._runtime.cpu_kernels import pack_panels
-                host[name, "panel64"] = pack_panels(arr)
+                from ..._runtime.cpu_kernels import pack_k4, pack_panels
+                x8 = self.activations == "int8" and arr.dtype in (np.int8, np.uint8)   # read by an X8_TARGETS kernel
+                host[name, "panel64"] = pack_k4(arr) if x8 else pack_panels(arr)
         return self._device.put_weights(host, self.platform)      # once; every call reuses them
 
     def new_pools(self) -> None:
@@ -161,7 +190,7 @@ class Executor:
         """``(manifest program entry, compiled Program)`` of bucket (mode, B, C, T), compiled on first use
         (T None: the most tokens per row of (mode, B, C), the only program of most modes)."""
         program = self.programs[(mode, B, C, self._widest[mode, B, C] if T is None else T)]
-        key = (self._variant(program)["cache_key"], self.platform, self.fast_compile)
+        key = (self._variant(program)["cache_key"], self.platform, self.fast_compile, self._x8(program))
         exe = _COMPILED.get(key)
         if exe is None:
             with _COMPILE_LOCK:
@@ -179,12 +208,21 @@ class Executor:
             return program["cpu_kernels"]
         return program
 
+    def _x8(self, program: dict) -> bool:
+        """Whether the text run for ``program`` calls the int8-activation kernels (cpu_kernels.X8_TARGETS)."""
+        return self.activations == "int8" and self._variant(program) is not program
+
     def _compile(self, program: dict):
         variant = self._variant(program)
         rel = variant["file"]
         with open(mf.resolve(self.path, rel), "rb") as f:
             text = f.read()
         mf.check_bytes(self.manifest, rel, text)                                 # the text compiled is the one hashed
+        text = text.decode("utf-8")
+        if self._x8(program):
+            from ..._runtime.cpu_kernels import X8_TARGETS
+            for p64, x8 in X8_TARGETS.items():
+                text = text.replace(f"@{p64}(", f"@{x8}(")
         avals = []
         slots = {s["name"]: s for s in program["request_slots"]}
         slots.update({s["name"]: s for s in (self.manifest["kv"] or {}).get("slots", [])})
@@ -198,9 +236,9 @@ class Executor:
             opts = "O0" if self.fast_compile else "O2"
             if self.platform == "cpu" and not self._device.memory_scheduler_active():
                 opts += "-concurrent"                   # the scheduler changes the executable
-            tag = f"{variant['cache_key']}-{self.platform}-{opts}-jaxlib{jaxlib.__version__}"
+            tag = f"{variant['cache_key']}{'-a8' if self._x8(program) else ''}-{self.platform}-{opts}-jaxlib{jaxlib.__version__}"
             cache_path = os.path.join(self.cache_dir, tag + ".xla")
-        exe = self._device.Program(text.decode("utf-8"), self.platform, list(program["inputs"]), avals,
+        exe = self._device.Program(text, self.platform, list(program["inputs"]), avals,
                                    fast_compile=self.fast_compile, cache_path=cache_path)
         log.info("engine: %s %s in %.2f s (first use of bucket %s batch %d context %d)",
                  "loaded compiled" if exe.from_cache else "compiled", program["name"], time.perf_counter() - t0,
