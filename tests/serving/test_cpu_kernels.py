@@ -160,6 +160,12 @@ def test_auto_runs_the_kernels_where_they_pay_on_this_cpu(tiny, artifact, monkey
             assert _greedy(auto) == _greedy(Engine(path, fast_compile=True, cpu_kernels=False))
             f32 = Engine(artifact("llama"), fast_compile=True)      # float32 weights: XLA's dots tie
             assert kernel_programs(f32) == set() and not f32.executor.cpu_kernels
+            # int8 activations: the decode steps of at most X8_DECODE_ROWS rows (their own limit)
+            monkeypatch.setattr(cpu_kernels, "X8_DECODE_ROWS", 1)
+            a8 = Engine(path, fast_compile=True, activations="int8")
+            assert kernel_programs(a8) == {("decode", 1)} and a8.executor.activations == "int8"
+            monkeypatch.setattr(cpu_kernels, "X8_DECODE_ROWS", 16)
+            assert kernel_programs(Engine(path, fast_compile=True, activations="int8")) == {("decode", 1), ("decode", 4)}
         assert auto.executor.cpu_kernels
     with pytest.raises(ArgumentError, match="cpu_kernels must be True, False or 'auto'"):
         Engine(path, fast_compile=True, cpu_kernels="yes")
