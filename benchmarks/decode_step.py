@@ -17,6 +17,8 @@ Each variant is an artifact exported from the same GGUF (default: the Q4_1 SmolL
   <fmt>-kvconvert        a bf16 KV pool scattered as bf16 (XLA CPU converts the pool to float32 and
                          back: the earlier programs; ``BF16_WRITE = "scatter"``, ``BF16_AS_BITS = False``)
   <fmt>-portable         the portable programs (``Engine(cpu_kernels=False)``), not the CPU kernels
+  <fmt>-a8               int8 activations (``Engine(activations="int8")``: x quantised per block of 32
+                         before the CPU kernels' products by Q4_1, Q8_0 and int8 weights, as llama.cpp's)
   <fmt>-sync             every call waited for in its step (``Engine(async_scheduling=False)``): the
                          engine before async scheduling
   <fmt>-kernels          every product through the CPU kernels, float32 ones included
@@ -78,6 +80,8 @@ def _options(variant: str) -> dict:
         opts["engine"] = {"cpu_kernels": False}
     elif rest == "sync":
         opts["engine"] = {"async_scheduling": False}
+    elif rest == "a8":
+        opts["engine"] = {"activations": "int8"}
     elif rest == "smallpages":
         opts["small_pages"] = True
     elif rest == "perlayer":
@@ -87,7 +91,7 @@ def _options(variant: str) -> dict:
         opts["cpu_kernels"] = KERNEL_FORMATS + ("f32", "f32_t")
     elif rest:
         raise SystemExit(f"decode_step: unknown variant {variant!r}; use "
-                         f"<format>[-unfused|-whole|-convert|-kvbits|-kvconvert|-portable|-sync|-kernels|-perlayer|-smallpages]")
+                         f"<format>[-unfused|-whole|-convert|-kvbits|-kvconvert|-portable|-sync|-a8|-kernels|-perlayer|-smallpages]")
     return opts
 
 
