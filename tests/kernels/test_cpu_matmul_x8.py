@@ -153,3 +153,36 @@ def test_pack_k4_puts_each_columns_four_rows_together():
     # panel 1 (columns 64..127), rows 4..7, column 64 + 3: bytes at ((1 * 2 + 1) * 64 + 3) * 4
     start = ((1 * 2 + 1) * 64 + 3) * 4
     assert list(packed[start:start + 4]) == [a[r, 67] for r in range(4, 8)]
+
+
+def test_the_avx2_code_and_the_plain_loops_give_the_same_bits(tmp_path):
+    """matmul_x8.cc built with AVX2 (intrinsics) and without (plain loops, other CPUs) computes the same
+    integer sums and the same float32 operations in the same order: every output equal bit for bit
+    (tests/kernels/x8_isa_check.cc). The first line of each run names the code compiled, so the test
+    cannot pass by building the same code twice."""
+    import os
+    import shlex
+    import shutil
+    import subprocess
+    words = shlex.split(os.environ.get("CXX") or "g++")
+    if "avx2" not in cpu_kernels._cpu_signature().split():
+        pytest.skip("this CPU has no AVX2: only the plain loops build here")
+    here = os.path.dirname(os.path.abspath(__file__))
+    builds = {}
+    for name, flags in (("avx2", ["-march=native"]), ("plain", ["-march=native", "-mno-avx2", "-mno-fma"])):
+        exe = str(tmp_path / name)
+        builds[name] = subprocess.Popen([*words, "-O2", "-std=c++17", "-w", *flags, f"-I{cpu_kernels._DIR}",
+                                         f"-I{cpu_kernels._include_dir()}", os.path.join(here, "x8_isa_check.cc"),
+                                         "-o", exe], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    outputs = {}
+    for name, proc in builds.items():
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+        done = subprocess.run([str(tmp_path / name)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        first, *rows = done.stdout.splitlines()
+        assert first == name
+        outputs[name] = rows
+    assert len(outputs["avx2"]) == 5 and all(len(r.split()) == 1 + 5 * 128 for r in outputs["avx2"])
+    assert len({r.split(maxsplit=1)[1] for r in outputs["avx2"]}) == 5         # five different products
+    assert outputs["avx2"] == outputs["plain"]

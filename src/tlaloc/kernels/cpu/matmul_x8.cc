@@ -25,7 +25,8 @@
 //   q8_0:  acc = fma(scale * d, float(isum), acc)          (per group of 16 with G = 16)
 //   i8ch:  acc = fma(d, float(isum), acc); y = acc * scale[n] at the end
 // in float32; the AVX2 code and the plain loops compute exactly these operations, so both give
-// the same bits, and a row's result does not depend on the batch it is in or on the threads.
+// the same bits (tests/kernels/test_cpu_matmul_x8.py builds both and compares them), and a
+// row's result does not depend on the batch it is in or on the threads.
 //
 // Layout. The integer arrays (q) come in "k4" panel order (tlaloc._runtime.cpu_kernels.pack_k4):
 // panels of 64 columns, and in each panel, per 4 consecutive rows, each column's 4 bytes
@@ -286,8 +287,10 @@ void run_panels(const Fmt& f, const Problem& p, const XQ& x, int64_t t0, int64_t
   }
 }
 
-template <class Fmt>
-void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
+// Pool: XLA's ffi::ThreadPool, or anything with its num_threads() and Schedule(task)
+// (tests/kernels/x8_isa_check.cc runs these loops on a pool of its own).
+template <class Pool, class Fmt>
+void run(Pool& pool, const Fmt& f, const Problem& p) {
   const XQ x = quantize(p);
   tlaloc_cpu::run_and_steal(pool, p.N / TILE, 1, 1, pool.num_threads(), [&f, &p, &x](int64_t t0, int64_t t1) {
     thread_local std::vector<float> acc;
