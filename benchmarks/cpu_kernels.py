@@ -1,7 +1,7 @@
 """Speed and accuracy of the CPU matmul kernels (src/tlaloc/kernels/cpu/matmul.cc) against XLA's dot.
 
-    g++ -O3 -march=native -std=c++17 -shared -fPIC -w \
-        -I.venv/lib/python3.11/site-packages/jaxlib/include src/tlaloc/kernels/cpu/matmul.cc -o /tmp/tlk.so
+    g++ -O3 -march=native -std=c++17 -shared -fPIC -w -I.venv/lib/python3.11/site-packages/jaxlib/include \
+        src/tlaloc/kernels/cpu/matmul.cc src/tlaloc/kernels/cpu/matmul_x8.cc -o /tmp/tlk.so
     PYTHONPATH=src python benchmarks/cpu_kernels.py /tmp/tlk.so [M] [--repeats 15] [--layers 12] [--n 3072] [--k 576]
 
 Each workload is a *dependency chain* of ``--layers`` calls y_i = x_i @ W_i with x_{i+1}
@@ -12,7 +12,10 @@ median), weight bytes read per second, multiply-adds per second, the ratio to XL
 float32 dot in the same run, and the relative error of the summed outputs against float64
 with the same dequantized weights; for M > 1 it checks that row 0 computed alone equals row 0
 of the batch bit for bit. A negative control runs the q4_1 kernel on weights with
-one perturbed nibble and checks that the error check flags it. Exits 1 if a check fails.
+one perturbed nibble and checks that the error check flags it. The int8-activation targets
+(``*_x8``, matmul_x8.cc, where the library has them) are timed the same way; their error
+against float64 includes the activations' rounding (``X8_TOLERANCE``; their exact definition
+is held by tests/kernels/test_cpu_matmul_x8.py). Exits 1 if a check fails.
 """
 from __future__ import annotations
 
@@ -30,17 +33,26 @@ import jax.numpy as jnp
 
 jax.config.update("jax_platforms", "cpu")
 
-from tlaloc._runtime.cpu_kernels import pack_panels, q4_1_bf16_dots  # noqa: E402  (the kernels read weights in panel order)
+from tlaloc._runtime.cpu_kernels import pack_k4, pack_panels, q4_1_bf16_dots  # noqa: E402  (the kernels' layouts)
 
 FORMATS = ["f32", "bf16", "i8ch", "q8_0", "q4_1"]
+#: the int8-activation twins (matmul_x8.cc, ``activations="int8"``): integer arrays in k4 order
+X8_FORMATS = ["i8ch_x8", "q8_0_x8", "q4_1_x8"]
 TOLERANCE = 1e-5            # relative error vs float64 above which a kernel is wrong
+#: the same for int8 activations, whose rounding (|x - dq| <= max|x| / 254 per block of 32) the
+#: float64 reference does not share: about 1e-2 of the largest output on these random matrices
+X8_TOLERANCE = 3e-2
+
+
+def target(fmt: str) -> str:
+    return f"tlaloc_cpu_matmul_{fmt}" if fmt.endswith("_x8") else f"tlaloc_cpu_matmul_{fmt}_p64"
 
 
 def register(so_path: str) -> None:
     lib = ctypes.CDLL(os.path.abspath(so_path))
-    for name in FORMATS:
-        capsule = jax.ffi.pycapsule(getattr(lib, f"tlaloc_cpu_matmul_{name}_p64"))
-        jax.ffi.register_ffi_target(f"tlaloc_cpu_matmul_{name}_p64", capsule, platform="cpu")
+    for fmt in FORMATS + X8_FORMATS:
+        if hasattr(lib, target(fmt)):          # a library built from matmul.cc alone has no _x8 targets
+            jax.ffi.register_ffi_target(target(fmt), jax.ffi.pycapsule(getattr(lib, target(fmt))), platform="cpu")
 
 
 def make_weights(rng, fmt: str, K: int, N: int):
@@ -88,7 +100,7 @@ def chain(dot, x, weights, K):
 
 
 def kernel_dot(fmt, M, N):
-    call = jax.ffi.ffi_call(f"tlaloc_cpu_matmul_{fmt}_p64", jax.ShapeDtypeStruct((M, N), jnp.float32))
+    call = jax.ffi.ffi_call(target(fmt), jax.ShapeDtypeStruct((M, N), jnp.float32))
     return lambda x, w: call(x, *w)
 
 
@@ -144,18 +156,21 @@ def main() -> int:
     print(f"{'xla f32':8s} {t_xla * 1e3:8.3f} {med * 1e3:8.3f} {4 * K * N * L / t_xla / 1e9:7.2f} "
           f"{macs / t_xla / 1e9:7.2f} {1.0:6.2f} {err:8.1e}")
     failed = False
-    for fmt in FORMATS:
-        if K % 32 and fmt in ("q8_0", "q4_1"):
-            continue                        # blocked formats need K a multiple of 32
-        made = [make_weights(rng, fmt, K, N) for _ in range(L)]
-        stored = [tuple(pack_panels(a) for a in m[0]) for m in made]
+    lib = ctypes.CDLL(os.path.abspath(args.so))
+    for fmt in FORMATS + [f for f in X8_FORMATS if hasattr(lib, target(f))]:
+        x8 = fmt.endswith("_x8")
+        if K % 32 and (x8 or fmt in ("q8_0", "q4_1")):
+            continue                        # blocked formats and int8 activations need K a multiple of 32
+        made = [make_weights(rng, fmt.removesuffix("_x8"), K, N) for _ in range(L)]
+        stored = [tuple(pack_k4(a) if x8 and a.dtype in (np.int8, np.uint8) else pack_panels(a) for a in m[0])
+                  for m in made]
         dense = [m[1] for m in made]
         nbytes = sum(a.nbytes for a in stored[0]) * L
         fn = jax.jit(lambda x, ws, fmt=fmt: chain(kernel_dot(fmt, M, N), x, ws, K))
         best, med = best_of(fn, (x, stored), args.repeats)
         offsets = [m[0][2] for m in made] if fmt == "q4_1" and q4_1_bf16_dots() else None
         err = rel_err(fn(x, stored), x, dense, offsets)
-        flag = "" if err < TOLERANCE else "  FAIL"
+        flag = "" if err < (X8_TOLERANCE if x8 else TOLERANCE) else "  FAIL"
         failed |= bool(flag)
         print(f"{fmt:8s} {best * 1e3:8.3f} {med * 1e3:8.3f} {nbytes / best / 1e9:7.2f} {macs / best / 1e9:7.2f} "
               f"{best / t_xla:6.2f} {err:8.1e}{flag}")
