@@ -186,3 +186,23 @@ def test_the_avx2_code_and_the_plain_loops_give_the_same_bits(tmp_path):
     assert len(outputs["avx2"]) == 5 and all(len(r.split()) == 1 + 5 * 128 for r in outputs["avx2"])
     assert len({r.split(maxsplit=1)[1] for r in outputs["avx2"]}) == 5         # five different products
     assert outputs["avx2"] == outputs["plain"]
+
+
+@pytest.mark.parametrize("name", ["tlaloc_cpu_matmul_i8ch_x8", "tlaloc_cpu_matmul_i8ch_p64", "tlaloc_cpu_matmul_q4_1_x8"])
+def test_a_result_of_other_rows_than_x_or_a_wrong_scale_is_refused_not_run(name):
+    """Regression: y's leading dimensions were never compared with x's rows (8 rows into a (1, N)
+    result wrote past it: SIGSEGV), and i8ch's per-column scale was read whatever its shape."""
+    rng = np.random.default_rng(1)
+    fmt = "q4_1" if "_q4_1_" in name else "i8ch"
+    parts = make(rng, "q4_1" if fmt == "q4_1" else "i8ch", 64, 128)
+    stored = [cpu_kernels.pack_k4(a) if a.dtype in (np.int8, np.uint8) else cpu_kernels.pack_panels(a) for a in parts]
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    for rows in (1, 9):
+        call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct((rows, 128), jnp.float32))
+        with pytest.raises(Exception, match="leading dimensions must hold x's rows"):
+            np.asarray(jax.jit(call)(x, *stored))
+    if fmt == "i8ch":
+        call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct((8, 128), jnp.float32))
+        for scale in (np.ones(1, np.float32), np.ones((2, 128), np.float32)):
+            with pytest.raises(Exception, match="scale must be"):
+                np.asarray(jax.jit(call)(x, stored[0], scale))

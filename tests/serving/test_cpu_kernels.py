@@ -253,6 +253,8 @@ def test_int8_activations_run_the_x8_kernels_on_k4_weights(tiny, artifact):
     exact = Engine(path, fast_compile=True, cpu_kernels=True)
     a8 = Engine(path, fast_compile=True, cpu_kernels=True, activations="int8")
     assert (exact.executor.activations, a8.executor.activations) == ("float32", "int8")
+    with pytest.raises(AttributeError):         # regression: fixed at load, as the weights are packed for it
+        a8.executor.activations = "float32"
     program = a8.executor.programs[("decode", 1, 16, 1)]
     assert a8.executor._x8(program) and not exact.executor._x8(program)
     assert set(program["cpu_kernels"]["targets"]) & set(X8_TARGETS)
@@ -273,8 +275,10 @@ def test_activations_other_than_float32_and_int8_are_refused_and_int8_needs_the_
     from tlaloc.serving import Engine
     from tlaloc.serving.errors import ArgumentError
     path = artifact("qwen3_tied", weights="q4_1")
-    with pytest.raises(ArgumentError, match="activations must be one of"):
-        Engine(path, fast_compile=True, activations="int4")
+    import numpy as np
+    for bad in ("int4", np.array(["int8"]), np.array(["int8", "int8"]), None):   # arrays: regression (got through)
+        with pytest.raises(ArgumentError, match="activations must be one of"):
+            Engine(path, fast_compile=True, activations=bad)
     assert Engine(path, fast_compile=True, cpu_kernels=False, activations="int8").executor.activations == "float32"
     _kernels_or_skip()
     # float32 weights: no product takes int8 activations, and the engine says so

@@ -39,6 +39,7 @@ struct Problem {
   const float* x;    // (M, K)
   int64_t M, K, N;
   float* y;          // (M, N)
+  int64_t y_rows = 0;  // the product of y's leading dimensions, which the targets check equals M
 };
 
 inline Problem problem(xla::ffi::Buffer<xla::ffi::F32>& x, xla::ffi::ResultBuffer<xla::ffi::F32>& y) {
@@ -48,7 +49,9 @@ inline Problem problem(xla::ffi::Buffer<xla::ffi::F32>& x, xla::ffi::ResultBuffe
   const int64_t K = dims.size() ? dims[dims.size() - 1] : 1;
   auto ydims = y->dimensions();
   const int64_t N = ydims.size() ? ydims[ydims.size() - 1] : 1;
-  return Problem{x.typed_data(), M, K, N, y->typed_data()};
+  int64_t y_rows = 1;
+  for (size_t i = 0; i + 1 < ydims.size(); ++i) y_rows *= ydims[i];
+  return Problem{x.typed_data(), M, K, N, y->typed_data(), y_rows};
 }
 
 // Runs unit(u) for every u in [0, units): the calling thread and up to threads - 1 tasks

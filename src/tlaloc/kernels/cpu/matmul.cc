@@ -635,6 +635,8 @@ void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
 ffi::Error check(const Problem& p, int64_t k_stored, int64_t n_stored, bool blocked) {
   if (p.N % TILE != 0)
     return ffi::Error::InvalidArgument("tlaloc cpu matmul: the output width must be a multiple of 64");
+  if (p.y_rows != p.M)
+    return ffi::Error::InvalidArgument("tlaloc cpu matmul: y's leading dimensions must hold x's rows (M)");
   if (k_stored != p.K || n_stored != p.N)
     return ffi::Error::InvalidArgument("tlaloc cpu matmul: x's last dimension or y's does not match the weights");
   if (blocked && p.K % QK != 0)
@@ -668,6 +670,8 @@ ffi::Error MatmulI8Channel(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::B
   Problem p = problem(x, y);
   auto d = q.dimensions();
   if (auto e = check(p, d[0], d[1], X8); e.failure()) return e;
+  if (scale.dimensions().size() != 1 || scale.dimensions()[0] != p.N)
+    return ffi::Error::InvalidArgument("tlaloc cpu matmul i8ch: scale must be (N,) float32, one per output column");
   if constexpr (X8) tlaloc_cpu::matmul_i8ch_x8(pool, p, q.typed_data(), scale.typed_data());
   else run(pool, I8Channel{q.typed_data(), scale.typed_data()}, p);
   return ffi::Error::Success();

@@ -189,6 +189,8 @@ void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
 
 ffi::Error check(const Problem& p, int64_t n_stored, int64_t k_stored) {
   if (p.K % QK != 0) return ffi::Error::InvalidArgument("tlaloc cpu matmul (rows): K must be a multiple of 32");
+  if (p.y_rows != p.M)
+    return ffi::Error::InvalidArgument("tlaloc cpu matmul (rows): y's leading dimensions must hold x's rows (M)");
   if (k_stored != p.K || n_stored != p.N)
     return ffi::Error::InvalidArgument("tlaloc cpu matmul (rows): x's last dimension or y's does not match the weights");
   return ffi::Error::Success();
@@ -217,6 +219,10 @@ ffi::Error RowsScaled(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer
   Problem p = problem(x, y);
   auto d = q.dimensions();
   if (auto e = check(p, d[0], d[1]); e.failure()) return e;
+  const int64_t per_row = Scale == ffi::F32 ? 1 : p.K / QK;     // i8ch_t: (N,); q8_0_t: (N, K/32)
+  if (static_cast<int64_t>(scale.element_count()) != p.N * per_row || scale.dimensions()[0] != p.N)
+    return ffi::Error::InvalidArgument("tlaloc cpu matmul (rows): scale must be (N,) float32 (i8ch_t) or (N, K/32) "
+                                       "float16 (q8_0_t)");
   using S = std::conditional_t<Scale == ffi::F32, float, uint16_t>;
   run(pool, Fmt{q.typed_data(), reinterpret_cast<const S*>(scale.untyped_data()), p.K}, p);
   return ffi::Error::Success();

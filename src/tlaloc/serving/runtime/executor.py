@@ -56,23 +56,21 @@ class Executor:
         if cpu_kernels not in (True, False, "auto"):
             raise ArgumentError(f"cpu_kernels must be True, False or 'auto' (where they beat XLA's dots on "
                                 f"this CPU), got {cpu_kernels!r}")
-        if activations not in ACTIVATIONS:
+        if not isinstance(activations, str) or activations not in ACTIVATIONS:
             raise ArgumentError(f"activations must be one of {list(ACTIVATIONS)} (int8: the CPU kernels quantise x "
                                 f"per block of 32, as llama.cpp does), got {activations!r}")
         self.cpu_kernels = bool(cpu_kernels) and platform == "cpu" and any(
             p.get("cpu_kernels") for p in manifest["programs"])
-        #: what the CPU kernels' products by Q4_1, Q8_0 and int8 weights take as x: "float32" (exact) or
-        #: "int8" (quantised per block of 32: cpu_kernels.X8_TARGETS); "float32" wherever no kernel runs
-        self.activations = self._activations(activations, manifest)
+        self._activations_run = self._activations(str(activations), manifest)
         #: "auto" where the kernels do not pay for every program: the variants of the programs they pay for
         self._chosen = None
         if self.cpu_kernels and cpu_kernels == "auto":
             from ..._runtime import cpu_kernels as kernels
             if not kernels.pays():
                 self._chosen = {p["name"] for p in manifest["programs"] if p.get("cpu_kernels")
-                                and kernels.pays_for(p["mode"], p["batch"], p["cpu_kernels"]["targets"], self.activations)}
+                                and kernels.pays_for(p["mode"], p["batch"], p["cpu_kernels"]["targets"], self._activations_run)}
                 self.cpu_kernels = bool(self._chosen)
-                rows = kernels.X8_DECODE_ROWS if self.activations == "int8" else kernels.PORTABLE_DECODE_ROWS
+                rows = kernels.X8_DECODE_ROWS if self._activations_run == "int8" else kernels.PORTABLE_DECODE_ROWS
                 log.info("engine: this CPU has no AVX-512: the CPU kernels' portable loops run %s, the portable "
                          "programs the rest (cpu_kernels=True forces the kernels everywhere)",
                          f"the decode steps of at most {rows} rows of stored weights ({len(self._chosen)} programs)"
@@ -89,7 +87,7 @@ class Executor:
                             "running the portable programs (re-export the artifact to use the CPU kernels)",
                             ", ".join(unknown))
                 self.cpu_kernels = False
-        self.activations = self._activations(self.activations, manifest)      # the kernels may not have loaded
+        self._activations_run = self._activations(self._activations_run, manifest)   # the kernels may not have loaded
         log.info("engine: %s programs on %s", "the CPU-kernel" if self.cpu_kernels else "the portable", platform)
         self.verify, self.fast_compile, self.cache_dir = verify, fast_compile, cache_dir
         #: (mode, batch, context, tokens per row) -> manifest program entry
@@ -103,14 +101,22 @@ class Executor:
         self.weights = self._upload_weights()
         self.pools: dict = {}
 
+    @property
+    def activations(self) -> str:
+        """What the CPU kernels' products by Q4_1, Q8_0 and int8 weights take as x here: "float32"
+        (exact) or "int8" (quantised per block of 32: ``cpu_kernels.X8_TARGETS``); "float32" wherever
+        no such product runs through the kernels. Fixed at load (the weights are packed for it)."""
+        return self._activations_run
+
     # -- loading ---------------------------------------------------------------------------------
     def _activations(self, wanted: str, manifest: dict) -> str:
         """``wanted`` where it can run here, else "float32" (logged, with the reason)."""
         if wanted == "float32":
             return wanted
         if not self.cpu_kernels:
-            log.warning("engine: activations=%r needs the CPU kernels, which do not run here; float32 activations "
-                        "run (exact)", wanted)
+            log.warning("engine: activations=%r: no program of this engine runs the CPU kernels (cpu_kernels=False, "
+                        "another platform, kernels that do not build, no kernel texts in the artifact, or none "
+                        "chosen for this CPU); float32 activations run (exact)", wanted)
             return "float32"
         from ..._runtime.cpu_kernels import X8_TARGETS
         if not any(set(X8_TARGETS) & set(p["cpu_kernels"]["targets"]) for p in manifest["programs"] if p.get("cpu_kernels")):
@@ -167,7 +173,7 @@ class Executor:
                 host[name] = arr
             if name in packed:
                 from ..._runtime.cpu_kernels import pack_k4, pack_panels
-                x8 = self.activations == "int8" and arr.dtype in (np.int8, np.uint8)   # read by an X8_TARGETS kernel
+                x8 = self._activations_run == "int8" and arr.dtype in (np.int8, np.uint8)   # read by an X8_TARGETS kernel
                 host[name, "panel64"] = pack_k4(arr) if x8 else pack_panels(arr)
         return self._device.put_weights(host, self.platform)      # once; every call reuses them
 
@@ -215,7 +221,7 @@ class Executor:
 
     def _x8(self, program: dict) -> bool:
         """Whether the text run for ``program`` calls the int8-activation kernels (cpu_kernels.X8_TARGETS)."""
-        return self.activations == "int8" and self._variant(program) is not program
+        return self._activations_run == "int8" and self._variant(program) is not program
 
     def _compile(self, program: dict):
         variant = self._variant(program)
