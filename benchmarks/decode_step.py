@@ -22,7 +22,7 @@ Each variant is an artifact exported from the same GGUF (default: the Q4_1 SmolL
   <fmt>-sync             every call waited for in its step (``Engine(async_scheduling=False)``): the
                          engine before async scheduling
   <fmt>-kernels          every product through the CPU kernels, float32 ones included
-                         (``export(cpu_kernels=...)`` with ``f32`` and ``f32_t``)
+                         (``export(cpu_kernels=...)`` with ``f32`` and ``f32_t``, ``Engine(cpu_kernels=True)``)
   <fmt>-perlayer         one key and one value KV pool per layer (60 donated pools for SmolLM2), the
                          layout of the artifacts before the stacked pools (``programs.STACKED_KV = False``)
   <fmt>-smallpages       the weights in the allocator's 4 KiB pages (``TLALOC_HUGE_PAGES=0`` while the
@@ -89,6 +89,7 @@ def _options(variant: str) -> dict:
     elif rest == "kernels":
         from tlaloc.serving.export.artifact import KERNEL_FORMATS
         opts["cpu_kernels"] = KERNEL_FORMATS + ("f32", "f32_t")
+        opts["engine"] = {"cpu_kernels": True}      # every kernel text, also where "auto" would not choose them
     elif rest:
         raise SystemExit(f"decode_step: unknown variant {variant!r}; use "
                          f"<format>[-unfused|-whole|-convert|-kvbits|-kvconvert|-portable|-sync|-a8|-kernels|-perlayer|-smallpages]")
