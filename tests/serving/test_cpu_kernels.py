@@ -131,9 +131,9 @@ def test_kernel_programs_of_another_tlaloc_run_portable(tiny, artifact, tmp_path
 
 def test_auto_runs_the_kernels_where_they_pay_on_this_cpu(tiny, artifact, monkeypatch):
     """The default, cpu_kernels="auto": with AVX-512 (cpu_kernels.pays) every kernel text; without
-    it (the kernels' portable loops), the decode steps of at most PORTABLE_DECODE_ROWS rows whose
-    weights are stored in a format XLA converts (q8_0 here), the portable texts for prefill and
-    for float32 weights; the mixed engine gives the portable engine's greedy ids. A value not
+    it (the kernels' portable loops), the decode steps of at most PORTABLE_DECODE_ROWS rows (q8_0
+    and float32 weights here), the portable texts for prefill; the mixed engine gives the portable
+    engine's greedy ids. A value not
     True/False/"auto" is refused by name."""
     from tlaloc._runtime import cpu_kernels
     from tlaloc.serving import Engine
@@ -158,8 +158,11 @@ def test_auto_runs_the_kernels_where_they_pay_on_this_cpu(tiny, artifact, monkey
         else:
             assert chosen == {(m, b) for m, b in everything if m == "decode" and b <= cpu_kernels.PORTABLE_DECODE_ROWS}
             assert _greedy(auto) == _greedy(Engine(path, fast_compile=True, cpu_kernels=False))
-            f32 = Engine(artifact("llama"), fast_compile=True)      # float32 weights: XLA's dots tie
-            assert kernel_programs(f32) == set() and not f32.executor.cpu_kernels
+            f32 = Engine(artifact("llama"), fast_compile=True)      # float32 weights: the loops pay too
+            assert kernel_programs(f32) == {("decode", 1), ("decode", 4)} and f32.executor.cpu_kernels
+            # a program with the float32 _t (rows) product keeps XLA's dots: its loop was not measured
+            assert not cpu_kernels.pays_for("decode", 1, ["tlaloc_cpu_matmul_f32_t", "tlaloc_cpu_matmul_q8_0_p64"])
+            assert not cpu_kernels.pays_for("decode", 1, ["tlaloc_cpu_kv_write_f32"])     # no product at all
             # int8 activations: the decode steps of at most X8_DECODE_ROWS rows (their own limit)
             monkeypatch.setattr(cpu_kernels, "X8_DECODE_ROWS", 1)
             a8 = Engine(path, fast_compile=True, activations="int8")

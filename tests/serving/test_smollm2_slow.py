@@ -22,9 +22,9 @@ def test_smollm2_artifact_greedy_ids_equal_transformers(fmt, tmp_path, smollm2_r
                      progress=False, **({} if fmt == "f32" else {"weights": fmt}))
     t_export = time.perf_counter() - t0
     from tlaloc._runtime import cpu_kernels
-    if fmt == "f32":        # the default ("auto"): the kernels where they build and the CPU has AVX-512
+    if fmt == "f32":        # the default ("auto"): with AVX-512 every kernel text, else the decode steps of <= 4 rows
         engine = Engine(tmp_path / "smol")
-        assert engine.executor.cpu_kernels == (cpu_kernels.pays() and cpu_kernels.load()), cpu_kernels.reason()
+        assert engine.executor.cpu_kernels == cpu_kernels.load(), cpu_kernels.reason()
     else:                   # the file's own blocks through the kernels, wherever they build (AVX2 too)
         engine = Engine(tmp_path / "smol", cpu_kernels=True)
         assert engine.executor.cpu_kernels == cpu_kernels.load(), cpu_kernels.reason()

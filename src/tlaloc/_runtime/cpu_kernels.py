@@ -145,14 +145,20 @@ def q4_1_bf16_dots() -> bool:
 #: same artifact. XLA converts bfloat16, int8, Q8_0 and Q4_1 weights to float32 before its dot;
 #: the loops read them as stored. On a 2-core AVX2 EPYC, SmolLM2 decoding 32 tokens (prefill
 #: included): Q4_1 28.8 -> 57.1 tokens/s at batch 1, 62 -> 71 at 4; bfloat16 25.5 -> 51.6 and
-#: 56 -> 79; int8 47 -> 55 and 73 -> 66; float32 weights tie (38.5 / 39.8). At 16 rows the loops
-#: are ~2x slower than XLA's float32 dot (benchmarks/RESULTS.md, session 18).
+#: 56 -> 79; int8 47 -> 55 and 73 -> 66. At 16 rows the loops are ~2x slower than XLA's float32
+#: dot (benchmarks/RESULTS.md, session 18). Float32 weights too since session 19: with four rows
+#: of x sharing each loaded weight the float32 loop decodes SmolLM2 at batch 1 1.23x faster than
+#: XLA's dot (49.1 against 40.0 tokens/s, 97% of the read roofline against 83%), and at M = 4 and
+#: 8 its products take 0.52x and 0.90x XLA's time (benchmarks/RESULTS.md, session 19).
 PORTABLE_DECODE_ROWS = 4
 #: The most rows of x at which the int8-activation kernels (:data:`X8_TARGETS`, AVX2 integer dot
-#: products) beat XLA's dots of the same artifact on a CPU without AVX-512 (benchmarks/RESULTS.md).
+#: products) beat XLA's dots of the same artifact on a CPU without AVX-512: SmolLM2 Q4_1 at 8 and
+#: 16 rows, ~3x XLA's tokens/s (benchmarks/RESULTS.md, session 19).
 X8_DECODE_ROWS = 16
-#: the targets of weights stored in a format XLA converts before its dot
-_STORED_TARGETS = frozenset(name for fmt, name in TARGETS.items() if not fmt.startswith("f32"))
+#: the products whose portable loops pay at those rows: every ``_p64`` target and the stored
+#: formats' ``_t`` ones (the float32 ``_t`` loop, a tied table read row by row, was not measured)
+_DECODE_TARGETS = frozenset(name for fmt, name in TARGETS.items() if fmt != "f32_t")
+_MATMUL_TARGETS = frozenset(TARGETS.values())
 
 
 def pays() -> bool:
@@ -170,17 +176,18 @@ def pays() -> bool:
 def pays_for(mode: str, batch: int, targets, activations: str = "float32") -> bool:
     """Whether a program (``mode`` "decode", "prefill", "score"; ``batch`` rows a step; kernel
     ``targets``, its variant's FFI targets) runs faster through the kernels on this CPU: every
-    program where :func:`pays`, else a decode step whose products read weights in a stored format
-    (bfloat16, int8, Q8_0, Q4_1) of at most :data:`PORTABLE_DECODE_ROWS` rows, or with
-    ``activations="int8"`` and a Q4_1, Q8_0 or int8 weight (:data:`X8_TARGETS`), of at most
-    :data:`X8_DECODE_ROWS` rows."""
+    program where :func:`pays`, else a decode step of at most :data:`PORTABLE_DECODE_ROWS` rows
+    whose products all have loops that pay (:data:`_DECODE_TARGETS`: every format but the float32
+    ``_t`` one), or with ``activations="int8"`` and a Q4_1, Q8_0 or int8 weight
+    (:data:`X8_TARGETS`), of at most :data:`X8_DECODE_ROWS` rows."""
     if pays():
         return True
-    if mode != "decode":
+    products = _MATMUL_TARGETS & set(targets)
+    if mode != "decode" or not products or not products <= _DECODE_TARGETS:
         return False
-    if activations == "int8" and set(X8_TARGETS) & set(targets):
+    if activations == "int8" and set(X8_TARGETS) & products:
         return batch <= X8_DECODE_ROWS
-    return batch <= PORTABLE_DECODE_ROWS and bool(_STORED_TARGETS & set(targets))
+    return batch <= PORTABLE_DECODE_ROWS
 
 
 def _include_dir() -> str:

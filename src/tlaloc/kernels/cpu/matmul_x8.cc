@@ -64,9 +64,10 @@ struct XQ {
   std::vector<float> d, sum;
 };
 
-XQ quantize(const Problem& p) {
+// x quantised into x's buffers (resized, not reallocated, from call to call of one thread).
+void quantize(const Problem& p, XQ& x) {
   const int64_t nb = p.K / QK;
-  XQ x{std::vector<int8_t>(p.M * p.K), std::vector<float>(p.M * nb), std::vector<float>(p.M * nb)};
+  x.q.resize(p.M * p.K), x.d.resize(p.M * nb), x.sum.resize(p.M * nb);
   for (int64_t m = 0; m < p.M; ++m)
     for (int64_t b = 0; b < nb; ++b) {
       const float* xr = p.x + m * p.K + b * QK;
@@ -87,7 +88,6 @@ XQ quantize(const Problem& p) {
       x.d[m * nb + b] = d;
       x.sum[m * nb + b] = d * static_cast<float>(sum);
     }
-  return x;
 }
 
 // Element (r, n) of an (R, N) array in matmul.cc's panel order; the start of 4-row group r/4 of
@@ -291,11 +291,13 @@ void run_panels(const Fmt& f, const Problem& p, const XQ& x, int64_t t0, int64_t
 // (tests/kernels/x8_isa_check.cc runs these loops on a pool of its own).
 template <class Pool, class Fmt>
 void run(Pool& pool, const Fmt& f, const Problem& p) {
-  const XQ x = quantize(p);
-  tlaloc_cpu::run_and_steal(pool, p.N / TILE, 1, 1, pool.num_threads(), [&f, &p, &x](int64_t t0, int64_t t1) {
+  thread_local XQ mine;           // this thread's buffers, reused from call to call
+  const XQ* x = &mine;            // a pointer: a lambda's [&mine] would name each helper's own (empty) one
+  quantize(p, mine);
+  tlaloc_cpu::run_and_steal(pool, p.N / TILE, 1, 1, pool.num_threads(), [&f, &p, x](int64_t t0, int64_t t1) {
     thread_local std::vector<float> acc;
     acc.resize(p.M * TILE);
-    run_panels(f, p, x, t0, t1, acc.data());
+    run_panels(f, p, *x, t0, t1, acc.data());
   });
 }
 
