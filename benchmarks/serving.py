@@ -1,6 +1,7 @@
 """Serving throughput: aggregate tokens/s with 1, 4 and 16 concurrent requests through ``tlaloc serve``.
 
     python benchmarks/serving.py [--quick] [--repeats N] [--threads N] [--weights f32|bf16|int8|q8_0|q4_1]
+                                 [--activations float32|int8]
 
 The SmolLM2-135M-shaped random checkpoint of llm_inference.py is exported
 (``--weights``, default float32; batch buckets 1, 4 and 16, context 128) and served by ``tlaloc serve``
@@ -93,8 +94,8 @@ def burst(httpx, url: str, n: int, new_tokens: int, vocab: int) -> tuple:
     return dt, sum(results)
 
 
-def run(quick: bool = False, repeats=None, weights: str = "f32"):
-    common.print_header(f"7. serving throughput (tlaloc serve, {weights} weights)")
+def run(quick: bool = False, repeats=None, weights: str = "f32", activations: str = "float32"):
+    common.print_header(f"7. serving throughput (tlaloc serve, {weights} weights, {activations} activations)")
     gone = missing()
     httpx = common.optional_import("httpx")
     torch = common.optional_import("torch")
@@ -120,7 +121,8 @@ def run(quick: bool = False, repeats=None, weights: str = "f32"):
                                    context=(128,))
         port = _free_port()
         url = f"http://127.0.0.1:{port}"
-        proc = subprocess.Popen([sys.executable, "-m", "tlaloc.cli", "serve", art, "--port", str(port),
+        proc = subprocess.Popen([sys.executable, "-m", "tlaloc.cli", "serve", art, "--activations", activations,
+                                 "--port", str(port),
                                  "--log-level", "warning"], env=dict(os.environ))
         try:
             _wait_healthy(httpx, url, proc, 600)
@@ -150,8 +152,10 @@ def run(quick: bool = False, repeats=None, weights: str = "f32"):
 
 
 def main(argv=None) -> int:
-    args = common.parse_args(__doc__, argv, extra=lambda p: p.add_argument("--weights", default="f32"))
-    run(args.quick, args.repeats, args.weights)
+    args = common.parse_args(__doc__, argv, extra=lambda p: (
+        p.add_argument("--weights", default="f32"),
+        p.add_argument("--activations", default="float32", help="tlaloc serve --activations (int8: Q8_1-style)")))
+    run(args.quick, args.repeats, args.weights, args.activations)
     return 0
 
 
