@@ -3,7 +3,9 @@
 // is claimed and the call has returned): every item is computed exactly once, in runs of a
 // multiple of `step` items (or of at most `fine`, near the meeting points), whatever the thread
 // count. Prints "ok" and the
-// number of cases, or the first failure. Built and run by test_cpu_work_split.py.
+// number of cases, or the first failure. Then the same for the kernels' HelperPool (pool.h): items
+// once, work reaching its helpers, helpers woken after sleeping, and a forked child's own helpers.
+// Built and run by test_cpu_work_split.py.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +13,9 @@
 #include <random>
 #include <thread>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -61,6 +66,52 @@ int main() {
           }
           ++cases;
         }
+  // The kernels' own pool (pool.h): helpers that spin, sleep after SPIN_NS idle and are woken by
+  // the next call; after fork() the child starts helpers of its own. Every item once, and some
+  // run on a helper (the pool is not just the caller).
+  for (int64_t threads : {1, 2, 4}) {
+    tlaloc_cpu::HelperPool pool(threads);
+    const std::thread::id caller = std::this_thread::get_id();
+    int64_t on_helpers = 0;
+    auto check = [&](int64_t calls, int64_t gap_us) {
+      for (int64_t c = 0; c < calls; ++c) {
+        const int64_t items = 1 + (c * 37) % 200;
+        std::vector<std::atomic<int>> counts(items);
+        std::atomic<int64_t> helped{0};
+        tlaloc_cpu::run_and_steal(pool, items, 1, 1, threads, [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i) counts[i].fetch_add(1);
+          if (std::this_thread::get_id() != caller) helped += i1 - i0;
+          std::this_thread::sleep_for(std::chrono::microseconds(5));
+        });
+        if (!each_once(counts)) return false;
+        on_helpers += helped.load();
+        if (gap_us) std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
+      }
+      return true;
+    };
+    const int64_t asleep_us = tlaloc_cpu::HelperPool::SPIN_NS / 1000 * 3;
+    if (!check(200, 0) || !check(5, asleep_us)) {
+      std::printf("FAIL HelperPool threads=%ld\n", long(threads));
+      return 1;
+    }
+    if ((threads > 1) != (on_helpers > 0)) {
+      std::printf("FAIL HelperPool threads=%ld: %ld items on helpers\n", long(threads), long(on_helpers));
+      return 1;
+    }
+    std::fflush(stdout);
+    const pid_t child = fork();
+    if (child == 0) {
+      on_helpers = 0;
+      const bool ok = check(50, 0) && (threads > 1) == (on_helpers > 0);
+      std::_Exit(ok ? 0 : 3);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::printf("FAIL HelperPool threads=%ld after fork (status %d)\n", long(threads), status);
+      return 1;
+    }
+  }
   // Negative control: the check sees an item claimed twice, and one never claimed.
   std::vector<std::atomic<int>> twice(3);
   twice[0] = 1, twice[1] = 2, twice[2] = 1;

@@ -1,6 +1,7 @@
 // Runs the int8-activation kernels of src/tlaloc/kernels/cpu/matmul_x8.cc on fixed pseudo-random
 // inputs (every format: Q4_1 with float16 and float32 sides, G = 32 and 64; Q8_0 with G = 32 and
-// G = 16; int8 per channel; 5 rows of x, one block all zero) on a one-thread pool, and prints
+// G = 16; int8 per channel; 5 rows of x: one with a block of subnormal d, then
+// all-zero blocks (d = 0), one with a block of ties, one with an infinity) on a one-thread pool, and prints
 // which code was compiled ("avx2" or "plain") and then the bits of every output. Built twice by
 // test_cpu_matmul_x8.py, with and without AVX2, whose outputs must be equal bit for bit.
 #include <cstdio>
@@ -44,7 +45,10 @@ int main() {
   const int64_t M = 5, K = 128, N = 128;
   std::vector<float> x(M * K), y(M * N);
   for (int64_t i = 0; i < M * K; ++i) x[i] = uniform() * (i / K == 2 ? 50.f : 1.f);
-  for (int64_t j = 32; j < 64; ++j) x[1 * K + j] = 0.f;                    // an all-zero block: d = 0
+  for (int64_t j = 0; j < 31; ++j) x[3 * K + 64 + j] = j % 2 ? j + 0.5f : -(j + 0.5f);   // ties: d = 1
+  x[3 * K + 95] = 127.f;
+  for (int64_t j = 0; j < K; ++j) x[1 * K + j] = j == 7 ? 1e-37f : 0.f;    // row 1: d subnormal (1 / d = inf), then 0
+  x[4 * K + 100] = INFINITY;                                               // a row of NaNs
   const Problem p{x.data(), M, K, N, y.data()};
   std::vector<uint8_t> q4(K / 2 * N);
   std::vector<int8_t> q8(K * N);

@@ -133,7 +133,8 @@ def test_auto_runs_the_kernels_where_they_pay_on_this_cpu(tiny, artifact, monkey
     """The default, cpu_kernels="auto": with AVX-512 (cpu_kernels.pays) every kernel text; without
     it (the kernels' portable loops), the decode steps of at most PORTABLE_DECODE_ROWS rows (q8_0
     and float32 weights here), the portable texts for prefill; the mixed engine gives the portable
-    engine's greedy ids. A value not
+    engine's greedy ids. With int8 activations, every program whose products all have int8 kernels
+    (X8_DECODE_ROWS rows for decode steps with a float32 product). A value not
     True/False/"auto" is refused by name."""
     from tlaloc._runtime import cpu_kernels
     from tlaloc.serving import Engine
@@ -163,12 +164,19 @@ def test_auto_runs_the_kernels_where_they_pay_on_this_cpu(tiny, artifact, monkey
             # a program with the float32 _t (rows) product keeps XLA's dots: its loop was not measured
             assert not cpu_kernels.pays_for("decode", 1, ["tlaloc_cpu_matmul_f32_t", "tlaloc_cpu_matmul_q8_0_p64"])
             assert not cpu_kernels.pays_for("decode", 1, ["tlaloc_cpu_kv_write_f32"])     # no product at all
-            # int8 activations: the decode steps of at most X8_DECODE_ROWS rows (their own limit)
+            # int8 activations: every program whose products all have int8 kernels (q8_0 here), prefill
+            # included, whatever X8_DECODE_ROWS; that limit holds for decode steps with float32 products
             monkeypatch.setattr(cpu_kernels, "X8_DECODE_ROWS", 1)
             a8 = Engine(path, fast_compile=True, activations="int8")
-            assert kernel_programs(a8) == {("decode", 1)} and a8.executor.activations == "int8"
+            assert kernel_programs(a8) == everything and a8.executor.activations == "int8"
+            assert _greedy(a8) == _greedy(Engine(path, fast_compile=True, activations="int8", cpu_kernels=True))
+            q8, f32, q4 = (f"tlaloc_cpu_matmul_{f}_p64" for f in ("q8_0", "f32", "q4_1"))
+            assert cpu_kernels.pays_for("prefill", 4, [q4, q8], "int8") and cpu_kernels.pays_for("score", 1, [q8], "int8")
+            assert not cpu_kernels.pays_for("prefill", 4, [q4, q8])                       # float32 activations
+            assert not cpu_kernels.pays_for("prefill", 1, [q8, f32], "int8")              # a float32 product
+            assert cpu_kernels.pays_for("decode", 1, [q8, f32], "int8") and not cpu_kernels.pays_for("decode", 4, [q8, f32], "int8")
             monkeypatch.setattr(cpu_kernels, "X8_DECODE_ROWS", 16)
-            assert kernel_programs(Engine(path, fast_compile=True, activations="int8")) == {("decode", 1), ("decode", 4)}
+            assert cpu_kernels.pays_for("decode", 16, [q8, f32], "int8") and not cpu_kernels.pays_for("decode", 17, [q8, f32], "int8")
         assert auto.executor.cpu_kernels
     with pytest.raises(ArgumentError, match="cpu_kernels must be True, False or 'auto'"):
         Engine(path, fast_compile=True, cpu_kernels="yes")

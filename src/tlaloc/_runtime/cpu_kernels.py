@@ -152,8 +152,11 @@ def q4_1_bf16_dots() -> bool:
 #: 8 its products take 0.52x and 0.90x XLA's time (benchmarks/RESULTS.md, session 19).
 PORTABLE_DECODE_ROWS = 4
 #: The most rows of x at which the int8-activation kernels (:data:`X8_TARGETS`, AVX2 integer dot
-#: products) beat XLA's dots of the same artifact on a CPU without AVX-512: SmolLM2 Q4_1 at 8 and
-#: 16 rows, ~3x XLA's tokens/s (benchmarks/RESULTS.md, session 19).
+#: products) run a decode step that also has float32 products (whose loops pay only up to
+#: :data:`PORTABLE_DECODE_ROWS`): SmolLM2 Q4_1 at 8 and 16 rows, ~3x XLA's tokens/s
+#: (benchmarks/RESULTS.md, session 19). A program whose products all have int8 kernels runs them
+#: at any rows, prefill and scoring included: SmolLM2 Q4_1's prefill of 16, 64 and 256 rows took
+#: 32, 107 and 397 ms through them against 85, 242 and 675 through XLA's dots (session 20).
 X8_DECODE_ROWS = 16
 #: the products whose portable loops pay at those rows: every ``_p64`` target and the stored
 #: formats' ``_t`` ones (the float32 ``_t`` loop, a tied table read row by row, was not measured)
@@ -176,13 +179,16 @@ def pays() -> bool:
 def pays_for(mode: str, batch: int, targets, activations: str = "float32") -> bool:
     """Whether a program (``mode`` "decode", "prefill", "score"; ``batch`` rows a step; kernel
     ``targets``, its variant's FFI targets) runs faster through the kernels on this CPU: every
-    program where :func:`pays`, else a decode step of at most :data:`PORTABLE_DECODE_ROWS` rows
-    whose products all have loops that pay (:data:`_DECODE_TARGETS`: every format but the float32
-    ``_t`` one), or with ``activations="int8"`` and a Q4_1, Q8_0 or int8 weight
-    (:data:`X8_TARGETS`), of at most :data:`X8_DECODE_ROWS` rows."""
+    program where :func:`pays`; else, with ``activations="int8"``, every program whose products
+    all have int8 kernels (Q4_1, Q8_0 and int8 weights: :data:`X8_TARGETS`); else a decode step
+    of at most :data:`PORTABLE_DECODE_ROWS` rows whose products all have loops that pay
+    (:data:`_DECODE_TARGETS`: every format but the float32 ``_t`` one), or of at most
+    :data:`X8_DECODE_ROWS` rows with int8 activations and some int8 kernel among them."""
     if pays():
         return True
     products = _MATMUL_TARGETS & set(targets)
+    if activations == "int8" and products and products <= set(X8_TARGETS):
+        return True
     if mode != "decode" or not products or not products <= _DECODE_TARGETS:
         return False
     if activations == "int8" and set(X8_TARGETS) & products:

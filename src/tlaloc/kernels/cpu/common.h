@@ -9,6 +9,7 @@
 #include <memory>
 #include <thread>
 
+#include "pool.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace tlaloc_cpu {
@@ -59,8 +60,8 @@ inline Problem problem(xla::ffi::Buffer<xla::ffi::F32>& x, xla::ffi::ResultBuffe
 // after every unit is claimed returns at once, touching only the counter (kept alive by the
 // shared_ptr), so the caller never waits for a task that has not started: it waits only for
 // units being computed, and until then its frame (all that unit reads) is alive.
-template <class Unit>
-void run_units(xla::ffi::ThreadPool& pool, int64_t units, int64_t threads, Unit unit) {
+template <class Pool, class Unit>
+void run_units(Pool& pool, int64_t units, int64_t threads, Unit unit) {
   struct Shared {
     std::atomic<int64_t> next{0};
     std::atomic<int64_t> done{0};

@@ -625,7 +625,7 @@ void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
 #else
   const int64_t threads = pool.num_threads();
 #endif
-  tlaloc_cpu::run_and_steal(pool, tiles, 1, 1, threads, [&f, &p](int64_t t0, int64_t t1) {
+  tlaloc_cpu::run_and_steal(tlaloc_cpu::helpers(pool), tiles, 1, 1, threads, [&f, &p](int64_t t0, int64_t t1) {
     thread_local std::vector<float> acc;
     acc.resize(p.M * TILE);
     run_unit(f, p, t0 * TILE, t1 * TILE, acc.data());

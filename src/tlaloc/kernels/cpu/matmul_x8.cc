@@ -64,27 +64,76 @@ struct XQ {
   std::vector<float> d, sum;
 };
 
+// One block of 32: d, and the block's q (nearbyint(x * (1 / d)), clamped to [-127, 127]) into
+// q; returns sum(q). A block with an infinity or a NaN: d = NaN, q = 0. With d subnormal, 1 / d
+// can overflow and a zero x times it is a NaN: that q is 0. The AVX2 code computes the same
+// operations 8 at a time (max and the integer sum do not depend on the order): the same bits.
+inline int32_t quantize_block(const float* xr, int8_t* q, float& d) {
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), inf = _mm256_set1_ps(INFINITY);
+  __m256 v[4], amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) {
+    v[k] = _mm256_loadu_ps(xr + 8 * k);
+    const __m256 a = _mm256_and_ps(v[k], abs_mask);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));   // |x| >= inf or NaN
+    amax = _mm256_max_ps(amax, a);
+  }
+  if (!_mm256_testz_ps(bad, bad)) {
+    d = std::numeric_limits<float>::quiet_NaN();
+    std::memset(q, 0, QK);
+    return 0;
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  d = _mm_cvtss_f32(m4) / 127.f;
+  const __m256 id = _mm256_set1_ps(d != 0.f ? 1.f / d : 0.f), lo = _mm256_set1_ps(-127.f), hi = _mm256_set1_ps(127.f);
+  __m256i i32[4];
+  for (int k = 0; k < 4; ++k) {      // to nearest, ties to even, as nearbyint in the default rounding mode
+    __m256 r = _mm256_round_ps(_mm256_mul_ps(v[k], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q));                 // NaN (0 * inf) -> 0
+    i32[k] = _mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, r)));
+  }
+  const __m256i i16a = _mm256_packs_epi32(i32[0], i32[1]), i16b = _mm256_packs_epi32(i32[2], i32[3]);
+  const __m256i i8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(i16a, i16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), i8);
+  __m256i s = _mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]), _mm256_add_epi32(i32[2], i32[3]));
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+  return _mm_cvtsi128_si32(s4);
+#else
+  float amax = 0.f;
+  bool finite = true;
+  for (int64_t j = 0; j < QK; ++j) {
+    finite = finite && std::isfinite(xr[j]);
+    amax = std::max(amax, std::fabs(xr[j]));
+  }
+  if (!finite) {
+    d = std::numeric_limits<float>::quiet_NaN();
+    std::memset(q, 0, QK);
+    return 0;
+  }
+  d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  int32_t sum = 0;
+  for (int64_t j = 0; j < QK; ++j) {
+    const float r = std::nearbyint(xr[j] * id);
+    q[j] = std::isnan(r) ? 0 : static_cast<int8_t>(std::min(127.f, std::max(-127.f, r)));
+    sum += q[j];
+  }
+  return sum;
+#endif
+}
+
 // x quantised into x's buffers (resized, not reallocated, from call to call of one thread).
 void quantize(const Problem& p, XQ& x) {
   const int64_t nb = p.K / QK;
   x.q.resize(p.M * p.K), x.d.resize(p.M * nb), x.sum.resize(p.M * nb);
   for (int64_t m = 0; m < p.M; ++m)
     for (int64_t b = 0; b < nb; ++b) {
-      const float* xr = p.x + m * p.K + b * QK;
-      float amax = 0.f;
-      bool finite = true;
-      for (int64_t j = 0; j < QK; ++j) {
-        finite = finite && std::isfinite(xr[j]);
-        amax = std::max(amax, std::fabs(xr[j]));
-      }
-      const float d = finite ? amax / 127.f : std::numeric_limits<float>::quiet_NaN();
-      const float id = finite && d != 0.f ? 1.f / d : 0.f;
-      int32_t sum = 0;
-      for (int64_t j = 0; j < QK; ++j) {
-        const int8_t q = static_cast<int8_t>(std::min(127.f, std::max(-127.f, std::nearbyint(xr[j] * id))));
-        x.q[m * p.K + b * QK + j] = q;
-        sum += q;
-      }
+      float d;
+      const int32_t sum = quantize_block(p.x + m * p.K + b * QK, x.q.data() + m * p.K + b * QK, d);
       x.d[m * nb + b] = d;
       x.sum[m * nb + b] = d * static_cast<float>(sum);
     }
@@ -307,15 +356,15 @@ namespace tlaloc_cpu {
 
 void matmul_q4_1_x8(ffi::ThreadPool& pool, const Problem& p, const uint8_t* q, const void* scale, const void* offset,
                     bool f32, int64_t G, int64_t groups) {
-  run(pool, Q4_1{q, scale, offset, f32, G / QK, groups}, p);
+  run(tlaloc_cpu::helpers(pool), Q4_1{q, scale, offset, f32, G / QK, groups}, p);
 }
 
 void matmul_q8_0_x8(ffi::ThreadPool& pool, const Problem& p, const int8_t* q, const void* scale, bool f32, int64_t G) {
-  run(pool, Q8{q, scale, f32, G}, p);
+  run(tlaloc_cpu::helpers(pool), Q8{q, scale, f32, G}, p);
 }
 
 void matmul_i8ch_x8(ffi::ThreadPool& pool, const Problem& p, const int8_t* q, const float* scale) {
-  run(pool, I8Channel{q, scale}, p);
+  run(tlaloc_cpu::helpers(pool), I8Channel{q, scale}, p);
 }
 
 }  // namespace tlaloc_cpu

@@ -94,8 +94,10 @@ class Engine:
         dot products, as llama.cpp multiplies its quantised weights by Q8 activations (ggml's
         ``quantize_row_q8_1``); 2-5x faster products on an AVX2 CPU, and logits that differ from
         float32's by the activations' rounding (greedy ids may diverge: see
-        ``benchmarks/quantization.py``). It also lets the kernels run the decode steps of up to
-        ``cpu_kernels.X8_DECODE_ROWS`` rows on a CPU without AVX-512. Where no kernel runs (another
+        ``benchmarks/quantization.py``), prompts included. On a CPU without AVX-512 it also lets
+        ``cpu_kernels="auto"`` run the kernels for every program whose products all have int8
+        kernels (prefill and scoring too), and for the decode steps of up to
+        ``cpu_kernels.X8_DECODE_ROWS`` rows that also have float32 products. Where no kernel runs (another
         platform, no compiler), the artifact has no Q4_1, Q8_0 or int8 weight, or such a weight's
         input width is not a multiple of 32, float32 runs (logged); ``engine.executor.activations``
         says which. Other values raise ArgumentError.

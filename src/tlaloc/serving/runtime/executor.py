@@ -70,11 +70,9 @@ class Executor:
                 self._chosen = {p["name"] for p in manifest["programs"] if p.get("cpu_kernels")
                                 and kernels.pays_for(p["mode"], p["batch"], p["cpu_kernels"]["targets"], self._activations_run)}
                 self.cpu_kernels = bool(self._chosen)
-                rows = kernels.X8_DECODE_ROWS if self._activations_run == "int8" else kernels.PORTABLE_DECODE_ROWS
                 log.info("engine: this CPU has no AVX-512: the CPU kernels' portable loops run %s, the portable "
                          "programs the rest (cpu_kernels=True forces the kernels everywhere)",
-                         f"the decode steps of at most {rows} rows of stored weights ({len(self._chosen)} programs)"
-                         if self._chosen else "no program")
+                         f"{len(self._chosen)} programs ({', '.join(sorted(self._chosen))})" if self._chosen else "no program")
         if self.cpu_kernels:
             from ..._runtime import cpu_kernels as kernels
             self.cpu_kernels = kernels.load()           # False (logged, with the reason) -> the portable texts
