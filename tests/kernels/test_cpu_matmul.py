@@ -462,3 +462,23 @@ def test_q4_1_bfloat16_dots_below_2_to_the_minus_117_keep_the_weaker_stated_boun
     err = np.abs(got - x.astype(np.float64) @ w)
     assert np.all(err <= (2.0 ** -9 + 1e-6) * size)
     assert np.max(err / size) > 2.0 ** -17
+
+
+@pytest.mark.parametrize("fmt", ["f32", "bf16", "i8ch"])
+def test_the_four_row_register_loop_gives_a_rows_bits_alone_and_in_any_batch(fmt):
+    """Regression for the AVX2 four-row loop (matmul.cc's rows4_avx2, which keeps a block's sums in
+    registers): each output is the one-row loop's chain (a multiply, then an add, in the order of K),
+    so every row of a batch of 16, 13 and 4 equals that row computed alone, bit for bit; K = 100 leaves
+    a short last block. Control: the batch's rows differ from one another (a row is not just copied)."""
+    _kernels_or_skip()
+    K, N = 100, 128
+    parts = make_parts(fmt, K, N, seed=3)
+    x = np.random.default_rng(4).standard_normal((16, K)).astype(np.float32)
+    one = compiled(fmt, (1, K), parts)
+    alone = np.stack([np.asarray(one(x[i:i + 1], *as_stored(fmt, parts))[0])[0] for i in range(16)])
+    assert len({row.tobytes() for row in alone}) == 16
+    for M in (16, 13, 4):
+        got = np.asarray(compiled(fmt, (M, K), parts)(x[:M], *as_stored(fmt, parts))[0])
+        np.testing.assert_array_equal(got, alone[:M])
+    want = x.astype(np.float64) @ dequantize(fmt, parts)
+    assert np.max(np.abs(alone - want) / (np.abs(x).astype(np.float64) @ np.abs(dequantize(fmt, parts)))) < 1e-6

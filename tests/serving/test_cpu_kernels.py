@@ -159,8 +159,16 @@ def test_auto_runs_the_kernels_where_they_pay_on_this_cpu(tiny, artifact, monkey
         else:
             assert chosen == {(m, b) for m, b in everything if m == "decode" and b <= cpu_kernels.PORTABLE_DECODE_ROWS}
             assert _greedy(auto) == _greedy(Engine(path, fast_compile=True, cpu_kernels=False))
-            f32 = Engine(artifact("llama"), fast_compile=True)      # float32 weights: the loops pay too
-            assert kernel_programs(f32) == {("decode", 1), ("decode", 4)} and f32.executor.cpu_kernels
+            f32 = Engine(artifact("llama"), fast_compile=True)      # float32 weights: the loops pay too,
+            dense = {(p["mode"], p["batch"]) for p in f32.executor.manifest["programs"]   # and with AVX2 up to
+                     if p["batch"] * p.get("tokens", 1) <= cpu_kernels.DENSE_ROWS}      # DENSE_ROWS rows
+            avx2 = "avx2" in flags
+            assert kernel_programs(f32) == (dense if avx2 else {("decode", 1), ("decode", 4)}) and f32.executor.cpu_kernels
+            assert ("prefill", 1) in dense or not avx2
+            f32_p64, bf16_p64 = "tlaloc_cpu_matmul_f32_p64", "tlaloc_cpu_matmul_bf16_p64"
+            assert cpu_kernels.pays_for("prefill", 1, [f32_p64, bf16_p64], tokens=16) == avx2
+            assert not cpu_kernels.pays_for("prefill", 1, [f32_p64], tokens=64)
+            assert cpu_kernels.pays_for("decode", 16, [f32_p64]) == avx2 and not cpu_kernels.pays_for("decode", 17, [f32_p64])
             # a program with the float32 _t (rows) product keeps XLA's dots: its loop was not measured
             assert not cpu_kernels.pays_for("decode", 1, ["tlaloc_cpu_matmul_f32_t", "tlaloc_cpu_matmul_q8_0_p64"])
             assert not cpu_kernels.pays_for("decode", 1, ["tlaloc_cpu_kv_write_f32"])     # no product at all

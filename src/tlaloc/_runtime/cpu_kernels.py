@@ -151,6 +151,13 @@ def q4_1_bf16_dots() -> bool:
 #: XLA's dot (49.1 against 40.0 tokens/s, 97% of the read roofline against 83%), and at M = 4 and
 #: 8 its products take 0.52x and 0.90x XLA's time (benchmarks/RESULTS.md, session 19).
 PORTABLE_DECODE_ROWS = 4
+#: The most rows of x (batch times tokens a row: decode steps, and prefill chunks) at which the AVX2
+#: loop of the float32, bfloat16 and int8-per-channel products (matmul.cc's rows4_avx2: four rows'
+#: sums held in registers over a block) beats XLA's float32 dot: 16 rows of SmolLM2's widest
+#: projection took 0.66x, 0.53x and 0.42x its time, 8 rows 0.89x, 0.48x, 0.48x; 32 rows ~1x, 64
+#: rows 1.1x (benchmarks/cpu_kernels.py, 2-core AVX2 EPYC, session 20).
+DENSE_ROWS = 16
+_DENSE_TARGETS = frozenset(TARGETS[fmt] for fmt in ("f32", "bf16", "i8ch"))
 #: The most rows of x at which the int8-activation kernels (:data:`X8_TARGETS`, AVX2 integer dot
 #: products) run a decode step that also has float32 products (whose loops pay only up to
 #: :data:`PORTABLE_DECODE_ROWS`): SmolLM2 Q4_1 at 8 and 16 rows, ~3x XLA's tokens/s
@@ -176,12 +183,14 @@ def pays() -> bool:
     return {"avx512f", "avx512bw"} <= set(_cpu_signature().split())
 
 
-def pays_for(mode: str, batch: int, targets, activations: str = "float32") -> bool:
-    """Whether a program (``mode`` "decode", "prefill", "score"; ``batch`` rows a step; kernel
-    ``targets``, its variant's FFI targets) runs faster through the kernels on this CPU: every
-    program where :func:`pays`; else, with ``activations="int8"``, every program whose products
-    all have int8 kernels (Q4_1, Q8_0 and int8 weights: :data:`X8_TARGETS`); else a decode step
-    of at most :data:`PORTABLE_DECODE_ROWS` rows whose products all have loops that pay
+def pays_for(mode: str, batch: int, targets, activations: str = "float32", tokens: int = 1) -> bool:
+    """Whether a program (``mode`` "decode", "prefill", "score"; ``batch`` rows a step, ``tokens``
+    a row; kernel ``targets``, its variant's FFI targets) runs faster through the kernels on this
+    CPU: every program where :func:`pays`; else, with ``activations="int8"``, every program whose
+    products all have int8 kernels (Q4_1, Q8_0 and int8 weights: :data:`X8_TARGETS`); else, on an
+    AVX2 CPU, a program of at most :data:`DENSE_ROWS` rows (batch x tokens) whose products are all
+    float32, bfloat16 or int8-per-channel ones; else a decode step of at most
+    :data:`PORTABLE_DECODE_ROWS` rows whose products all have loops that pay
     (:data:`_DECODE_TARGETS`: every format but the float32 ``_t`` one), or of at most
     :data:`X8_DECODE_ROWS` rows with int8 activations and some int8 kernel among them."""
     if pays():
@@ -189,6 +198,8 @@ def pays_for(mode: str, batch: int, targets, activations: str = "float32") -> bo
     products = _MATMUL_TARGETS & set(targets)
     if activations == "int8" and products and products <= set(X8_TARGETS):
         return True
+    if products and products <= _DENSE_TARGETS and "avx2" in _cpu_signature().split():
+        return batch * tokens <= DENSE_ROWS
     if mode != "decode" or not products or not products <= _DECODE_TARGETS:
         return False
     if activations == "int8" and set(X8_TARGETS) & products:
@@ -347,4 +358,4 @@ def reason() -> str:
     return _state.get("reason", "")
 
 
-__all__ = ["TARGETS", "X8_TARGETS", "pack_k4", "OPS", "PANEL_FORMATS", "panel_target", "pack_panels", "q4_1_bf16_dots", "pays", "pays_for", "PORTABLE_DECODE_ROWS", "X8_DECODE_ROWS", "SOURCES", "target_name", "op_target", "build", "load", "reason", "library_path", "cache_dir"]
+__all__ = ["TARGETS", "X8_TARGETS", "pack_k4", "OPS", "PANEL_FORMATS", "panel_target", "pack_panels", "q4_1_bf16_dots", "pays", "pays_for", "PORTABLE_DECODE_ROWS", "DENSE_ROWS", "X8_DECODE_ROWS", "SOURCES", "target_name", "op_target", "build", "load", "reason", "library_path", "cache_dir"]

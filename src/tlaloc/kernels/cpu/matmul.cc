@@ -159,10 +159,63 @@ inline const float* weights(const F32& f) { return f.w; }
 inline const uint16_t* weights(const BF16& f) { return f.w; }
 inline const int8_t* weights(const I8Channel& f) { return f.q; }
 
+#if defined(__AVX2__) && defined(__FMA__)
+inline __m256 load8_f32(const float* w) { return _mm256_loadu_ps(w); }
+inline __m256 load8_f32(const uint16_t* w) {          // bfloat16 -> float32 is exact: the high half
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))), 16));
+}
+inline __m256 load8_f32(const int8_t* w) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w))));
+}
+
+// The four-row loop below with the sums in registers: 4 rows x 16 columns per pass over the
+// block's rows k0 .. k1 - 1 (8 sums, 2 weight vectors, a broadcast x: 11 of AVX2's 16 registers),
+// each sum fma(x, w, acc) in the order of k, as the loop's acc += x * w compiles with FMA
+// (GCC contracts it by default, -ffp-contract=fast): the same bits, which
+// test_cpu_matmul.py checks row by row. The loop keeps its sums in memory, a load and a store
+// per sum and row of W; at 16 rows that bound it (~2x slower than XLA's float32 dot, session 18),
+// while here a block's 32 rows pass in registers.
+// First: the first pass of x's rows over this block, which also asks for the next block's bytes
+// (row k + QK beside row k, into L2): the later passes read this block from L1, and without the
+// requests memory idled during them (16 rows, 12 SmolLM2-sized layers: 35 -> 42 GMAC/s,
+// benchmarks/RESULTS.md, session 20). Row k of a panel's run starts TILE elements after row k - 1.
+template <bool First, class T>
+void rows4_avx2(const T* w, const Problem& p, int64_t k0, int64_t k1, int64_t n0, int64_t width, const float* xr,
+                float* acc, int64_t lda) {
+  const bool ahead = First && k1 + QK <= p.K;      // a whole next block (an unblocked format's last may be short)
+  for (int64_t c = 0; c < width; c += 16) {
+    __m256 a[4][2];
+    for (int i = 0; i < 4; ++i)
+      for (int v = 0; v < 2; ++v) a[i][v] = _mm256_loadu_ps(acc + i * lda + c + 8 * v);
+    const T* wk = row_at(w, k0, n0, p.K) + c;
+    const float *x0 = xr + k0, *x1 = x0 + p.K, *x2 = x1 + p.K, *x3 = x2 + p.K;
+    for (int64_t k = k0; k < k1; ++k, wk += TILE, ++x0, ++x1, ++x2, ++x3) {
+      if (ahead) asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(wk + QK * TILE)));
+      const __m256 w0 = load8_f32(wk), w1 = load8_f32(wk + 8);
+      const __m256 b0 = _mm256_broadcast_ss(x0), b1 = _mm256_broadcast_ss(x1);
+      const __m256 b2 = _mm256_broadcast_ss(x2), b3 = _mm256_broadcast_ss(x3);
+      a[0][0] = _mm256_fmadd_ps(b0, w0, a[0][0]), a[0][1] = _mm256_fmadd_ps(b0, w1, a[0][1]);
+      a[1][0] = _mm256_fmadd_ps(b1, w0, a[1][0]), a[1][1] = _mm256_fmadd_ps(b1, w1, a[1][1]);
+      a[2][0] = _mm256_fmadd_ps(b2, w0, a[2][0]), a[2][1] = _mm256_fmadd_ps(b2, w1, a[2][1]);
+      a[3][0] = _mm256_fmadd_ps(b3, w0, a[3][0]), a[3][1] = _mm256_fmadd_ps(b3, w1, a[3][1]);
+    }
+    for (int i = 0; i < 4; ++i)
+      for (int v = 0; v < 2; ++v) _mm256_storeu_ps(acc + i * lda + c + 8 * v, a[i][v]);
+  }
+}
+#endif
+
 template <class Fmt>
 void scalar_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, int R, float* acc, int64_t lda) {
   const int64_t k0 = b * QK, k1 = b * QK + rows_in_block(p.K, b);
   int r = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  if (width % 16 == 0)
+    for (; r + 4 <= R; r += 4) {
+      if (r == 0) rows4_avx2<true>(weights(f), p, k0, k1, n0, width, p.x + (m + r) * p.K, acc + r * lda, lda);
+      else rows4_avx2<false>(weights(f), p, k0, k1, n0, width, p.x + (m + r) * p.K, acc + r * lda, lda);
+    }
+#endif
   for (; r + 4 <= R; r += 4) {                        // four rows share each converted weight
     float* __restrict a0 = acc + r * lda;
     float* __restrict a1 = a0 + lda;

@@ -68,7 +68,8 @@ class Executor:
             from ..._runtime import cpu_kernels as kernels
             if not kernels.pays():
                 self._chosen = {p["name"] for p in manifest["programs"] if p.get("cpu_kernels")
-                                and kernels.pays_for(p["mode"], p["batch"], p["cpu_kernels"]["targets"], self._activations_run)}
+                                and kernels.pays_for(p["mode"], p["batch"], p["cpu_kernels"]["targets"], self._activations_run,
+                                                    p.get("tokens", 1))}
                 self.cpu_kernels = bool(self._chosen)
                 log.info("engine: this CPU has no AVX-512: the CPU kernels' portable loops run %s, the portable "
                          "programs the rest (cpu_kernels=True forces the kernels everywhere)",
