@@ -160,6 +160,7 @@ inline const uint16_t* weights(const BF16& f) { return f.w; }
 inline const int8_t* weights(const I8Channel& f) { return f.q; }
 
 #if defined(__AVX2__) && defined(__FMA__)
+#define TLALOC_AVX2_INLINE inline __attribute__((always_inline))
 inline __m256 load8_f32(const float* w) { return _mm256_loadu_ps(w); }
 inline __m256 load8_f32(const uint16_t* w) {          // bfloat16 -> float32 is exact: the high half
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))), 16));
@@ -175,33 +176,46 @@ inline __m256 load8_f32(const int8_t* w) {
 // test_cpu_matmul.py checks row by row. The loop keeps its sums in memory, a load and a store
 // per sum and row of W; at 16 rows that bound it (~2x slower than XLA's float32 dot, session 18),
 // while here a block's 32 rows pass in registers.
-// First: the first pass of x's rows over this block, which also asks for the next block's bytes
-// (row k + QK beside row k, into L2): the later passes read this block from L1, and without the
-// requests memory idled during them (16 rows, 12 SmolLM2-sized layers: 35 -> 42 GMAC/s,
-// benchmarks/RESULTS.md, session 20). Row k of a panel's run starts TILE elements after row k - 1.
+// Columns c .. c + 8 V - 1 of 4 rows over the block's rows k0 .. k1 - 1, the 4 V sums in
+// registers (with V weight vectors and the 4 broadcast x: at most 16 of AVX2's registers). Ahead:
+// also ask for the next block's row k + QK (these columns' bytes) beside row k, into L2: the
+// later passes read this block from L1, and without the requests memory idled during them
+// (16 rows, 12 SmolLM2-sized layers: 35 -> 42 GMAC/s, benchmarks/RESULTS.md, session 20). Row k
+// of a panel's run starts TILE elements after row k - 1.
+template <int V, class T>
+TLALOC_AVX2_INLINE void strip4(const T* w, const Problem& p, int64_t k0, int64_t k1, int64_t n0, int64_t c,
+                               const float* xr, float* acc, int64_t lda, bool ahead) {
+  __m256 a[4][V];
+  for (int i = 0; i < 4; ++i)
+    for (int v = 0; v < V; ++v) a[i][v] = _mm256_loadu_ps(acc + i * lda + c + 8 * v);
+  const T* wk = row_at(w, k0, n0, p.K) + c;
+  const float *x0 = xr + k0, *x1 = x0 + p.K, *x2 = x1 + p.K, *x3 = x2 + p.K;
+  for (int64_t k = k0; k < k1; ++k, wk += TILE, ++x0, ++x1, ++x2, ++x3) {
+    if (ahead) {
+      asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(wk + QK * TILE)));
+      if constexpr (8 * V * sizeof(T) > 64) asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(wk + QK * TILE + 8 * V - 1)));
+    }
+    __m256 wv[V];
+    for (int v = 0; v < V; ++v) wv[v] = load8_f32(wk + 8 * v);
+    const __m256 b[4] = {_mm256_broadcast_ss(x0), _mm256_broadcast_ss(x1), _mm256_broadcast_ss(x2), _mm256_broadcast_ss(x3)};
+    for (int i = 0; i < 4; ++i)
+      for (int v = 0; v < V; ++v) a[i][v] = _mm256_fmadd_ps(b[i], wv[v], a[i][v]);
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(acc + i * lda + c + 8 * v, a[i][v]);
+}
+
+// Four rows of x through block b's rows k0 .. k1 - 1, columns 0 .. width - 1 (a multiple of 8)
+// of the run at n0, in strips of 16 columns (8 sums: strips of 24, 12 sums, were no faster for
+// float32 and 2x slower for bfloat16 and int8, whose conversions then spilled; session 20).
+// First: x's first four rows, which ask for the next block (see strip4).
 template <bool First, class T>
 void rows4_avx2(const T* w, const Problem& p, int64_t k0, int64_t k1, int64_t n0, int64_t width, const float* xr,
                 float* acc, int64_t lda) {
   const bool ahead = First && k1 + QK <= p.K;      // a whole next block (an unblocked format's last may be short)
-  for (int64_t c = 0; c < width; c += 16) {
-    __m256 a[4][2];
-    for (int i = 0; i < 4; ++i)
-      for (int v = 0; v < 2; ++v) a[i][v] = _mm256_loadu_ps(acc + i * lda + c + 8 * v);
-    const T* wk = row_at(w, k0, n0, p.K) + c;
-    const float *x0 = xr + k0, *x1 = x0 + p.K, *x2 = x1 + p.K, *x3 = x2 + p.K;
-    for (int64_t k = k0; k < k1; ++k, wk += TILE, ++x0, ++x1, ++x2, ++x3) {
-      if (ahead) asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(wk + QK * TILE)));
-      const __m256 w0 = load8_f32(wk), w1 = load8_f32(wk + 8);
-      const __m256 b0 = _mm256_broadcast_ss(x0), b1 = _mm256_broadcast_ss(x1);
-      const __m256 b2 = _mm256_broadcast_ss(x2), b3 = _mm256_broadcast_ss(x3);
-      a[0][0] = _mm256_fmadd_ps(b0, w0, a[0][0]), a[0][1] = _mm256_fmadd_ps(b0, w1, a[0][1]);
-      a[1][0] = _mm256_fmadd_ps(b1, w0, a[1][0]), a[1][1] = _mm256_fmadd_ps(b1, w1, a[1][1]);
-      a[2][0] = _mm256_fmadd_ps(b2, w0, a[2][0]), a[2][1] = _mm256_fmadd_ps(b2, w1, a[2][1]);
-      a[3][0] = _mm256_fmadd_ps(b3, w0, a[3][0]), a[3][1] = _mm256_fmadd_ps(b3, w1, a[3][1]);
-    }
-    for (int i = 0; i < 4; ++i)
-      for (int v = 0; v < 2; ++v) _mm256_storeu_ps(acc + i * lda + c + 8 * v, a[i][v]);
-  }
+  int64_t c = 0;
+  for (; c + 16 <= width; c += 16) strip4<2>(w, p, k0, k1, n0, c, xr, acc, lda, ahead);
+  if (c + 8 <= width) strip4<1>(w, p, k0, k1, n0, c, xr, acc, lda, ahead), c += 8;
 }
 #endif
 
@@ -210,7 +224,7 @@ void scalar_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t
   const int64_t k0 = b * QK, k1 = b * QK + rows_in_block(p.K, b);
   int r = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-  if (width % 16 == 0)
+  if (width % 8 == 0)
     for (; r + 4 <= R; r += 4) {
       if (r == 0) rows4_avx2<true>(weights(f), p, k0, k1, n0, width, p.x + (m + r) * p.K, acc + r * lda, lda);
       else rows4_avx2<false>(weights(f), p, k0, k1, n0, width, p.x + (m + r) * p.K, acc + r * lda, lda);
