@@ -121,3 +121,19 @@ def test_embeddings_from_the_real_minilm(tmp_path):
         np.testing.assert_allclose(got, alone, atol=1e-5)
         r = c.post("/v1/embeddings", json={"input": "word " * 40})
         assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_serve_passes_the_engine_options_and_refuses_a_bad_one(tiny_llama_artifact, monkeypatch):
+    """Regression: ``serve()`` took none of the Engine's kernel options (``tlaloc serve`` did). The
+    engine it builds gets them; a bad value is refused before anything would listen."""
+    from tlaloc.errors import ArgumentError
+    from tlaloc.serving.server import app as server_app
+    served = []
+    monkeypatch.setattr(server_app, "run_server", lambda engine, **kw: served.append((engine, kw)))
+    server_app.serve(str(tiny_llama_artifact), port=1, cpu_kernels=False, activations="int8", async_scheduling=False)
+    engine, kw = served[0]
+    assert not engine.executor.cpu_kernels and engine.executor.activations == "float32"     # no kernel: float32 runs
+    assert kw["port"] == 1 and engine.async_scheduling is False
+    with pytest.raises(ArgumentError, match="activations must be one of"):
+        server_app.serve(str(tiny_llama_artifact), activations="int4")
+    assert len(served) == 1

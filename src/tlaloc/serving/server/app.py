@@ -146,11 +146,17 @@ async def _guarded(handler, request: Request):
 
 
 def serve(artifact_dir: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
-          log_level: str = "info", limits: ServerLimits | None = None, max_waiting: int = 1024) -> None:
-    """Load ``artifact_dir`` with ``tlaloc.serving.Engine`` and serve it until interrupted."""
+          log_level: str = "info", limits: ServerLimits | None = None, max_waiting: int = 1024,
+          cpu_kernels: bool | str = "auto", activations: str = "float32", async_scheduling: bool = True) -> None:
+    """Load ``artifact_dir`` with ``tlaloc.serving.Engine`` and serve it until interrupted.
+
+    ``max_waiting``, ``cpu_kernels``, ``activations`` and ``async_scheduling`` are the Engine's
+    (``tlaloc serve``'s ``--max-waiting``, ``--cpu-kernels``, ``--activations``,
+    ``--no-async-scheduling``); a bad value raises ArgumentError before anything listens."""
     from .. import Engine
-    run_server(Engine(artifact_dir, max_waiting=max_waiting), host=host, port=port, api_key=api_key,
-               log_level=log_level, limits=limits)
+    engine = Engine(artifact_dir, max_waiting=max_waiting, cpu_kernels=cpu_kernels, activations=activations,
+                    async_scheduling=async_scheduling)
+    run_server(engine, host=host, port=port, api_key=api_key, log_level=log_level, limits=limits)
 
 
 def run_server(engine, *, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
