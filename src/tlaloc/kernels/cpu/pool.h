@@ -9,9 +9,11 @@
 // products and from the serial parts of the step (attention, XLA's fusions) alike. Here the
 // caller and threads - 1 helpers run the work; XLA's workers stay parked.
 //
-// Waiting. A helper that runs out of tasks spins (pause) for up to SPIN_NS before it sleeps on a
-// condition variable: the products of one decode step come 5-50 microseconds apart, so a helper
-// takes the next one at once, while an idle process keeps no core busy for longer than SPIN_NS.
+// Waiting. A helper that runs out of tasks polls (yielding the core between polls, so that another
+// runnable thread, such as a second process's on a 2-core host, is not kept off it) for up to
+// SPIN_NS before it sleeps on a condition variable (pause instead of yield measured no faster):
+// the products of one decode step come 5-50 microseconds apart, so a helper takes the next one at
+// once, while an idle process keeps no core busy for longer than SPIN_NS.
 // A task scheduled while every helper is busy or asleep just waits its turn; the kernels'
 // run_and_steal (common.h) never waits for a task that has not started.
 //
@@ -32,9 +34,6 @@
 #include <vector>
 
 #include <pthread.h>
-#if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#endif
 
 namespace tlaloc_cpu {
 
@@ -117,11 +116,7 @@ class HelperPool {
       const auto idle_since = std::chrono::steady_clock::now();
       while (!take(st, task)) {
         if (std::chrono::steady_clock::now() - idle_since < std::chrono::nanoseconds(SPIN_NS)) {
-#if defined(__x86_64__) || defined(_M_X64)
-          for (int i = 0; i < 16; ++i) _mm_pause();
-#else
-          std::this_thread::yield();
-#endif
+          std::this_thread::yield();      // a core wanted elsewhere (another process) goes there
           continue;
         }
         std::unique_lock<std::mutex> lock(st->mu);
