@@ -1,5 +1,5 @@
 // What the CPU kernels of this directory share: half-precision conversions and the way work
-// is split between the calling thread and XLA's intra-op thread pool.
+// is split between the calling thread and a pool's threads (pool.h's HelperPool in the kernels).
 #pragma once
 
 #include <algorithm>
@@ -56,7 +56,7 @@ inline Problem problem(xla::ffi::Buffer<xla::ffi::F32>& x, xla::ffi::ResultBuffe
 }
 
 // Runs unit(u) for every u in [0, units): the calling thread and up to threads - 1 tasks
-// scheduled on XLA's intra-op pool claim units from a shared counter. A task that starts
+// scheduled on the pool claim units from a shared counter. A task that starts
 // after every unit is claimed returns at once, touching only the counter (kept alive by the
 // shared_ptr), so the caller never waits for a task that has not started: it waits only for
 // units being computed, and until then its frame (all that unit reads) is alive.
@@ -82,7 +82,7 @@ void run_units(Pool& pool, int64_t units, int64_t threads, Unit unit) {
 }
 
 // Runs piece(i0, i1) over every item of [0, items), on the calling thread and up to threads - 1
-// tasks scheduled on XLA's intra-op pool. The items are cut into one range per thread (T in
+// tasks scheduled on the pool. The items are cut into one range per thread (T in
 // all). Each thread first walks a range of its own from its left end, so that it reads one
 // contiguous stretch of the weights, forward (the hardware prefetchers follow it) as a static
 // split would; when its range is done it takes runs from the right ends of the others', walking
@@ -96,7 +96,7 @@ void run_units(Pool& pool, int64_t units, int64_t threads, Unit unit) {
 // A task that starts after every item is claimed returns at once, touching only the shared
 // state (kept alive by the shared_ptr), and the caller waits only for claimed runs being
 // computed; until then its frame (all that piece reads) is alive.
-// Pool: XLA's ffi::ThreadPool, or anything with its num_threads() and Schedule(task).
+// Pool: pool.h's HelperPool, or anything with its num_threads() and Schedule(task).
 template <class Pool, class Piece>
 void run_and_steal(Pool& pool, int64_t items, int64_t step, int64_t fine, int64_t threads, Piece piece) {
   if (items <= 0) return;

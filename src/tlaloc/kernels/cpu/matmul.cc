@@ -48,7 +48,7 @@
 // the work, nor M changes any sum: results are reproducible, and a row's result is the same
 // whatever the batch it is in (benchmarks/cpu_kernels.py checks this bit for bit).
 //
-// Work. The calling thread and the tasks it schedules on XLA's intra-op pool each walk a range
+// Work. The calling thread and the tasks it hands to the helper threads (pool.h) each walk a range
 // of panels of their own, forward, then take panels from the far ends of the others' ranges
 // (see run): each thread reads one contiguous
 // stretch, and a task that starts late leaves its range's tail to the others. A run of columns
@@ -676,7 +676,7 @@ void run_unit(const Fmt& f, const Problem& p, int64_t c0, int64_t c1, float* acc
   }
 }
 
-// Splits N into tiles and runs them on this thread and on tasks of XLA's intra-op pool, each
+// Splits N into tiles and runs them on this thread and on tasks of the helper threads (pool.h), each
 // thread walking a contiguous range of the panels' bytes and then taking tiles the others have
 // not reached (tlaloc_cpu::run_and_steal). No sum depends on the split (each output column is
 // summed whole, in an order fixed by K), so it is chosen for speed. The threads meet on a tile

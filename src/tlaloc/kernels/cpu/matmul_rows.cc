@@ -13,7 +13,7 @@
 // sums, then a fixed tree of lane additions), whatever the thread count. Four rows of W are decoded once
 // per block and used for up to four rows of x.
 // Rows of W are split into units (their count depends on N only) that the calling thread
-// and tasks on XLA's intra-op pool claim from a shared counter, as in matmul.cc.
+// and tasks on the helper threads (pool.h) claim from a shared counter, as in matmul.cc.
 #include <type_traits>
 
 #include "common.h"
@@ -173,7 +173,7 @@ void rows_avx(const Fmt& f, const Problem& p, int64_t n0, int64_t n1) {
 }
 #endif
 
-// The rows of W in runs of RUN, on this thread and tasks of XLA's pool, each walking a range of
+// The rows of W in runs of RUN, on this thread and tasks of the helper threads, each walking a range of
 // its own and then taking what the others have not reached (tlaloc_cpu::run_and_steal): each
 // thread reads one contiguous stretch of the table.
 template <class Fmt>

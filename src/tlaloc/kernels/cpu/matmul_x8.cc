@@ -336,7 +336,7 @@ void run_panels(const Fmt& f, const Problem& p, const XQ& x, int64_t t0, int64_t
   }
 }
 
-// Pool: XLA's ffi::ThreadPool, or anything with its num_threads() and Schedule(task)
+// Pool: pool.h's HelperPool, or anything with its num_threads() and Schedule(task)
 // (tests/kernels/x8_isa_check.cc runs these loops on a pool of its own).
 template <class Pool, class Fmt>
 void run(Pool& pool, const Fmt& f, const Problem& p) {

@@ -32,7 +32,7 @@
 // l = l exp(m_old - m) + l_c exp(m_c - m), likewise a; the output is a * (1 / l). Every float
 // addition thus happens in an order fixed by the shapes, seq_lens and positions alone: the
 // results do not depend on the thread count or on the other rows of the batch. The units
-// go to the calling thread and tasks of XLA's intra-op pool as in matmul.cc when the call
+// go to the calling thread and tasks of the helper threads (pool.h) as in matmul.cc when the call
 // has SPLIT_WORK multiply-adds or more; a smaller call (a short batch-1 decode) runs on the
 // calling thread, which is faster than waking another. A query that sees no key is
 // computed by the calling thread: the mean of its kv head's values, slot by slot.
