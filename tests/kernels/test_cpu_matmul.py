@@ -465,11 +465,12 @@ def test_q4_1_bfloat16_dots_below_2_to_the_minus_117_keep_the_weaker_stated_boun
 
 
 @pytest.mark.parametrize("fmt", ["f32", "bf16", "i8ch"])
-def test_the_four_row_register_loop_gives_a_rows_bits_alone_and_in_any_batch(fmt):
-    """Regression for the AVX2 four-row loop (matmul.cc's rows4_avx2, which keeps a block's sums in
-    registers): each output is the one-row loop's chain (a multiply, then an add, in the order of K),
-    so every row of a batch of 16, 13 and 4 equals that row computed alone, bit for bit; K = 100 leaves
-    a short last block. Control: the batch's rows differ from one another (a row is not just copied)."""
+def test_the_register_loops_give_a_rows_bits_alone_and_in_any_batch(fmt):
+    """Regression for the AVX2 register loops (matmul.cc's rows_avx2, which keep a block's sums in
+    registers for groups of 1 to 6 rows): each output is the one-row loop's chain (a multiply, then an
+    add, in the order of K), so every row of a batch of 16 (groups 6, 5, 5), 13, 12, 7 (4, 3), 6, 4, 3
+    and 2 equals that row computed alone, bit for bit; K = 100 leaves a short last block. Control: the
+    batch's rows differ from one another (a row is not just copied)."""
     _kernels_or_skip()
     K, N = 100, 128
     parts = make_parts(fmt, K, N, seed=3)
@@ -477,7 +478,7 @@ def test_the_four_row_register_loop_gives_a_rows_bits_alone_and_in_any_batch(fmt
     one = compiled(fmt, (1, K), parts)
     alone = np.stack([np.asarray(one(x[i:i + 1], *as_stored(fmt, parts))[0])[0] for i in range(16)])
     assert len({row.tobytes() for row in alone}) == 16
-    for M in (16, 13, 4):
+    for M in (16, 13, 12, 7, 6, 4, 3, 2):
         got = np.asarray(compiled(fmt, (M, K), parts)(x[:M], *as_stored(fmt, parts))[0])
         np.testing.assert_array_equal(got, alone[:M])
     want = x.astype(np.float64) @ dequantize(fmt, parts)

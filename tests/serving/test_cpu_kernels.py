@@ -168,7 +168,8 @@ def test_auto_runs_the_kernels_where_they_pay_on_this_cpu(tiny, artifact, monkey
             f32_p64, bf16_p64 = "tlaloc_cpu_matmul_f32_p64", "tlaloc_cpu_matmul_bf16_p64"
             assert cpu_kernels.pays_for("prefill", 1, [f32_p64, bf16_p64], tokens=16) == avx2
             assert not cpu_kernels.pays_for("prefill", 1, [f32_p64], tokens=64)
-            assert cpu_kernels.pays_for("decode", 16, [f32_p64]) == avx2 and not cpu_kernels.pays_for("decode", 17, [f32_p64])
+            rows = cpu_kernels.DENSE_ROWS
+            assert cpu_kernels.pays_for("decode", rows, [f32_p64]) == avx2 and not cpu_kernels.pays_for("decode", rows + 1, [f32_p64])
             # a program with the float32 _t (rows) product keeps XLA's dots: its loop was not measured
             assert not cpu_kernels.pays_for("decode", 1, ["tlaloc_cpu_matmul_f32_t", "tlaloc_cpu_matmul_q8_0_p64"])
             assert not cpu_kernels.pays_for("decode", 1, ["tlaloc_cpu_kv_write_f32"])     # no product at all

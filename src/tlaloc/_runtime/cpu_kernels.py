@@ -152,11 +152,11 @@ def q4_1_bf16_dots() -> bool:
 #: 8 its products take 0.52x and 0.90x XLA's time (benchmarks/RESULTS.md, session 19).
 PORTABLE_DECODE_ROWS = 4
 #: The most rows of x (batch times tokens a row: decode steps, and prefill chunks) at which the AVX2
-#: loop of the float32, bfloat16 and int8-per-channel products (matmul.cc's rows4_avx2: four rows'
-#: sums held in registers over a block) beats XLA's float32 dot: 16 rows of SmolLM2's widest
-#: projection took 0.66x, 0.53x and 0.42x its time, 8 rows 0.89x, 0.48x, 0.48x; 32 rows ~1x, 64
-#: rows 1.1x (benchmarks/cpu_kernels.py, 2-core AVX2 EPYC, session 20).
-DENSE_ROWS = 16
+#: loops of the float32, bfloat16 and int8-per-channel products (matmul.cc's rows_avx2: up to six
+#: rows' sums held in registers over a block) beat XLA's float32 dot: SmolLM2's widest projection
+#: took 0.40-0.53x its time at 16 rows, 0.46-0.74x at 32, 0.5-1.4x at 64 and ~1x at 128 (three
+#: runs each, benchmarks/cpu_kernels.py, 2-core AVX2 EPYC, session 21).
+DENSE_ROWS = 32
 _DENSE_TARGETS = frozenset(TARGETS[fmt] for fmt in ("f32", "bf16", "i8ch"))
 #: The most rows of x at which the int8-activation kernels (:data:`X8_TARGETS`, AVX2 integer dot
 #: products) run a decode step that also has float32 products (whose loops pay only up to

@@ -169,66 +169,91 @@ inline __m256 load8_f32(const int8_t* w) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w))));
 }
 
-// The four-row loop below with the sums in registers: 4 rows x 16 columns per pass over the
-// block's rows k0 .. k1 - 1 (8 sums, 2 weight vectors, a broadcast x: 11 of AVX2's 16 registers),
-// each sum fma(x, w, acc) in the order of k, as the loop's acc += x * w compiles with FMA
-// (GCC contracts it by default, -ffp-contract=fast): the same bits, which
-// test_cpu_matmul.py checks row by row. The loop keeps its sums in memory, a load and a store
-// per sum and row of W; at 16 rows that bound it (~2x slower than XLA's float32 dot, session 18),
-// while here a block's 32 rows pass in registers.
-// Columns c .. c + 8 V - 1 of 4 rows over the block's rows k0 .. k1 - 1, the 4 V sums in
-// registers (with V weight vectors and the 4 broadcast x: at most 16 of AVX2's registers). Ahead:
-// also ask for the next block's row k + QK (these columns' bytes) beside row k, into L2: the
-// later passes read this block from L1, and without the requests memory idled during them
-// (16 rows, 12 SmolLM2-sized layers: 35 -> 42 GMAC/s, benchmarks/RESULTS.md, session 20). Row k
-// of a panel's run starts TILE elements after row k - 1.
-template <int V, class T>
-TLALOC_AVX2_INLINE void strip4(const T* w, const Problem& p, int64_t k0, int64_t k1, int64_t n0, int64_t c,
-                               const float* xr, float* acc, int64_t lda, bool ahead) {
-  __m256 a[4][V];
-  for (int i = 0; i < 4; ++i)
+// The plain loops below with the sums in registers: NR <= 6 rows x 8 V columns per pass over the
+// block's rows k0 .. k1 - 1, each sum fma(x, w, acc) in the order of k, as the plain loops'
+// acc += x * w compile with FMA (GCC contracts it by default, -ffp-contract=fast): the same bits,
+// which test_cpu_matmul.py checks row by row. The plain loops keep their sums in memory, a load and
+// a store per sum and row of W; at 16 rows that bound them (~2x slower than XLA's float32 dot,
+// session 18), while here a block's 32 rows pass in registers. Six rows x 16 columns is the
+// classic AVX2 register block (BLIS's Haswell sgemm micro-kernel, Van Zee and van de Geijn,
+// ACM TOMS 41(3), 2015): 12 sums, 2 weight vectors and a broadcast x take 15 of the 16
+// registers, and 12 independent FMA chains cover the FMA latency on both pipes, where four
+// rows' 8 chains did not (16 rows: see RESULTS.md, session 21).
+// pf: n_pf cache lines to ask for into L2, one per row k (see scalar_block).
+template <int NR, int V, class T>
+TLALOC_AVX2_INLINE void strip(const T* w, const Problem& p, int64_t k0, int64_t k1, int64_t n0, int64_t c,
+                              const float* xr, float* acc, int64_t lda, const char* pf, int64_t n_pf) {
+  __m256 a[NR][V];
+  for (int i = 0; i < NR; ++i)
     for (int v = 0; v < V; ++v) a[i][v] = _mm256_loadu_ps(acc + i * lda + c + 8 * v);
   const T* wk = row_at(w, k0, n0, p.K) + c;
-  const float *x0 = xr + k0, *x1 = x0 + p.K, *x2 = x1 + p.K, *x3 = x2 + p.K;
-  for (int64_t k = k0; k < k1; ++k, wk += TILE, ++x0, ++x1, ++x2, ++x3) {
-    if (ahead) {
-      asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(wk + QK * TILE)));
-      if constexpr (8 * V * sizeof(T) > 64) asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(wk + QK * TILE + 8 * V - 1)));
-    }
+  const float* xk = xr + k0;
+  for (int64_t k = k0, j = 0; k < k1; ++k, ++j, wk += TILE, ++xk) {
+    if (j < n_pf) asm volatile("prefetcht1 %0" : : "m"(*(pf + 64 * j)));   // GCC drops __builtin_prefetch here
     __m256 wv[V];
     for (int v = 0; v < V; ++v) wv[v] = load8_f32(wk + 8 * v);
-    const __m256 b[4] = {_mm256_broadcast_ss(x0), _mm256_broadcast_ss(x1), _mm256_broadcast_ss(x2), _mm256_broadcast_ss(x3)};
-    for (int i = 0; i < 4; ++i)
-      for (int v = 0; v < V; ++v) a[i][v] = _mm256_fmadd_ps(b[i], wv[v], a[i][v]);
+    for (int i = 0; i < NR; ++i) {
+      const __m256 b = _mm256_broadcast_ss(xk + i * p.K);
+      for (int v = 0; v < V; ++v) a[i][v] = _mm256_fmadd_ps(b, wv[v], a[i][v]);
+    }
   }
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < NR; ++i)
     for (int v = 0; v < V; ++v) _mm256_storeu_ps(acc + i * lda + c + 8 * v, a[i][v]);
 }
 
-// Four rows of x through block b's rows k0 .. k1 - 1, columns 0 .. width - 1 (a multiple of 8)
-// of the run at n0, in strips of 16 columns (8 sums: strips of 24, 12 sums, were no faster for
-// float32 and 2x slower for bfloat16 and int8, whose conversions then spilled; session 20).
-// First: x's first four rows, which ask for the next block (see strip4).
-template <bool First, class T>
-void rows4_avx2(const T* w, const Problem& p, int64_t k0, int64_t k1, int64_t n0, int64_t width, const float* xr,
-                float* acc, int64_t lda) {
-  const bool ahead = First && k1 + QK <= p.K;      // a whole next block (an unblocked format's last may be short)
+// NR rows of x through block b's rows k0 .. k1 - 1, columns 0 .. width - 1 (a multiple of 8)
+// of the run at n0, in strips of 16 columns (strips of 24 with four rows, 12 sums, were no faster
+// for float32 and 2x slower for bfloat16 and int8, whose conversions then spilled; session 20),
+// asking for the n_pf lines at pf spread over the strips.
+template <int NR, class T>
+void rows_avx2(const T* w, const Problem& p, int64_t k0, int64_t k1, int64_t n0, int64_t width, const float* xr,
+               float* acc, int64_t lda, const char* pf, int64_t n_pf) {
+  const int64_t strips = (width + 15) / 16, per = (n_pf + strips - 1) / strips;
   int64_t c = 0;
-  for (; c + 16 <= width; c += 16) strip4<2>(w, p, k0, k1, n0, c, xr, acc, lda, ahead);
-  if (c + 8 <= width) strip4<1>(w, p, k0, k1, n0, c, xr, acc, lda, ahead), c += 8;
+  for (; c + 16 <= width; c += 16, pf += 64 * per, n_pf -= per) strip<NR, 2>(w, p, k0, k1, n0, c, xr, acc, lda, pf, std::min(per, n_pf));
+  if (c + 8 <= width) strip<NR, 1>(w, p, k0, k1, n0, c, xr, acc, lda, pf, std::min(per, n_pf)), c += 8;
+}
+
+// Rows r .. r + n - 1 (1 <= n <= 6) of the block through rows_avx2.
+template <class T>
+void rows_avx2_n(int n, const T* w, const Problem& p, int64_t k0, int64_t k1, int64_t n0, int64_t width, const float* xr,
+                 float* acc, int64_t lda, const char* pf, int64_t n_pf) {
+  switch (n) {
+    case 6: rows_avx2<6>(w, p, k0, k1, n0, width, xr, acc, lda, pf, n_pf); break;
+    case 5: rows_avx2<5>(w, p, k0, k1, n0, width, xr, acc, lda, pf, n_pf); break;
+    case 4: rows_avx2<4>(w, p, k0, k1, n0, width, xr, acc, lda, pf, n_pf); break;
+    case 3: rows_avx2<3>(w, p, k0, k1, n0, width, xr, acc, lda, pf, n_pf); break;
+    case 2: rows_avx2<2>(w, p, k0, k1, n0, width, xr, acc, lda, pf, n_pf); break;
+    default: rows_avx2<1>(w, p, k0, k1, n0, width, xr, acc, lda, pf, n_pf); break;
+  }
 }
 #endif
+
+constexpr int64_t AHEAD_GROUPS = 4;   // how many st.ahead the register loops ask ahead (see scalar_block)
 
 template <class Fmt>
 void scalar_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t width, int64_t m, int R, float* acc, int64_t lda) {
   const int64_t k0 = b * QK, k1 = b * QK + rows_in_block(p.K, b);
   int r = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-  if (width % 8 == 0)
-    for (; r + 4 <= R; r += 4) {
-      if (r == 0) rows4_avx2<true>(weights(f), p, k0, k1, n0, width, p.x + (m + r) * p.K, acc + r * lda, lda);
-      else rows4_avx2<false>(weights(f), p, k0, k1, n0, width, p.x + (m + r) * p.K, acc + r * lda, lda);
+  if (width % 8 == 0) {     // in groups of at most 6 rows, as even as they come (16: 6, 5, 5)
+    // Ahead: the groups ask for a block's bytes AHEAD_GROUPS * st.ahead past this block's, into L2,
+    // a share each: the later groups read this block from L1, and without the requests memory
+    // idled during them. 16 rows, 12 SmolLM2-sized float32 layers (benchmarks/cpu_kernels.py):
+    // 6-9 GB/s of weights with four-row groups and the first group asking for the next block
+    // alone, 11-15 with the requests spread over the groups, 14-17 four blocks ahead (session 21).
+    // Row k of a panel's run starts TILE elements after row k - 1, so a block is one run of bytes.
+    const Stream st = stream(f, p);
+    const char* pf = st.base + ((n0 / TILE) * st.rows + k0) * st.row_bytes + AHEAD_GROUPS * st.ahead;
+    const int groups = (R + 5) / 6;
+    const int64_t lines = (k1 - k0) * st.row_bytes / 64, per = (lines + groups - 1) / groups;
+    for (int g = 0; g < groups; ++g, pf += 64 * per) {
+      const int n = R / groups + (g < R % groups ? 1 : 0);
+      rows_avx2_n(n, weights(f), p, k0, k1, n0, width, p.x + (m + r) * p.K, acc + r * lda, lda, pf,
+                  std::max<int64_t>(0, std::min(per, lines - g * per)));
+      r += n;
     }
+  }
 #endif
   for (; r + 4 <= R; r += 4) {                        // four rows share each converted weight
     float* __restrict a0 = acc + r * lda;
