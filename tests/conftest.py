@@ -2,11 +2,17 @@
 
 Every transformed function called in the tests also runs its DXIR graph in the
 reference interpreter and checks that the rendered Python returned the same bits
-(TLALOC_CHECK_RENDER=1).
+(TLALOC_CHECK_RENDER=1). Engines keep their weights out of the huge-page arena
+(TLALOC_HUGE_PAGES=0) unless a test asks for it.
 """
 import os
 
 os.environ.setdefault("TLALOC_CHECK_RENDER", "1")
+# Engines in the tests keep their weights in the allocator's pages, not in the huge-page arena
+# (tlaloc._runtime.host_arena), unless a test asks for it (tests/serving/test_host_arena.py does):
+# on the 2-core CI VM each 2 MiB page's first touch cost ~10 ms (SmolLM2 float32's 1.5 GB: 12-15 s
+# of system time an engine, against 3 s; session 21), and the values are the same bytes either way.
+os.environ.setdefault("TLALOC_HUGE_PAGES", "0")
 
 
 # Suite-wide order: the multi-minute tests (marked ``slow``: SmolLM2 through the artifact, the

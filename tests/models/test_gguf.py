@@ -111,6 +111,34 @@ def test_unknown_gguf_tensor_is_named(tiny_gguf, tmp_path):
         tm.load(path)
 
 
+def test_a_gguf_file_is_parsed_once_until_it_changes(tiny_gguf, tmp_path):
+    """Regression (session 21): every load parsed the whole file again (SmolLM2's vocabulary, ~7 s).
+    The reader is kept while the file is unchanged; a rewritten file (another inode, size or time)
+    is read anew, with its own values. Control: the two files' models differ."""
+    import shutil
+
+    import jax
+
+    from .gguf_writer import write_llama_gguf
+    _, files, hf = tiny_gguf
+    path = tmp_path / "m.gguf"
+    shutil.copy(files["Q8_0"], path)
+    first, meta = gguf_file.open_reader(str(path))
+    again, meta2 = gguf_file.open_reader(str(path))
+    assert again is first and meta2 == meta and meta2 is not meta
+    before = tm.load(str(path))
+    write_llama_gguf(tmp_path / "other.gguf", hf, "Q4_0")
+    ref = tm.load(str(tmp_path / "other.gguf"))
+    (tmp_path / "other.gguf").replace(path)                      # a new file under the same name
+    assert gguf_file.open_reader(str(path))[0] is not first
+    after = tm.load(str(path))
+
+    def leaves(model):
+        return np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(model.weights)])
+    assert not np.array_equal(leaves(before), leaves(after))
+    np.testing.assert_array_equal(leaves(after), leaves(ref))
+
+
 # -- real weights: SmolLM2-135M-Instruct, Q4_1 ---------------------------------------------------
 
 @pytest.mark.slow

@@ -8,7 +8,10 @@ rows permuted for its interleaved rotary layout; they are permuted back here.
 """
 from __future__ import annotations
 
+import os
 import re
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -144,11 +147,39 @@ def dequantize(tensor) -> np.ndarray:
     return np.asarray(out, np.float32).reshape(shape)
 
 
+#: Readers of the files opened last, with their metadata, by (path, inode, size, mtime): parsing a
+#: file's fields is most of a load (SmolLM2-135M's 49,152-token vocabulary and merges: ~7 s of
+#: ``gguf.GGUFReader``'s Python), and an export reads a file more than once.
+_READERS: OrderedDict = OrderedDict()
+_READERS_KEPT = 2
+_READERS_LOCK = threading.Lock()
+
+
+def open_reader(path: str):
+    """``(reader, metadata)`` of GGUF file ``path``: a ``gguf.GGUFReader`` (its tensors are read-only
+    views of a memory map of the file) and :func:`read_fields` of it. The last two files' are kept
+    and given again while the file's inode, size and modification time are unchanged; the
+    metadata is a fresh dict each call. Raises what ``os.stat`` and ``gguf.GGUFReader`` raise."""
+    import gguf
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    with _READERS_LOCK:
+        hit = _READERS.get(key)
+        if hit is not None:
+            _READERS.move_to_end(key)
+    if hit is None:
+        reader = gguf.GGUFReader(path)
+        hit = (reader, read_fields(reader))
+        with _READERS_LOCK:
+            _READERS[key] = hit
+            while len(_READERS) > _READERS_KEPT:
+                _READERS.popitem(last=False)
+    return hit[0], dict(hit[1])
+
+
 def read_gguf(path: str):
     """``(config, tensors getter, key shapes, metadata, reader)`` of a GGUF file; nothing dequantized yet."""
-    import gguf
-    reader = gguf.GGUFReader(path)
-    meta = read_fields(reader)
+    reader, meta = open_reader(path)
     tensors = {t.name: t for t in reader.tensors}
     rope_freqs = None
     if "rope_freqs.weight" in tensors:

@@ -121,11 +121,11 @@ def exact_parts(path: str, cfg) -> dict:
     """
     import gguf
 
-    from ...models.gguf_file import _unpermute, hf_name
+    from ...models.gguf_file import _unpermute, hf_name, open_reader
     T = gguf.GGMLQuantizationType
     unpack = {T.Q4_K: unpack_q4_k, T.Q6_K: unpack_q6_k, T.Q8_0: unpack_q8_0}
     out = {}
-    for t in gguf.GGUFReader(path).tensors:
+    for t in open_reader(path)[0].tensors:
         if t.tensor_type not in unpack:
             continue
         name = hf_name(t.name) or ""
