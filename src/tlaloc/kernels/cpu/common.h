@@ -55,6 +55,15 @@ inline Problem problem(xla::ffi::Buffer<xla::ffi::F32>& x, xla::ffi::ResultBuffe
   return Problem{x.typed_data(), M, K, N, y->typed_data(), y_rows};
 }
 
+// The threads a product of p's size is split between: the pool's, or the calling thread alone
+// below SHARE_MACS multiply-adds, where waking a helper (5 to over 200 microseconds when it
+// sleeps, pool.h) costs more than the work (~5 microseconds on one core) and the woken helper
+// then polls for SPIN_NS, taking CPU from whatever else runs: the tests' tiny models
+// (hidden size 64) ran every product so, two xdist workers on two cores (session 21). SmolLM2's
+// smallest product at one row, 576 x 960, is above it.
+constexpr int64_t SHARE_MACS = 1 << 18;
+inline int64_t threads_for(const Problem& p, int64_t threads) { return p.M * p.K * p.N < SHARE_MACS ? 1 : threads; }
+
 // Runs unit(u) for every u in [0, units): the calling thread and up to threads - 1 tasks
 // scheduled on the pool claim units from a shared counter. A task that starts
 // after every unit is claimed returns at once, touching only the counter (kept alive by the

@@ -715,7 +715,7 @@ void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
 #ifdef TLALOC_ONE_THREAD
   const int64_t threads = 1;
 #else
-  const int64_t threads = pool.num_threads();
+  const int64_t threads = tlaloc_cpu::threads_for(p, pool.num_threads());
 #endif
   tlaloc_cpu::run_and_steal(tlaloc_cpu::helpers(pool), tiles, 1, 1, threads, [&f, &p](int64_t t0, int64_t t1) {
     thread_local std::vector<float> acc;

@@ -178,7 +178,7 @@ void rows_avx(const Fmt& f, const Problem& p, int64_t n0, int64_t n1) {
 // thread reads one contiguous stretch of the table.
 template <class Fmt>
 void run(ffi::ThreadPool& pool, const Fmt& f, const Problem& p) {
-  tlaloc_cpu::run_and_steal(tlaloc_cpu::helpers(pool), p.N, RUN, RUN / 8, pool.num_threads(), [&f, &p](int64_t n0, int64_t n1) {
+  tlaloc_cpu::run_and_steal(tlaloc_cpu::helpers(pool), p.N, RUN, RUN / 8, tlaloc_cpu::threads_for(p, pool.num_threads()), [&f, &p](int64_t n0, int64_t n1) {
 #ifdef TLALOC_AVX512
     rows_avx(f, p, n0, n1);
 #else

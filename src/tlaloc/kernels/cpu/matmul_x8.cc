@@ -343,7 +343,7 @@ void run(Pool& pool, const Fmt& f, const Problem& p) {
   thread_local XQ mine;           // this thread's buffers, reused from call to call
   const XQ* x = &mine;            // a pointer: a lambda's [&mine] would name each helper's own (empty) one
   quantize(p, mine);
-  tlaloc_cpu::run_and_steal(pool, p.N / TILE, 1, 1, pool.num_threads(), [&f, &p, x](int64_t t0, int64_t t1) {
+  tlaloc_cpu::run_and_steal(pool, p.N / TILE, 1, 1, tlaloc_cpu::threads_for(p, pool.num_threads()), [&f, &p, x](int64_t t0, int64_t t1) {
     thread_local std::vector<float> acc;
     acc.resize(p.M * TILE);
     run_panels(f, p, *x, t0, t1, acc.data());
