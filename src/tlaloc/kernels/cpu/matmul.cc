@@ -236,7 +236,12 @@ void scalar_block(const Fmt& f, const Problem& p, int64_t b, int64_t n0, int64_t
   const int64_t k0 = b * QK, k1 = b * QK + rows_in_block(p.K, b);
   int r = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-  if (width % 8 == 0) {     // in groups of at most 6 rows, as even as they come (16: 6, 5, 5)
+  // One row of float32 weights keeps the plain loop below: the full SmolLM2 step at batch 1 decoded
+  // at 44-45 tokens/s with it against 42-43 with the register loop (interleaved, session 21); one
+  // row of bfloat16 or int8 weights, whose conversions bound it, is faster in registers
+  // (benchmarks/cpu_kernels.py at M = 1: 27-40 against 20-28 GB/s, and 14-24 against 11-16).
+  constexpr bool four_bytes = sizeof(*weights(f)) == 4;
+  if (width % 8 == 0 && (R > 1 || !four_bytes)) {     // in groups of at most 6 rows, as even as they come (16: 6, 5, 5)
     // Ahead: the groups ask for a block's bytes AHEAD_GROUPS * st.ahead past this block's, into L2,
     // a share each: the later groups read this block from L1, and without the requests memory
     // idled during them. 16 rows, 12 SmolLM2-sized float32 layers (benchmarks/cpu_kernels.py):
