@@ -59,7 +59,8 @@
 // format converts its weight vectors exactly to float32 (pair), the shared loop
 // (avx_pair_sums) uses each converted vector for up to 4 rows of x, and the format's finish
 // applies the block's scale (and offset). x is never rounded. Elsewhere plain loops compute
-// the same sums in another order (also fixed by K alone).
+// the same sums in another order (also fixed by K alone); with AVX2 the float32, bfloat16 and
+// int8-per-channel ones hold up to 6 rows' sums in registers (strip, rows_avx2), the same bits.
 #include <cmath>
 #if defined(__AVX2__)
 #include <immintrin.h>
